@@ -1,0 +1,104 @@
+//! Errors. Each variant says what happened and what to do about it.
+
+use std::time::Duration;
+
+/// Everything that can go wrong in this crate.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A wait passed `BARRIER_TIMEOUT`.
+    #[error(
+        "barrier timed out after {waited:?} at epoch {epoch} on rank {rank}: {} of {size} ranks \
+         have not arrived: {missing:?}; check that every rank calls barrier() the same number of \
+         times, or raise BARRIER_TIMEOUT",
+        missing.len()
+    )]
+    Timeout {
+        /// The rank (in the communicator) that gave up.
+        rank: usize,
+        /// Communicator size.
+        size: usize,
+        /// The barrier epoch that did not complete.
+        epoch: u64,
+        /// How long the rank waited.
+        waited: Duration,
+        /// Ranks (in the communicator) whose last arrival is older than `epoch`.
+        missing: Vec<usize>,
+    },
+    /// Another rank of the job failed, and the job is being torn down.
+    #[error(
+        "the job was aborted because rank {failed_rank} failed; this rank stops waiting \
+         (see the launcher's message for why rank {failed_rank} ended)"
+    )]
+    Aborted {
+        /// World rank that failed.
+        failed_rank: usize,
+    },
+    /// A previous barrier on this communicator failed, so its state is no longer consistent.
+    #[error("communicator is unusable after an earlier failure: {0}; create a new communicator")]
+    Broken(String),
+    /// A backend named in `BARRIER_BACKEND` does not exist.
+    #[error("unknown backend {name:?} in BARRIER_BACKEND; known backends: {known}")]
+    UnknownBackend {
+        /// The name given.
+        name: String,
+        /// Comma-separated list of known names.
+        known: String,
+    },
+    /// Backends named explicitly could not run; explicit choices fail loudly.
+    #[error("no backend from BARRIER_BACKEND={requested} can run on this communicator: {reasons}")]
+    ForcedBackendUnavailable {
+        /// The value of BARRIER_BACKEND.
+        requested: String,
+        /// Why each one declined.
+        reasons: String,
+    },
+    /// No backend at all can run (every one disabled or declined).
+    #[error("no barrier backend can run on this communicator: {0}; enable the dissemination backend")]
+    NoBackend(String),
+    /// A parameter has a value that cannot be parsed or is out of range.
+    #[error("invalid value {value:?} for {name}: {expected}")]
+    InvalidParam {
+        /// Parameter name, e.g. `BARRIER_TIMEOUT`.
+        name: String,
+        /// The value given.
+        value: String,
+        /// What would be accepted.
+        expected: String,
+    },
+    /// The launcher's environment is present but inconsistent.
+    #[error("bad launcher environment: {0}; start the program with `barrier run -n N -- PROGRAM`")]
+    Bootstrap(String),
+    /// An `ibarrier` request is still pending on this communicator.
+    #[error("an ibarrier() request is still pending on this communicator; wait() or test() it to completion first")]
+    RequestPending,
+    /// The job's shared segment has no room for another communicator or window.
+    #[error("the job's shared segment is full ({needed} bytes needed, {free} free); free communicators or start the job with a larger BARRIER_SHM_POOL_BYTES")]
+    SegmentFull {
+        /// Bytes requested.
+        needed: usize,
+        /// Bytes left.
+        free: usize,
+    },
+    /// An argument is outside what the call accepts.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// The operating system refused an operation.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl Error {
+    pub(crate) fn io(what: impl Into<String>, source: std::io::Error) -> Self {
+        Error::Io { what: what.into(), source }
+    }
+}
+
+/// Result alias.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

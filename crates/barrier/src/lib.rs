@@ -1,0 +1,179 @@
+//! # barrier
+//!
+//! The fastest correct barrier the machine offers, for HPC programs.
+//!
+//! Every [`Communicator`] gets one barrier *module*, chosen by a collective *selector* from
+//! several [`Backend`]s by priority; the software backend (`dissemination`) works everywhere and
+//! ends every fallback chain. Epochs are 64-bit and only grow: every signal means "I reached
+//! epoch e", every wait is "until at least e", nothing is ever reset.
+//!
+//! ```
+//! // Four ranks as threads; under `barrier run -n 4 -- prog`, use `barrier::init()?` instead.
+//! let sums = barrier::threads::run(4, |world| {
+//!     for _ in 0..100 {
+//!         world.barrier().unwrap();
+//!     }
+//!     world.epoch()
+//! })
+//! .unwrap();
+//! assert_eq!(sums, vec![100; 4]);
+//! ```
+//!
+//! See `docs/architecture.md` in the repository for the design, and `barrier info` for every
+//! parameter.
+
+pub mod backend;
+pub mod backends;
+mod coll;
+mod comm;
+mod error;
+pub mod pad;
+pub mod params;
+mod region;
+pub mod selector;
+pub mod shm;
+pub mod sys;
+mod universe;
+pub mod wait;
+
+pub use backend::{Backend, Decline, EnableContext, Module, Poll, QueryContext};
+pub use comm::{BackendName, Color, Communicator, Request, SharedWindow};
+pub use error::{Error, Result};
+pub use params::{ParamInfo, Params};
+pub use region::rounds;
+pub use selector::{backends, Candidate, Outcome, Selection};
+pub use universe::{init, init_with, threads, Universe, ENV_NODES, ENV_RANK, ENV_SHM_FD, ENV_SIZE};
+pub use wait::WaitPolicy;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(n: usize) -> threads::Job {
+        threads::Job::new(n).params(Params::defaults_only().set("BARRIER_TIMEOUT", "20s"))
+    }
+
+    #[test]
+    fn singleton_world_works_without_launcher() {
+        let u = init_with(Params::defaults_only()).unwrap();
+        let w = u.world();
+        assert_eq!((w.rank(), w.size()), (0, 1));
+        for _ in 0..10 {
+            w.barrier().unwrap();
+        }
+        assert_eq!(w.backend(), "dissemination");
+    }
+
+    #[test]
+    fn every_algorithm_completes_on_odd_sizes() {
+        for algo in ["central", "dissemination", "tournament", "tree"] {
+            for n in [1, 2, 3, 5] {
+                let p = Params::defaults_only().set("BARRIER_SW_ALGORITHM", algo).set("BARRIER_TIMEOUT", "20s");
+                let out = threads::Job::new(n)
+                    .params(p)
+                    .run(|w| {
+                        for _ in 0..200 {
+                            w.barrier().unwrap();
+                        }
+                        (w.algorithm(), w.epoch())
+                    })
+                    .unwrap();
+                assert!(out.iter().all(|(a, e)| a == algo && *e == 200), "{algo} n={n}: {out:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn timeout_names_the_missing_rank() {
+        let p = Params::defaults_only().set("BARRIER_TIMEOUT", "200ms");
+        let out = threads::Job::new(3)
+            .params(p)
+            .run(|w| if w.rank() == 2 { Ok(()) } else { w.barrier() })
+            .unwrap();
+        for r in &out[..2] {
+            match r {
+                Err(Error::Timeout { missing, .. }) => assert_eq!(missing, &vec![2]),
+                other => panic!("expected a timeout naming rank 2, got {other:?}"),
+            }
+        }
+        let msg = out[0].as_ref().unwrap_err().to_string();
+        assert!(msg.contains("[2]") && msg.contains("BARRIER_TIMEOUT"), "{msg}");
+    }
+
+    #[test]
+    fn ibarrier_completes_only_when_everyone_arrived() {
+        let out = job(3)
+            .run(|w| {
+                let win = w.shared_window(1).unwrap();
+                let go = &win.words()[0];
+                if w.rank() == 0 {
+                    let mut req = w.ibarrier().unwrap();
+                    assert!(matches!(w.barrier(), Err(Error::RequestPending)));
+                    // Ranks 1 and 2 arrive only after rank 0 stores 1, so it cannot be complete.
+                    for _ in 0..100 {
+                        assert!(!req.test().unwrap());
+                    }
+                    go.store(1, std::sync::atomic::Ordering::SeqCst);
+                    req.wait().unwrap();
+                } else {
+                    while go.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+                        std::thread::yield_now();
+                    }
+                    let req = w.ibarrier().unwrap();
+                    req.wait().unwrap();
+                }
+                w.barrier().unwrap();
+                w.epoch()
+            })
+            .unwrap();
+        assert_eq!(out, vec![2, 2, 2]);
+    }
+
+    #[test]
+    fn forced_unknown_backend_is_a_clear_error() {
+        let p = Params::defaults_only().set("BARRIER_BACKEND", "nonesuch");
+        let err = threads::Job::new(2).params(p).run(|_| ()).unwrap_err().to_string();
+        assert!(err.contains("nonesuch") && err.contains("dissemination"), "{err}");
+    }
+
+    #[test]
+    fn disabled_only_backend_fails_with_reasons() {
+        let p = Params::defaults_only().set("BARRIER_DISSEMINATION_DISABLE", "1");
+        let err = threads::Job::new(2).params(p).run(|_| ()).unwrap_err().to_string();
+        assert!(err.contains("disabled"), "{err}");
+        let p = Params::defaults_only().set("BARRIER_BACKEND", "dissemination").set("BARRIER_DISSEMINATION_MIN_COMM_SIZE", "4");
+        let err = threads::Job::new(2).params(p).run(|_| ()).unwrap_err().to_string();
+        assert!(err.contains("MIN_COMM_SIZE=4"), "{err}");
+    }
+
+    #[test]
+    fn rank0_algorithm_wins_agreement() {
+        // Only rank 0's value matters: run with a valid value and check every rank agrees.
+        let p = Params::defaults_only().set("BARRIER_SW_ALGORITHM", "tree").set("BARRIER_TREE_ARITY", "2");
+        let out = threads::Job::new(5).params(p).run(|w| w.algorithm()).unwrap();
+        assert!(out.iter().all(|a| a == "tree"));
+    }
+
+    #[test]
+    fn panicking_rank_aborts_the_others() {
+        let r = std::panic::catch_unwind(|| {
+            job(3).run(|w| {
+                if w.rank() == 1 {
+                    panic!("rank 1 fails on purpose");
+                }
+                w.barrier()
+            })
+        });
+        assert!(r.is_err(), "the panic must reach the caller instead of hanging");
+    }
+
+    #[test]
+    fn node_topology_follows_blocks() {
+        let out = threads::Job::new(6)
+            .nodes(2)
+            .params(Params::defaults_only())
+            .run(|w| (w.node(), w.local_rank(), w.local_size(), w.num_nodes()))
+            .unwrap();
+        assert_eq!(out, vec![(0, 0, 3, 2), (0, 1, 3, 2), (0, 2, 3, 2), (1, 0, 3, 2), (1, 1, 3, 2), (1, 2, 3, 2)]);
+    }
+}

@@ -1,0 +1,268 @@
+//! One communicator's shared region: every line its barrier algorithms and collectives touch.
+//!
+//! All offsets are whole cache lines; every line has exactly one writer except the counters
+//! (`ctrl_count`, `central_count`), which are read-modify-written by all and are the point of
+//! the central algorithm. Nothing is ever reset: flags hold epochs, counters only grow.
+//!
+//! ```text
+//! header          magic, size            (written once by the creator)
+//! ctrl_count      control-barrier arrivals (collectives during setup)
+//! ctrl_release    control-barrier release flag
+//! central_count   central counter: arrivals, cumulative
+//! central_release central counter: release flag
+//! tourn_release   tournament: champion's release flag
+//! arrival[n]      rank r's last epoch entered (timeout diagnostics)
+//! exchange[n]     rank r's words for allgather (one line each)
+//! diss[n][R]      dissemination: round r flag of rank i, written by (i - 2^r) mod n
+//! tourn[n][R]     tournament: round r flag of winner i, written by its opponent
+//! tree_up[n]      tree: rank i has gathered its subtree
+//! tree_down[n]    tree: rank i's parent releases it
+//! ```
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crate::error::{Error, Result};
+use crate::pad::{CachePadded, CACHE_LINE};
+use crate::shm::Segment;
+use crate::wait::Flag;
+
+const REGION_MAGIC: u64 = u64::from_le_bytes(*b"BARREGN1");
+/// Words per exchange line.
+pub(crate) const EXCHANGE_WORDS: usize = CACHE_LINE / 8;
+pub(crate) type ExchangeLine = CachePadded<[AtomicU64; EXCHANGE_WORDS]>;
+
+/// Rounds of a dissemination or tournament barrier over `n` ranks: ⌈log2 n⌉.
+pub fn rounds(n: usize) -> usize {
+    if n <= 1 {
+        0
+    } else {
+        (usize::BITS - (n - 1).leading_zeros()) as usize
+    }
+}
+
+/// Offsets (relative to the region base) of every part of a region for `n` ranks.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RegionLayout {
+    pub n: usize,
+    pub rounds: usize,
+    header: usize,
+    ctrl_count: usize,
+    ctrl_release: usize,
+    central_count: usize,
+    central_release: usize,
+    tourn_release: usize,
+    arrival: usize,
+    exchange: usize,
+    diss: usize,
+    tourn: usize,
+    tree_up: usize,
+    tree_down: usize,
+    pub total: usize,
+}
+
+impl RegionLayout {
+    pub fn new(n: usize) -> Self {
+        let r = rounds(n);
+        let mut next = 0usize;
+        let mut take = |lines: usize| {
+            let at = next;
+            next += lines * CACHE_LINE;
+            at
+        };
+        let header = take(1);
+        let ctrl_count = take(1);
+        let ctrl_release = take(1);
+        let central_count = take(1);
+        let central_release = take(1);
+        let tourn_release = take(1);
+        let arrival = take(n);
+        let exchange = take(n);
+        let diss = take(n * r);
+        let tourn = take(n * r);
+        let tree_up = take(n);
+        let tree_down = take(n);
+        RegionLayout {
+            n,
+            rounds: r,
+            header,
+            ctrl_count,
+            ctrl_release,
+            central_count,
+            central_release,
+            tourn_release,
+            arrival,
+            exchange,
+            diss,
+            tourn,
+            tree_up,
+            tree_down,
+            total: next,
+        }
+    }
+}
+
+/// A communicator's region inside the job segment.
+#[derive(Debug, Clone)]
+pub(crate) struct Region {
+    seg: Arc<Segment>,
+    base: usize,
+    layout: RegionLayout,
+}
+
+#[repr(C)]
+struct RegionHeader {
+    magic: AtomicU64,
+    size: AtomicU64,
+}
+// SAFETY: repr(C) of atomics.
+unsafe impl crate::shm::SharedPlain for RegionHeader {}
+
+impl Region {
+    /// Allocates and initializes a new region for `n` ranks (done by one rank, the creator).
+    pub fn create(seg: &Arc<Segment>, n: usize) -> Result<Region> {
+        let layout = RegionLayout::new(n);
+        let base = seg.alloc(layout.total)?;
+        let region = Region { seg: seg.clone(), base, layout };
+        region.write_header();
+        Ok(region)
+    }
+
+    /// Writes the header of a region whose memory is already allocated (the world region).
+    pub fn init_at(seg: &Arc<Segment>, base: usize, n: usize) -> Region {
+        let region = Region { seg: seg.clone(), base, layout: RegionLayout::new(n) };
+        region.write_header();
+        region
+    }
+
+    fn write_header(&self) {
+        let h: &RegionHeader = self.seg.at(self.base + self.layout.header);
+        h.size.store(self.layout.n as u64, Ordering::Relaxed);
+        h.magic.store(REGION_MAGIC, Ordering::Release);
+    }
+
+    /// Attaches to a region another rank created, checking it was made for `n` ranks.
+    pub fn attach(seg: &Arc<Segment>, base: usize, n: usize) -> Result<Region> {
+        let layout = RegionLayout::new(n);
+        if base.checked_add(layout.total).is_none_or(|end| end > seg_len(seg)) {
+            return Err(Error::Bootstrap(format!("region offset {base} for {n} ranks lies outside the job segment")));
+        }
+        let region = Region { seg: seg.clone(), base, layout };
+        let h: &RegionHeader = seg.at(base + layout.header);
+        let magic = h.magic.load(Ordering::Acquire);
+        let size = h.size.load(Ordering::Relaxed);
+        if magic != REGION_MAGIC || size != n as u64 {
+            return Err(Error::Bootstrap(format!(
+                "region at offset {base} is not a communicator of {n} ranks (magic {magic:#x}, size {size})"
+            )));
+        }
+        Ok(region)
+    }
+
+    pub fn base(&self) -> usize {
+        self.base
+    }
+    pub fn segment(&self) -> &Arc<Segment> {
+        &self.seg
+    }
+    pub fn size(&self) -> usize {
+        self.layout.n
+    }
+    pub fn rounds(&self) -> usize {
+        self.layout.rounds
+    }
+
+    fn flag(&self, off: usize) -> &Flag {
+        self.seg.at(self.base + off)
+    }
+    fn flags(&self, off: usize, count: usize) -> &[Flag] {
+        self.seg.slice(self.base + off, count)
+    }
+
+    pub fn ctrl_count(&self) -> &AtomicU64 {
+        self.seg.at(self.base + self.layout.ctrl_count)
+    }
+    pub fn ctrl_release(&self) -> &Flag {
+        self.flag(self.layout.ctrl_release)
+    }
+    pub fn central_count(&self) -> &AtomicU64 {
+        self.seg.at(self.base + self.layout.central_count)
+    }
+    pub fn central_release(&self) -> &Flag {
+        self.flag(self.layout.central_release)
+    }
+    pub fn tourn_release(&self) -> &Flag {
+        self.flag(self.layout.tourn_release)
+    }
+    pub fn arrivals(&self) -> &[Flag] {
+        self.flags(self.layout.arrival, self.layout.n)
+    }
+    pub fn exchange(&self) -> &[ExchangeLine] {
+        self.seg.slice(self.base + self.layout.exchange, self.layout.n)
+    }
+    /// Dissemination flag of `rank` for `round`.
+    pub fn diss(&self, rank: usize, round: usize) -> &Flag {
+        &self.flags(self.layout.diss, self.layout.n * self.layout.rounds)[rank * self.layout.rounds + round]
+    }
+    /// Tournament flag of winner `rank` for `round`.
+    pub fn tourn(&self, rank: usize, round: usize) -> &Flag {
+        &self.flags(self.layout.tourn, self.layout.n * self.layout.rounds)[rank * self.layout.rounds + round]
+    }
+    pub fn tree_up(&self) -> &[Flag] {
+        self.flags(self.layout.tree_up, self.layout.n)
+    }
+    pub fn tree_down(&self) -> &[Flag] {
+        self.flags(self.layout.tree_down, self.layout.n)
+    }
+
+    /// Ranks whose last arrival is older than `epoch`.
+    pub fn missing_at(&self, epoch: u64) -> Vec<usize> {
+        self.arrivals().iter().enumerate().filter(|(_, f)| f.load() < epoch).map(|(r, _)| r).collect()
+    }
+}
+
+fn seg_len(seg: &Segment) -> usize {
+    seg.len()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rounds_is_ceil_log2() {
+        let expect = [(0, 0), (1, 0), (2, 1), (3, 2), (4, 2), (5, 3), (8, 3), (9, 4), (13, 4), (1000, 10)];
+        for (n, r) in expect {
+            assert_eq!(rounds(n), r, "n={n}");
+        }
+    }
+
+    #[test]
+    fn layout_parts_do_not_overlap() {
+        for n in [1, 2, 3, 5, 8, 13, 64] {
+            let l = RegionLayout::new(n);
+            let r = l.rounds;
+            let mut parts = vec![
+                (l.header, 1),
+                (l.ctrl_count, 1),
+                (l.ctrl_release, 1),
+                (l.central_count, 1),
+                (l.central_release, 1),
+                (l.tourn_release, 1),
+                (l.arrival, n),
+                (l.exchange, n),
+                (l.diss, n * r),
+                (l.tourn, n * r),
+                (l.tree_up, n),
+                (l.tree_down, n),
+            ];
+            parts.retain(|p| p.1 > 0);
+            parts.sort();
+            for w in parts.windows(2) {
+                assert!(w[0].0 + w[0].1 * CACHE_LINE <= w[1].0, "n={n}: {w:?}");
+            }
+            let last = parts.last().unwrap();
+            assert_eq!(last.0 + last.1 * CACHE_LINE, l.total);
+        }
+    }
+}

@@ -1,0 +1,250 @@
+//! The job segment: one shared mapping per job that holds every communicator's region.
+//!
+//! # Life cycle and cleanup
+//!
+//! The launcher creates the segment with `shm_open(O_CREAT|O_EXCL, 0600)` under a name unique
+//! to the job (`/barrier-<pid>-<nanos>`), sizes it, writes the header and the world region,
+//! and **unlinks the name at once**. The ranks inherit the open descriptor (its number is in
+//! `BARRIER_SHM_FD`) and map it. From the moment the launcher has unlinked it, nothing is left in
+//! `/dev/shm` whatever happens next: a rank killed with `kill -9`, the launcher killed, a
+//! power-off. The kernel frees the memory when the last mapping goes.
+//!
+//! In thread mode and for a program started without the launcher, the segment is an anonymous
+//! shared mapping and has no name at all.
+//!
+//! # Allocation
+//!
+//! Communicator regions and shared windows come from a bump allocator in the header
+//! (`fetch_add`, so any rank may allocate). Memory is never reused: a region's flags carry
+//! epochs that only grow, and reuse would need everyone to agree the old users are gone. The
+//! pool is sparse (tmpfs allocates pages on first touch), so its size costs nothing until used.
+//!
+//! # Abort
+//!
+//! The header's abort word holds `failed world rank + 1` once any rank fails (the launcher sets
+//! it when a rank dies; thread mode sets it when a rank panics). Every slow-path wait checks it,
+//! so no rank waits for a rank that will never come.
+
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crate::error::{Error, Result};
+use crate::pad::{CachePadded, CACHE_LINE};
+use crate::sys::{self, Mapping};
+use crate::wait::AbortCheck;
+
+const MAGIC: u64 = u64::from_le_bytes(*b"BARRIER1");
+/// Bytes reserved for the header at the start of the segment.
+const HEADER_BYTES: usize = 4096;
+/// Default bytes of the pool for communicators and windows beyond the world region.
+pub const DEFAULT_POOL_BYTES: usize = 64 << 20;
+
+#[repr(C)]
+#[derive(Debug)]
+struct Header {
+    magic: AtomicU64,
+    len: AtomicU64,
+    world_size: AtomicU64,
+    nodes: AtomicU64,
+    ranks_on_machine: AtomicU64,
+    world_region: AtomicU64,
+    bump: CachePadded<AtomicU64>,
+    attached: CachePadded<AtomicU64>,
+    abort: CachePadded<AtomicU64>,
+}
+
+const _: () = assert!(std::mem::size_of::<Header>() <= HEADER_BYTES);
+
+/// The shape of a job, stored in the segment header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct JobShape {
+    /// Ranks in the world.
+    pub world_size: usize,
+    /// Simulated (or real) nodes the ranks are spread over, block-wise.
+    pub nodes: usize,
+    /// Ranks of this job that share this machine's cores (drives the automatic wait policy).
+    pub ranks_on_machine: usize,
+}
+
+/// A mapped job segment.
+#[derive(Debug)]
+pub struct Segment {
+    map: Mapping,
+    // Keeps the descriptor open in the launcher so that it can be passed to children.
+    fd: Option<OwnedFd>,
+}
+
+impl Segment {
+    fn header(&self) -> &Header {
+        // SAFETY: every constructor maps at least HEADER_BYTES, the base is page aligned, and the
+        // header consists of atomics, for which any bit pattern (zero included) is valid.
+        unsafe { &*(self.map.as_ptr() as *const Header) }
+    }
+
+    fn total_len(shape: &JobShape, pool: usize) -> usize {
+        let world = crate::region::RegionLayout::new(shape.world_size).total;
+        (HEADER_BYTES + world + pool).next_multiple_of(4096)
+    }
+
+    fn init(&self, shape: &JobShape) -> Result<()> {
+        let h = self.header();
+        h.len.store(self.map.len() as u64, Ordering::Relaxed);
+        h.world_size.store(shape.world_size as u64, Ordering::Relaxed);
+        h.nodes.store(shape.nodes as u64, Ordering::Relaxed);
+        h.ranks_on_machine.store(shape.ranks_on_machine as u64, Ordering::Relaxed);
+        h.bump.store(HEADER_BYTES as u64, Ordering::Relaxed);
+        let world = self.alloc(crate::region::RegionLayout::new(shape.world_size).total)?;
+        h.world_region.store(world as u64, Ordering::Relaxed);
+        h.magic.store(MAGIC, Ordering::Release);
+        Ok(())
+    }
+
+    fn with_world_region(seg: Segment, shape: &JobShape) -> Arc<Self> {
+        let seg = Arc::new(seg);
+        crate::region::Region::init_at(&seg, seg.world_region(), shape.world_size);
+        seg
+    }
+
+    /// An anonymous segment for thread mode or a singleton program.
+    pub fn anonymous(shape: JobShape, pool: usize) -> Result<Arc<Self>> {
+        let len = Self::total_len(&shape, pool);
+        let map = Mapping::anonymous(len)
+            .map_err(|e| Error::io(format!("mapping {len} bytes of shared memory"), e))?;
+        let seg = Segment { map, fd: None };
+        seg.init(&shape)?;
+        Ok(Self::with_world_region(seg, &shape))
+    }
+
+    /// A named segment for a launched job: created 0600 and exclusive, then unlinked at once.
+    /// The returned segment keeps the descriptor; pass [`Segment::raw_fd`] to the ranks after
+    /// [`sys::set_inheritable`].
+    pub fn create_for_job(shape: JobShape, pool: usize) -> Result<Arc<Self>> {
+        let len = Self::total_len(&shape, pool);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let name = format!("/barrier-{}-{nanos:x}", std::process::id());
+        let fd = sys::shm_create(&name, len)
+            .map_err(|e| Error::io(format!("creating shared segment {name} ({len} bytes)"), e))?;
+        // Unlink before anything else can fail: from here on nothing can be left behind.
+        sys::shm_unlink(&name).map_err(|e| Error::io(format!("unlinking {name}"), e))?;
+        let map = Mapping::map_fd(fd.as_raw_fd(), len)
+            .map_err(|e| Error::io(format!("mapping shared segment {name}"), e))?;
+        let seg = Segment { map, fd: Some(fd) };
+        seg.init(&shape)?;
+        Ok(Self::with_world_region(seg, &shape))
+    }
+
+    /// Maps the segment behind an inherited descriptor and checks its header.
+    pub fn from_fd(fd: RawFd) -> Result<Arc<Self>> {
+        let len = sys::fd_len(fd).map_err(|e| Error::io(format!("fstat of BARRIER_SHM_FD={fd}"), e))?;
+        if len < HEADER_BYTES {
+            return Err(Error::Bootstrap(format!("BARRIER_SHM_FD={fd} is {len} bytes, too small for a job segment")));
+        }
+        let map = Mapping::map_fd(fd, len).map_err(|e| Error::io(format!("mapping BARRIER_SHM_FD={fd}"), e))?;
+        let seg = Segment { map, fd: None };
+        if seg.header().magic.load(Ordering::Acquire) != MAGIC {
+            return Err(Error::Bootstrap(format!("BARRIER_SHM_FD={fd} is not a barrier job segment")));
+        }
+        Ok(Arc::new(seg))
+    }
+
+    /// Mapped length in bytes.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// Never true: a segment always holds at least its header.
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// The descriptor of a segment made by [`Segment::create_for_job`].
+    pub fn raw_fd(&self) -> Option<RawFd> {
+        self.fd.as_ref().map(|f| f.as_raw_fd())
+    }
+
+    /// The job's shape.
+    pub fn shape(&self) -> JobShape {
+        let h = self.header();
+        JobShape {
+            world_size: h.world_size.load(Ordering::Relaxed) as usize,
+            nodes: h.nodes.load(Ordering::Relaxed) as usize,
+            ranks_on_machine: h.ranks_on_machine.load(Ordering::Relaxed) as usize,
+        }
+    }
+
+    pub(crate) fn world_region(&self) -> usize {
+        self.header().world_region.load(Ordering::Relaxed) as usize
+    }
+
+    /// Allocates `bytes` (rounded up to whole cache lines) and returns the offset.
+    pub(crate) fn alloc(&self, bytes: usize) -> Result<usize> {
+        let bytes = bytes.max(1).next_multiple_of(CACHE_LINE);
+        let h = self.header();
+        let off = h.bump.fetch_add(bytes as u64, Ordering::Relaxed) as usize;
+        let len = self.map.len();
+        if off + bytes > len {
+            return Err(Error::SegmentFull { needed: bytes, free: len.saturating_sub(off) });
+        }
+        Ok(off)
+    }
+
+    /// A reference to a `T` at `offset`. Panics if it does not fit or is misaligned.
+    ///
+    /// `T` must be made of atomics (any bit pattern valid, shared mutation through `&`).
+    pub(crate) fn at<T: SharedPlain>(&self, offset: usize) -> &T {
+        self.slice::<T>(offset, 1).first().expect("one element")
+    }
+
+    /// A slice of `count` `T`s at `offset`. Panics if it does not fit or is misaligned.
+    pub(crate) fn slice<T: SharedPlain>(&self, offset: usize, count: usize) -> &[T] {
+        let size = std::mem::size_of::<T>() * count;
+        assert!(offset.checked_add(size).is_some_and(|end| end <= self.map.len()), "shared slice out of bounds");
+        assert_eq!(offset % std::mem::align_of::<T>(), 0, "misaligned shared slice");
+        // SAFETY: bounds and alignment checked above; the mapping lives as long as `self`; `T` is
+        // `SharedPlain`, so zeroed or concurrently written memory is a valid `T` and all mutation
+        // goes through its atomics.
+        unsafe { std::slice::from_raw_parts(self.map.as_ptr().add(offset) as *const T, count) }
+    }
+
+    /// Counts a rank as attached; returns how many are attached now.
+    pub fn mark_attached(&self) -> usize {
+        self.header().attached.fetch_add(1, Ordering::AcqRel) as usize + 1
+    }
+
+    /// Ranks that have attached so far.
+    pub fn attached(&self) -> usize {
+        self.header().attached.load(Ordering::Acquire) as usize
+    }
+
+    /// Marks the job as aborted because `world_rank` failed (the first failure wins).
+    pub fn set_abort(&self, world_rank: usize) {
+        let _ = self.header().abort.compare_exchange(0, world_rank as u64 + 1, Ordering::AcqRel, Ordering::Acquire);
+    }
+}
+
+impl AbortCheck for Segment {
+    fn aborted(&self) -> Option<usize> {
+        match self.header().abort.load(Ordering::Acquire) {
+            0 => None,
+            r => Some(r as usize - 1),
+        }
+    }
+}
+
+/// Types that may live in shared memory: made only of atomics, valid for any bit pattern.
+///
+/// # Safety
+/// Implementors must be `repr(C)` or `repr(transparent)` aggregates of atomics (or padding
+/// wrappers of them), with no invariants beyond their bits.
+pub(crate) unsafe trait SharedPlain: Sync {}
+// SAFETY: an atomic integer is valid for every bit pattern.
+unsafe impl SharedPlain for AtomicU64 {}
+// SAFETY: Flag is repr(C) of three atomics.
+unsafe impl SharedPlain for crate::wait::Flag {}
+// SAFETY: CachePadded is repr(C) around its field; arrays of atomics are plain.
+unsafe impl<const N: usize> SharedPlain for CachePadded<[AtomicU64; N]> {}
+// SAFETY: as above.
+unsafe impl SharedPlain for CachePadded<AtomicU64> {}

@@ -1,0 +1,245 @@
+//! Every raw system call the crate makes, behind one small module.
+//!
+//! Callers get safe wrappers; each `unsafe` block here states why the call is sound. Nothing
+//! outside this module calls `libc` directly, so the list of syscalls the barrier relies on is
+//! this file: `futex(2)` for parking, `shm_open(3)`/`mmap(2)` for shared segments,
+//! `sched_yield(2)` and `sched_{get,set}affinity(2)` for the wait policy and benchmarks.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::ptr::NonNull;
+use std::sync::atomic::AtomicU32;
+use std::time::Duration;
+
+/// Blocks while `*word == expected`, for at most `timeout`.
+///
+/// Returns when woken, when the word differs (`EAGAIN`), on a signal or at the timeout; the
+/// caller always re-checks its condition. The futex is not `FUTEX_PRIVATE_FLAG`, so it works on
+/// memory shared between processes (the job segment).
+pub fn futex_wait(word: &AtomicU32, expected: u32, timeout: Option<Duration>) {
+    let ts = timeout.map(|t| libc::timespec {
+        tv_sec: t.as_secs().min(i64::MAX as u64) as libc::time_t,
+        tv_nsec: t.subsec_nanos() as libc::c_long,
+    });
+    let ts_ptr = ts.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    // SAFETY: `word` is a valid, aligned u32 for the duration of the call (borrowed), the
+    // timespec pointer is null or points to a live local, and FUTEX_WAIT reads only the word.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT,
+            expected,
+            ts_ptr,
+            std::ptr::null::<u32>(),
+            0u32,
+        );
+    }
+}
+
+/// Wakes every thread or process blocked in [`futex_wait`] on `word`.
+pub fn futex_wake_all(word: &AtomicU32) {
+    // SAFETY: `word` is a valid aligned u32; FUTEX_WAKE does not access memory beyond the key.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAKE,
+            i32::MAX,
+            std::ptr::null::<libc::timespec>(),
+            std::ptr::null::<u32>(),
+            0u32,
+        );
+    }
+}
+
+/// Gives the core to another runnable thread.
+#[inline]
+pub fn yield_now() {
+    // SAFETY: sched_yield has no preconditions.
+    unsafe {
+        libc::sched_yield();
+    }
+}
+
+/// Number of cores this process may run on (its affinity mask), at least 1.
+pub fn available_cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// Pins the calling thread to one core. Errors are returned, not ignored: a benchmark that
+/// asked for pinning should say that it did not get it.
+pub fn pin_to_core(core: usize) -> io::Result<()> {
+    // SAFETY: cpu_set_t is plain data; zeroed is its empty value.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: CPU_SET writes one bit inside `set`; `core` is bounded by the set's capacity.
+    unsafe { libc::CPU_SET(core % libc::CPU_SETSIZE as usize, &mut set) };
+    // SAFETY: pid 0 means the calling thread; the pointer and size describe `set`.
+    let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// The cores in this thread's affinity mask, in order.
+pub fn affinity_cores() -> Vec<usize> {
+    // SAFETY: cpu_set_t is plain data; zeroed is its empty value.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: pid 0 is the calling thread; the pointer and size describe `set`.
+    let rc = unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    if rc != 0 {
+        return vec![0];
+    }
+    (0..libc::CPU_SETSIZE as usize)
+        // SAFETY: CPU_ISSET reads one bit inside `set`.
+        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+        .collect()
+}
+
+/// Creates a new POSIX shared-memory object with mode 0600 that fails if the name exists
+/// (`O_EXCL`), sizes it to `len` bytes (sparse: pages cost memory only when touched).
+pub fn shm_create(name: &str, len: usize) -> io::Result<OwnedFd> {
+    let cname = std::ffi::CString::new(name)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "shm name contains NUL"))?;
+    // SAFETY: `cname` is a valid NUL-terminated string; flags and mode are plain integers.
+    let fd = unsafe {
+        libc::shm_open(
+            cname.as_ptr(),
+            libc::O_CREAT | libc::O_EXCL | libc::O_RDWR | libc::O_CLOEXEC,
+            0o600 as libc::mode_t,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: shm_open returned a new descriptor that nothing else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: `fd` is an open descriptor; ftruncate only changes the object's size.
+    if unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) } != 0 {
+        let err = io::Error::last_os_error();
+        let _ = shm_unlink(name);
+        return Err(err);
+    }
+    Ok(fd)
+}
+
+/// Opens an existing shared-memory object read-write.
+pub fn shm_open_existing(name: &str) -> io::Result<OwnedFd> {
+    let cname = std::ffi::CString::new(name)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "shm name contains NUL"))?;
+    // SAFETY: `cname` is a valid NUL-terminated string.
+    let fd = unsafe { libc::shm_open(cname.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: shm_open returned a new descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Removes a shared-memory name. Existing mappings stay valid.
+pub fn shm_unlink(name: &str) -> io::Result<()> {
+    let cname = std::ffi::CString::new(name)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "shm name contains NUL"))?;
+    // SAFETY: `cname` is a valid NUL-terminated string.
+    if unsafe { libc::shm_unlink(cname.as_ptr()) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Size in bytes of the object behind `fd`.
+pub fn fd_len(fd: RawFd) -> io::Result<usize> {
+    // SAFETY: stat is plain data; zeroed is a valid initial value.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `st` is a live local and fstat writes only into it.
+    if unsafe { libc::fstat(fd, &mut st) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(st.st_size as usize)
+}
+
+/// Clears `FD_CLOEXEC` so that children spawned by the launcher inherit the descriptor.
+pub fn set_inheritable(fd: RawFd) -> io::Result<()> {
+    // SAFETY: F_GETFD/F_SETFD only read and write the descriptor's flags.
+    unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFD);
+        if flags < 0 || libc::fcntl(fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC) < 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// A shared read-write mapping, unmapped on drop.
+#[derive(Debug)]
+pub struct Mapping {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain shared memory; all access to it goes through atomics.
+unsafe impl Send for Mapping {}
+// SAFETY: as above; `&Mapping` only hands out the base pointer.
+unsafe impl Sync for Mapping {}
+
+impl Mapping {
+    /// Maps `len` bytes of `fd` shared and read-write.
+    pub fn map_fd(fd: RawFd, len: usize) -> io::Result<Self> {
+        Self::map(Some(fd), len)
+    }
+
+    /// Maps `len` bytes of zeroed anonymous memory shared with children and threads.
+    pub fn anonymous(len: usize) -> io::Result<Self> {
+        Self::map(None, len)
+    }
+
+    fn map(fd: Option<RawFd>, len: usize) -> io::Result<Self> {
+        let (flags, raw_fd) = match fd {
+            Some(fd) => (libc::MAP_SHARED, fd),
+            None => (libc::MAP_SHARED | libc::MAP_ANONYMOUS, -1),
+        };
+        // SAFETY: a fresh mapping chosen by the kernel (null hint) cannot alias Rust memory.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                flags,
+                raw_fd,
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let ptr = NonNull::new(ptr.cast::<u8>()).expect("mmap returned null without MAP_FAILED");
+        Ok(Self { ptr, len })
+    }
+
+    /// Base address of the mapping (page aligned).
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True for a zero-length mapping (never produced by the constructors).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: `ptr`/`len` describe a mapping this value created and nothing else unmaps.
+        unsafe {
+            libc::munmap(self.ptr.as_ptr().cast(), self.len);
+        }
+    }
+}

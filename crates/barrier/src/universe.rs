@@ -1,0 +1,211 @@
+//! Bootstrap: how a rank finds its job, and the thread-mode job.
+//!
+//! Under the launcher, a rank's environment holds:
+//!
+//! | variable | meaning |
+//! |---|---|
+//! | `BARRIER_SHM_FD` | inherited descriptor of the job segment (already unlinked) |
+//! | `BARRIER_RANK` | this process's world rank |
+//! | `BARRIER_SIZE` | ranks in the world |
+//! | `BARRIER_NODES` | simulated nodes (`--nodes`) |
+//!
+//! Without them, [`init`] makes a world of one rank. In thread mode ([`threads::Job`]) every
+//! thread is a rank and the segment is an anonymous mapping shared by the threads.
+
+use std::sync::Arc;
+
+use crate::comm::Communicator;
+use crate::error::{Error, Result};
+use crate::params::Params;
+use crate::region::Region;
+use crate::shm::{JobShape, Segment, DEFAULT_POOL_BYTES};
+
+/// Environment variable: inherited descriptor of the job segment.
+pub const ENV_SHM_FD: &str = "BARRIER_SHM_FD";
+/// Environment variable: world rank.
+pub const ENV_RANK: &str = "BARRIER_RANK";
+/// Environment variable: world size.
+pub const ENV_SIZE: &str = "BARRIER_SIZE";
+/// Environment variable: simulated nodes.
+pub const ENV_NODES: &str = "BARRIER_NODES";
+
+/// One rank's view of its job. Create it with [`init`] (processes) or [`threads::Job`].
+#[derive(Debug)]
+pub struct Universe {
+    base: Communicator,
+}
+
+/// Joins the job the launcher started, or makes a world of one rank when started alone.
+/// Collective: every rank calls it once.
+pub fn init() -> Result<Universe> {
+    init_with(Params::from_env())
+}
+
+/// [`init`] with explicit parameters.
+pub fn init_with(params: Params) -> Result<Universe> {
+    match std::env::var(ENV_SHM_FD) {
+        Err(_) => {
+            let seg = Segment::anonymous(JobShape { world_size: 1, nodes: 1, ranks_on_machine: 1 }, pool_bytes(&params)?)?;
+            Universe::attach(seg, 0, params)
+        }
+        Ok(fd) => {
+            let var = |name: &str| -> Result<usize> {
+                let v = std::env::var(name).map_err(|_| Error::Bootstrap(format!("{ENV_SHM_FD} is set but {name} is not")))?;
+                v.parse().map_err(|_| Error::Bootstrap(format!("{name}={v} is not a number")))
+            };
+            let fd: i32 = fd.parse().map_err(|_| Error::Bootstrap(format!("{ENV_SHM_FD}={fd} is not a descriptor number")))?;
+            let rank = var(ENV_RANK)?;
+            let size = var(ENV_SIZE)?;
+            let seg = Segment::from_fd(fd)?;
+            let shape = seg.shape();
+            if shape.world_size != size || rank >= size {
+                return Err(Error::Bootstrap(format!(
+                    "{ENV_RANK}={rank}, {ENV_SIZE}={size} do not match the job segment's {} ranks",
+                    shape.world_size
+                )));
+            }
+            Universe::attach(seg, rank, params)
+        }
+    }
+}
+
+fn pool_bytes(params: &Params) -> Result<usize> {
+    params.parse("BARRIER_SHM_POOL_BYTES", DEFAULT_POOL_BYTES, "a number of bytes")
+}
+
+impl Universe {
+    fn attach(seg: Arc<Segment>, rank: usize, params: Params) -> Result<Self> {
+        let size = seg.shape().world_size;
+        let region = Region::attach(&seg, seg.world_region(), size)?;
+        seg.mark_attached();
+        let base = Communicator::create(seg, region, rank, (0..size).collect(), params)?;
+        Ok(Universe { base })
+    }
+
+    /// This rank's world rank.
+    pub fn rank(&self) -> usize {
+        self.base.rank()
+    }
+
+    /// Ranks in the world.
+    pub fn size(&self) -> usize {
+        self.base.size()
+    }
+
+    /// A communicator over every rank of the job (collective: a duplicate of the world, so each
+    /// call gives an independent communicator). Panics if the job segment is exhausted or
+    /// another rank has failed; use [`Universe::try_world`] to get the error instead.
+    pub fn world(&self) -> Communicator {
+        self.try_world().unwrap_or_else(|e| panic!("barrier: creating the world communicator failed: {e}"))
+    }
+
+    /// [`Universe::world`] returning the error.
+    pub fn try_world(&self) -> Result<Communicator> {
+        self.base.dup()
+    }
+}
+
+/// Ranks as threads in one process: tests, and hybrid codes that want the same API.
+pub mod threads {
+    use super::*;
+    use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+
+    /// A thread-mode job: `n` ranks, each a thread with its own [`Communicator`].
+    #[derive(Debug, Clone)]
+    pub struct Job {
+        ranks: usize,
+        nodes: usize,
+        params: Params,
+    }
+
+    impl Job {
+        /// A job of `ranks` threads on one node, with parameters from the environment.
+        pub fn new(ranks: usize) -> Self {
+            Job { ranks, nodes: 1, params: Params::from_env() }
+        }
+
+        /// Spreads the ranks over `nodes` simulated nodes (contiguous blocks).
+        pub fn nodes(mut self, nodes: usize) -> Self {
+            self.nodes = nodes;
+            self
+        }
+
+        /// Uses these parameters instead of the environment's.
+        pub fn params(mut self, params: Params) -> Self {
+            self.params = params;
+            self
+        }
+
+        /// Runs `f` on every rank and returns the results by rank. If a rank panics, the other
+        /// ranks' waits end with [`Error::Aborted`] and the first panic is resumed here.
+        pub fn run<T, F>(&self, f: F) -> Result<Vec<T>>
+        where
+            T: Send,
+            F: Fn(Communicator) -> T + Sync,
+        {
+            if self.ranks == 0 {
+                return Err(Error::InvalidArgument("a job needs at least one rank".into()));
+            }
+            let shape = JobShape { world_size: self.ranks, nodes: self.nodes.max(1), ranks_on_machine: self.ranks };
+            let seg = Segment::anonymous(shape, pool_bytes(&self.params)?)?;
+            let outcomes: Vec<std::thread::Result<Result<T>>> = std::thread::scope(|s| {
+                let handles: Vec<_> = (0..self.ranks)
+                    .map(|rank| {
+                        let seg = seg.clone();
+                        let params = self.params.clone();
+                        let f = &f;
+                        std::thread::Builder::new()
+                            .name(format!("rank-{rank}"))
+                            .spawn_scoped(s, move || {
+                                let abort_seg = seg.clone();
+                                let out = catch_unwind(AssertUnwindSafe(|| {
+                                    let uni = Universe::attach(seg, rank, params)?;
+                                    let world = uni.try_world()?;
+                                    Ok(f(world))
+                                }));
+                                if !matches!(out, Ok(Ok(_))) {
+                                    abort_seg.set_abort(rank);
+                                }
+                                out
+                            })
+                            .expect("spawning a rank thread")
+                    })
+                    .collect();
+                handles.into_iter().map(|h| h.join().unwrap_or_else(Err)).collect()
+            });
+            let mut results = Vec::with_capacity(self.ranks);
+            let mut first_err = None;
+            let mut first_panic = None;
+            for out in outcomes {
+                match out {
+                    Ok(Ok(v)) => results.push(v),
+                    Ok(Err(e)) => {
+                        // Errors caused by another rank's abort are consequences, not causes.
+                        if first_err.is_none() || matches!(first_err, Some(Error::Aborted { .. })) {
+                            first_err = Some(e);
+                        }
+                    }
+                    Err(p) => {
+                        first_panic.get_or_insert(p);
+                    }
+                }
+            }
+            if let Some(p) = first_panic {
+                resume_unwind(p);
+            }
+            match first_err {
+                Some(e) => Err(e),
+                None => Ok(results),
+            }
+        }
+    }
+
+    /// Runs `f` on `ranks` threads with the environment's parameters: `Job::new(ranks).run(f)`.
+    pub fn run<T, F>(ranks: usize, f: F) -> Result<Vec<T>>
+    where
+        T: Send,
+        F: Fn(Communicator) -> T + Sync,
+    {
+        Job::new(ranks).run(f)
+    }
+}

@@ -1,0 +1,325 @@
+//! Waiting: spin, then yield, then park on a futex in shared memory.
+//!
+//! # The flag
+//!
+//! Every wait in this crate is "until this [`Flag`]'s value is at least `e`", and every signal
+//! is "set this flag to `e`", where `e` is a 64-bit epoch that only grows. Values are never
+//! reset, so a late reader never misses a signal and a stale one can never satisfy a newer wait.
+//!
+//! # The parking protocol (no lost wake-ups)
+//!
+//! A flag is one cache line holding `value` (the epoch), `futex` (its low 32 bits, the word the
+//! kernel compares) and `waiters` (how many ranks are parked or about to park).
+//!
+//! ```text
+//! signaller                         waiter
+//! value.store(e, Release)           waiters.fetch_add(1)
+//! futex.store(e as u32, Release)    fence(SeqCst)                     (F2)
+//! fence(SeqCst)              (F1)   loop { v = value.load(Acquire)
+//! if waiters.load() > 0               if v >= e { break }
+//!     futex_wake_all(futex)           futex_wait(futex, v as u32) }
+//!                                   waiters.fetch_sub(1)
+//! ```
+//!
+//! F1 and F2 are sequentially consistent fences, so one of them comes first in their single
+//! total order. If F1 comes first, the waiter's load after F2 sees `value >= e` and never
+//! sleeps. If F2 comes first, the signaller's load after F1 sees `waiters > 0` and wakes the
+//! futex; if the wake happens before the waiter reaches `futex_wait`, the futex word already
+//! differs from `v as u32` and the kernel returns at once (`EAGAIN`). Either way the waiter
+//! cannot sleep through the signal. (The low 32 bits of two epochs 2^32 apart are equal; a
+//! waiter that sleeps through such a coincidence wakes at the next time slice, see
+//! [`PARK_SLICE`], and re-checks the full 64-bit value.)
+//!
+//! Signallers skip F1 and the `waiters` load when the communicator's policy never parks
+//! ([`WaitPolicy::Spin`]): that is the 2-rank, not-oversubscribed fast path, where one extra
+//! fence would cost about as much as the whole barrier. All ranks of a communicator agree on the
+//! policy when it is created, so a waiter never parks on a flag whose signaller will not wake it.
+//!
+//! # Layers
+//!
+//! The fast check is inline; everything else is in a `#[cold]` function. Spinning uses
+//! `spin_loop` (PAUSE on x86); after [`WaitConfig::spin`] rounds it yields, after
+//! [`WaitConfig::yields`] more it parks (if the policy allows). Time is read only on the slow
+//! path, and only every few hundred iterations, to check the timeout and the job's abort word.
+
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::pad::CACHE_LINE;
+use crate::sys;
+
+/// The longest a parked waiter sleeps before re-checking its flag, the job's abort word and
+/// its deadline.
+pub const PARK_SLICE: Duration = Duration::from_millis(50);
+
+/// One epoch word alone on a cache line, with the parking state beside it.
+#[cfg_attr(target_arch = "x86_64", repr(C, align(128)))]
+#[cfg_attr(target_arch = "aarch64", repr(C, align(256)))]
+#[cfg_attr(not(any(target_arch = "x86_64", target_arch = "aarch64")), repr(C, align(64)))]
+#[derive(Debug, Default)]
+pub struct Flag {
+    value: AtomicU64,
+    futex: AtomicU32,
+    waiters: AtomicU32,
+}
+
+const _: () = assert!(std::mem::size_of::<Flag>() == CACHE_LINE);
+
+impl Flag {
+    /// The current epoch value.
+    #[inline(always)]
+    pub fn load(&self) -> u64 {
+        self.value.load(Ordering::Acquire)
+    }
+
+    /// True once the flag has reached `epoch`.
+    #[inline(always)]
+    pub fn reached(&self, epoch: u64) -> bool {
+        self.load() >= epoch
+    }
+
+    /// Publishes `epoch` (a release store: everything written before it is visible to a waiter
+    /// that sees it), and wakes parked waiters if `wake` is set.
+    #[inline(always)]
+    pub fn signal(&self, epoch: u64, wake: bool) {
+        self.value.store(epoch, Ordering::Release);
+        self.futex.store(epoch as u32, Ordering::Release);
+        if wake {
+            self.wake_parked();
+        }
+    }
+
+    /// Raises the flag to `epoch` if it is lower (for flags with several writers, such as
+    /// fault words): returns the previous value.
+    pub fn raise(&self, epoch: u64, wake: bool) -> u64 {
+        let prev = self.value.fetch_max(epoch, Ordering::AcqRel);
+        if prev < epoch {
+            self.futex.store(epoch as u32, Ordering::Release);
+            if wake {
+                self.wake_parked();
+            }
+        }
+        prev
+    }
+
+    #[inline(always)]
+    fn wake_parked(&self) {
+        fence(Ordering::SeqCst); // F1 in the module docs
+        if self.waiters.load(Ordering::Relaxed) != 0 {
+            sys::futex_wake_all(&self.futex);
+        }
+    }
+
+    /// Parks until the value reaches `epoch`, or at most `slice`.
+    fn park(&self, epoch: u64, slice: Duration) {
+        self.waiters.fetch_add(1, Ordering::SeqCst);
+        fence(Ordering::SeqCst); // F2 in the module docs
+        let v = self.value.load(Ordering::Acquire);
+        if v < epoch {
+            sys::futex_wait(&self.futex, v as u32, Some(slice));
+        }
+        self.waiters.fetch_sub(1, Ordering::Release);
+    }
+}
+
+/// How ranks wait.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WaitPolicy {
+    /// Spin, then yield; never park. Signallers skip the wake-up check. Right when every rank
+    /// has a core of its own.
+    Spin,
+    /// Spin briefly, yield, then park on a futex. Right when ranks outnumber cores.
+    Park,
+}
+
+impl WaitPolicy {
+    /// The automatic choice: park when the job's ranks on this machine outnumber its cores.
+    pub fn auto(ranks_on_machine: usize, cores: usize) -> Self {
+        if ranks_on_machine > cores {
+            WaitPolicy::Park
+        } else {
+            WaitPolicy::Spin
+        }
+    }
+
+    /// Whether signallers must check for parked waiters.
+    pub fn wakes(self) -> bool {
+        matches!(self, WaitPolicy::Park)
+    }
+
+    pub(crate) fn code(self) -> u64 {
+        match self {
+            WaitPolicy::Spin => 0,
+            WaitPolicy::Park => 1,
+        }
+    }
+
+    pub(crate) fn from_code(code: u64) -> Self {
+        if code == 1 {
+            WaitPolicy::Park
+        } else {
+            WaitPolicy::Spin
+        }
+    }
+}
+
+impl std::fmt::Display for WaitPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            WaitPolicy::Spin => "spin",
+            WaitPolicy::Park => "park",
+        })
+    }
+}
+
+/// The waiting parameters of one communicator.
+#[derive(Clone, Copy, Debug)]
+pub struct WaitConfig {
+    /// Spin or park.
+    pub policy: WaitPolicy,
+    /// Busy-wait rounds before the first yield.
+    pub spin: u32,
+    /// Yields before parking (Park policy only).
+    pub yields: u32,
+    /// Give up after this long (None: wait for ever).
+    pub timeout: Option<Duration>,
+}
+
+/// Why a wait ended without the flag reaching its target.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WaitError {
+    /// The deadline passed after waiting this long.
+    Timeout(Duration),
+    /// The job was aborted because this world rank failed.
+    Aborted(usize),
+}
+
+/// Something that says whether the job has been aborted (world rank that failed).
+pub trait AbortCheck {
+    /// `Some(rank)` once the job is being torn down because `rank` failed.
+    fn aborted(&self) -> Option<usize>;
+}
+
+impl WaitConfig {
+    /// Waits until `flag` reaches `epoch`, following the policy.
+    #[inline(always)]
+    pub fn wait(&self, flag: &Flag, epoch: u64, abort: &dyn AbortCheck) -> Result<(), WaitError> {
+        if flag.reached(epoch) {
+            return Ok(());
+        }
+        self.wait_slow(flag, epoch, abort)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn wait_slow(&self, flag: &Flag, epoch: u64, abort: &dyn AbortCheck) -> Result<(), WaitError> {
+        // Spin phase: no clock reads at all.
+        for _ in 0..self.spin {
+            if flag.reached(epoch) {
+                return Ok(());
+            }
+            std::hint::spin_loop();
+        }
+        let start = Instant::now();
+        let check = |start: Instant| -> Result<(), WaitError> {
+            if let Some(rank) = abort.aborted() {
+                return Err(WaitError::Aborted(rank));
+            }
+            if let Some(limit) = self.timeout {
+                let waited = start.elapsed();
+                if waited >= limit {
+                    return Err(WaitError::Timeout(waited));
+                }
+            }
+            Ok(())
+        };
+        let mut yields: u32 = 0;
+        loop {
+            // Yield phase: with the Spin policy this phase lasts for ever.
+            if flag.reached(epoch) {
+                return Ok(());
+            }
+            if self.policy == WaitPolicy::Park && yields >= self.yields {
+                break;
+            }
+            sys::yield_now();
+            yields = yields.wrapping_add(1);
+            if yields % 64 == 0 {
+                check(start)?;
+            }
+        }
+        // Park phase.
+        loop {
+            if flag.reached(epoch) {
+                return Ok(());
+            }
+            check(start)?;
+            let slice = match self.timeout {
+                Some(limit) => limit.saturating_sub(start.elapsed()).clamp(Duration::from_micros(100), PARK_SLICE),
+                None => PARK_SLICE,
+            };
+            flag.park(epoch, slice);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    struct NoAbort;
+    impl AbortCheck for NoAbort {
+        fn aborted(&self) -> Option<usize> {
+            None
+        }
+    }
+
+    fn cfg(policy: WaitPolicy, timeout: Option<Duration>) -> WaitConfig {
+        WaitConfig { policy, spin: 10, yields: 2, timeout }
+    }
+
+    #[test]
+    fn parked_waiter_is_woken_by_signal() {
+        for _ in 0..200 {
+            let flag = Arc::new(Flag::default());
+            let f2 = flag.clone();
+            let t = std::thread::spawn(move || cfg(WaitPolicy::Park, None).wait(&f2, 1, &NoAbort));
+            std::thread::yield_now();
+            flag.signal(1, true);
+            assert_eq!(t.join().unwrap(), Ok(()));
+        }
+    }
+
+    #[test]
+    fn wait_times_out_and_reports_how_long() {
+        let flag = Flag::default();
+        for policy in [WaitPolicy::Spin, WaitPolicy::Park] {
+            let r = cfg(policy, Some(Duration::from_millis(30))).wait(&flag, 1, &NoAbort);
+            match r {
+                Err(WaitError::Timeout(d)) => assert!(d >= Duration::from_millis(30)),
+                other => panic!("expected timeout, got {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn abort_ends_the_wait() {
+        struct Dead;
+        impl AbortCheck for Dead {
+            fn aborted(&self) -> Option<usize> {
+                Some(3)
+            }
+        }
+        let flag = Flag::default();
+        assert_eq!(cfg(WaitPolicy::Park, None).wait(&flag, 1, &Dead), Err(WaitError::Aborted(3)));
+    }
+
+    #[test]
+    fn raise_only_increases() {
+        let flag = Flag::default();
+        assert_eq!(flag.raise(5, false), 0);
+        assert_eq!(flag.raise(3, false), 5);
+        assert_eq!(flag.load(), 5);
+    }
+}

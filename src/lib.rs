@@ -1,0 +1,1 @@
+//! Workspace suite: see tests/, examples/ and benches/.
