@@ -1,1 +1,164 @@
-fn main(){}
+//! `barrier`: run a job (launcher), benchmark every backend, report backends and parameters.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use barrier_cli::bench::{self, BenchOptions};
+use barrier_cli::launch::{launch, JobSpec};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "barrier",
+    version,
+    about = "The fastest correct barrier this machine offers: launcher, benchmark, report"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Start N ranks of PROGRAM as one job.
+    Run {
+        /// Number of ranks.
+        #[arg(short = 'n', long = "np", default_value_t = 1)]
+        ranks: usize,
+        /// Spread the ranks over M simulated nodes (contiguous blocks).
+        #[arg(long, default_value_t = 1)]
+        nodes: usize,
+        /// Give up on any barrier after this long and name the missing ranks (sets BARRIER_TIMEOUT).
+        #[arg(long)]
+        timeout: Option<String>,
+        /// Pin rank r to the r-th core when the ranks fit on the cores.
+        #[arg(long)]
+        pin: bool,
+        /// The program and its arguments (after --).
+        #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+        program: Vec<OsString>,
+    },
+    /// Measure barrier latency of every backend beside the floor and std::sync::Barrier.
+    Bench {
+        /// Rank counts, comma-separated.
+        #[arg(short = 'n', long = "np", value_delimiter = ',', default_values_t = vec![2usize, 4, 8])]
+        ranks: Vec<usize>,
+        /// Backend name, or all.
+        #[arg(long, value_delimiter = ',', default_value = "all")]
+        backend: Vec<String>,
+        /// Also measure each software algorithm on its own.
+        #[arg(long)]
+        algorithms: bool,
+        /// Barriers per measurement.
+        #[arg(long, default_value_t = 100_000)]
+        iters: u64,
+        /// Barriers per timed batch.
+        #[arg(long, default_value_t = 100)]
+        batch: u64,
+        /// Print one JSON object per line.
+        #[arg(long)]
+        json: bool,
+        /// Draw latency against rank count into this SVG file.
+        #[arg(long)]
+        plot: Option<PathBuf>,
+    },
+    /// List backends and parameters, and show which backend a job of N ranks gets and why.
+    Info {
+        /// Ranks of the job to select for.
+        #[arg(short = 'n', long = "np", default_value_t = 2)]
+        ranks: usize,
+        /// Simulated nodes.
+        #[arg(long, default_value_t = 1)]
+        nodes: usize,
+    },
+    /// One rank of a benchmark job (started by `barrier bench`).
+    #[command(hide = true)]
+    BenchRank {
+        #[arg(long)]
+        iters: u64,
+        #[arg(long)]
+        batch: u64,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Cmd::Run {
+            ranks,
+            nodes,
+            timeout,
+            pin,
+            program,
+        } => {
+            let mut spec = JobSpec::new(ranks, PathBuf::from(&program[0]));
+            spec.args = program[1..].to_vec();
+            spec.nodes = nodes;
+            spec.pin = pin;
+            if let Some(t) = timeout {
+                spec.env.push(("BARRIER_TIMEOUT".into(), t));
+            }
+            match launch(&spec) {
+                Ok(report) => {
+                    if let Some(msg) = report.describe(ranks) {
+                        eprintln!("{msg}");
+                    }
+                    ExitCode::from(report.exit_code() as u8)
+                }
+                Err(e) => {
+                    eprintln!("{e}");
+                    ExitCode::from(2)
+                }
+            }
+        }
+        Cmd::Bench {
+            ranks,
+            backend,
+            algorithms,
+            iters,
+            batch,
+            json,
+            plot,
+        } => {
+            if ranks.iter().any(|&n| n == 0) || iters == 0 || batch == 0 {
+                eprintln!("barrier bench: -n, --iters and --batch must be at least 1");
+                return ExitCode::from(2);
+            }
+            let opts = BenchOptions {
+                ranks,
+                backends: backend,
+                algorithms,
+                iters,
+                batch: batch.min(iters),
+                json,
+                plot,
+            };
+            match bench::run(&opts) {
+                Ok(_) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("barrier bench: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Cmd::Info { ranks, nodes } => match barrier_cli::info::report(ranks.max(1), nodes.max(1)) {
+            Ok(text) => {
+                print!("{text}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("barrier info: {e}");
+                ExitCode::FAILURE
+            }
+        },
+        Cmd::BenchRank { iters, batch } => match bench::rank_main(iters, batch) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("barrier bench-rank: {e}");
+                ExitCode::FAILURE
+            }
+        },
+    }
+}

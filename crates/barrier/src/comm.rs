@@ -11,15 +11,14 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::backend::{Module, Poll, QueryContext};
+use crate::backend::{Engine, Poll, QueryContext};
 use crate::coll::Ctrl;
 use crate::error::{Error, Result};
 use crate::params::Params;
 use crate::region::Region;
 use crate::selector::{self, Selection};
-use crate::shm::Segment;
-use crate::sys;
-use crate::wait::{WaitConfig, WaitError, WaitPolicy};
+use crate::shm::{Segment, Shared};
+use crate::wait::{Flag, WaitConfig, WaitError, WaitPolicy};
 
 /// The name of the backend a communicator uses. Compares equal to its `&str` name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -62,6 +61,10 @@ impl From<u32> for Color {
 const UNDEFINED_COLOR: u64 = u64::MAX;
 const NO_REGION: u64 = u64::MAX;
 
+const USABLE: u8 = 0;
+const PENDING: u8 = 1;
+const BROKEN: u8 = 2;
+
 /// One rank's handle on a communicator.
 pub struct Communicator {
     seg: Arc<Segment>,
@@ -73,9 +76,11 @@ pub struct Communicator {
     wait: WaitConfig,
     epoch: Cell<u64>,
     ctrl_epoch: Cell<u64>,
-    module: RefCell<Box<dyn Module>>,
+    engine: RefCell<Engine>,
+    arrival: Shared<Flag>,
     selection: Selection,
-    pending: Cell<bool>,
+    /// USABLE, PENDING (an ibarrier is outstanding) or BROKEN (see `broken`).
+    state: Cell<u8>,
     broken: RefCell<Option<String>>,
 }
 
@@ -93,7 +98,13 @@ impl fmt::Debug for Communicator {
 
 impl Communicator {
     /// Builds a communicator over an initialized region (collective over its members).
-    pub(crate) fn create(seg: Arc<Segment>, region: Region, rank: usize, members: Vec<usize>, params: Params) -> Result<Self> {
+    pub(crate) fn create(
+        seg: Arc<Segment>,
+        region: Region,
+        rank: usize,
+        members: Vec<usize>,
+        params: Params,
+    ) -> Result<Self> {
         let size = members.len();
         let ctrl_epoch = Cell::new(0);
         let local_timeout = params.duration("BARRIER_TIMEOUT")?;
@@ -101,8 +112,13 @@ impl Communicator {
 
         // Rank 0's wait settings win: signallers and waiters must agree on whether anyone parks.
         let shape = seg.shape();
-        let local_policy = match params.get("BARRIER_WAIT_POLICY").as_deref().map(str::to_ascii_lowercase).as_deref() {
-            None | Some("auto") => WaitPolicy::auto(shape.ranks_on_machine, sys::available_cores()),
+        let local_policy = match params
+            .get("BARRIER_WAIT_POLICY")
+            .as_deref()
+            .map(str::to_ascii_lowercase)
+            .as_deref()
+        {
+            None | Some("auto") => WaitPolicy::auto(shape.ranks_on_machine, shape.cores),
             Some("spin") => WaitPolicy::Spin,
             Some("park") => WaitPolicy::Park,
             Some(other) => {
@@ -113,11 +129,18 @@ impl Communicator {
                 })
             }
         };
-        let default_spin = if local_policy == WaitPolicy::Spin { 2000 } else { 64 };
-        let spin = params.parse::<u32>("BARRIER_SPIN_COUNT", default_spin, "a non-negative integer")?;
+        let default_spin = if local_policy == WaitPolicy::Spin {
+            2000
+        } else {
+            64
+        };
+        let spin =
+            params.parse::<u32>("BARRIER_SPIN_COUNT", default_spin, "a non-negative integer")?;
         let yields = params.parse::<u32>("BARRIER_YIELD_COUNT", 4, "a non-negative integer")?;
         let timeout_us = local_timeout.map_or(0, |d| d.as_micros().min(u64::MAX as u128) as u64);
-        let agreed = ctrl.allgather(&[local_policy.code(), spin as u64, yields as u64, timeout_us])?[0].clone();
+        let agreed =
+            ctrl.allgather(&[local_policy.code(), spin as u64, yields as u64, timeout_us])?[0]
+                .clone();
         let policy = WaitPolicy::from_code(agreed[0]);
         let wait = WaitConfig {
             policy,
@@ -127,14 +150,22 @@ impl Communicator {
         };
 
         let nodes = distinct_nodes(&members, shape.world_size, shape.nodes);
-        let (module, selection) = selector::select(selector::SelectInput {
-            query: QueryContext { rank, size, job: shape, nodes, params: &params },
+        let (engine, selection) = selector::select(selector::SelectInput {
+            query: QueryContext {
+                rank,
+                size,
+                job: shape,
+                nodes,
+                params: &params,
+            },
             policy,
             ctrl: &ctrl,
             region: &region,
         })?;
         drop(ctrl);
+        let arrival = region.shared_flag(&region.arrivals()[rank]);
         Ok(Communicator {
+            arrival,
             seg,
             region,
             rank,
@@ -143,9 +174,9 @@ impl Communicator {
             wait,
             epoch: Cell::new(0),
             ctrl_epoch,
-            module: RefCell::new(module),
+            engine: RefCell::new(engine),
             selection,
-            pending: Cell::new(false),
+            state: Cell::new(USABLE),
             broken: RefCell::new(None),
         })
     }
@@ -176,7 +207,7 @@ impl Communicator {
 
     /// The algorithm or mode of the backend in use, e.g. `central`.
     pub fn algorithm(&self) -> String {
-        self.module.borrow().algorithm().to_string()
+        self.engine.borrow().module().algorithm().to_string()
     }
 
     /// How the backend was chosen: every backend with its outcome.
@@ -210,29 +241,50 @@ impl Communicator {
     pub fn local_rank(&self) -> usize {
         let s = self.seg.shape();
         let me = self.node();
-        self.members[..self.rank].iter().filter(|&&w| node_of(w, s.world_size, s.nodes) == me).count()
+        self.members[..self.rank]
+            .iter()
+            .filter(|&&w| node_of(w, s.world_size, s.nodes) == me)
+            .count()
     }
 
     /// Members on this rank's node.
     pub fn local_size(&self) -> usize {
         let s = self.seg.shape();
         let me = self.node();
-        self.members.iter().filter(|&&w| node_of(w, s.world_size, s.nodes) == me).count()
+        self.members
+            .iter()
+            .filter(|&&w| node_of(w, s.world_size, s.nodes) == me)
+            .count()
     }
 
+    #[inline(always)]
     fn check_usable(&self) -> Result<()> {
-        if self.pending.get() {
-            return Err(Error::RequestPending);
+        if self.state.get() == USABLE {
+            Ok(())
+        } else {
+            Err(self.unusable())
         }
-        if let Some(why) = self.broken.borrow().as_ref() {
-            return Err(Error::Broken(why.clone()));
-        }
-        Ok(())
     }
 
+    #[cold]
+    fn unusable(&self) -> Error {
+        match self.broken.borrow().as_ref() {
+            Some(why) => Error::Broken(why.clone()),
+            None => Error::RequestPending,
+        }
+    }
+
+    #[cold]
     fn fail(&self, err: Error) -> Error {
         *self.broken.borrow_mut() = Some(err.to_string());
+        self.state.set(BROKEN);
         err
+    }
+
+    fn set_pending(&self, pending: bool) {
+        if self.state.get() != BROKEN {
+            self.state.set(if pending { PENDING } else { USABLE });
+        }
     }
 
     fn wait_error(&self, w: WaitError, epoch: u64) -> Error {
@@ -248,23 +300,32 @@ impl Communicator {
         })
     }
 
+    #[inline(always)]
     fn start(&self) -> Result<u64> {
         self.check_usable()?;
         let epoch = self.epoch.get() + 1;
         self.epoch.set(epoch);
-        self.region.arrivals()[self.rank].signal(epoch, false);
-        self.module.borrow_mut().arrive(epoch).map_err(|e| self.fail(e))?;
+        self.engine
+            .borrow_mut()
+            .arrive(epoch)
+            .map_err(|e| self.fail(e))?;
         Ok(epoch)
     }
 
+    #[inline(always)]
     fn finish(&self, epoch: u64) -> Result<()> {
-        let mut module = self.module.borrow_mut();
+        self.finish_with(&mut self.engine.borrow_mut(), epoch)
+    }
+
+    #[inline(always)]
+    fn finish_with(&self, engine: &mut Engine, epoch: u64) -> Result<()> {
         loop {
-            match module.progress(epoch) {
+            match engine.progress(epoch) {
                 Ok(Poll::Ready) => return Ok(()),
-                Ok(Poll::Pending { flag, target }) => {
-                    self.wait.wait(flag, target, &*self.seg).map_err(|w| self.wait_error(w, epoch))?
-                }
+                Ok(Poll::Pending { flag, target }) => self
+                    .wait
+                    .wait(flag, target, &*self.seg, Some((&self.arrival, epoch)))
+                    .map_err(|w| self.wait_error(w, epoch))?,
                 Err(e) => return Err(self.fail(e)),
             }
         }
@@ -278,8 +339,14 @@ impl Communicator {
     /// communicator is broken and every later call fails.
     #[inline]
     pub fn barrier(&self) -> Result<()> {
-        let epoch = self.start()?;
-        self.finish(epoch)
+        self.check_usable()?;
+        let epoch = self.epoch.get() + 1;
+        self.epoch.set(epoch);
+        let mut engine = self.engine.borrow_mut();
+        if let Err(e) = engine.arrive(epoch) {
+            return Err(self.fail(e));
+        }
+        self.finish_with(&mut engine, epoch)
     }
 
     /// Starts a barrier and returns at once (split phase): this rank's arrival is announced now;
@@ -287,8 +354,14 @@ impl Communicator {
     /// pending per communicator.
     pub fn ibarrier(&self) -> Result<Request<'_>> {
         let epoch = self.start()?;
-        self.pending.set(true);
-        Ok(Request { comm: self, epoch, done: false })
+        // A request may be tested for ever without waiting: record the arrival now.
+        self.arrival.raise(epoch, false);
+        self.set_pending(true);
+        Ok(Request {
+            comm: self,
+            epoch,
+            done: false,
+        })
     }
 
     /// Splits into disjoint communicators, one per color, ordered by `key` then by rank
@@ -302,7 +375,9 @@ impl Communicator {
         };
         let ctrl = self.ctrl();
         let all = ctrl.allgather(&[code, key as i64 as u64])?;
-        let mut group: Vec<usize> = (0..self.size()).filter(|&r| all[r][0] == code && code != UNDEFINED_COLOR).collect();
+        let mut group: Vec<usize> = (0..self.size())
+            .filter(|&r| all[r][0] == code && code != UNDEFINED_COLOR)
+            .collect();
         group.sort_by_key(|&r| (all[r][1] as i64, r));
         // The group's first member (in parent order) creates the region and tells the others.
         let leader = group.iter().copied().min();
@@ -316,23 +391,40 @@ impl Communicator {
         }
         let offers = ctrl.allgather(&[offer])?;
         drop(ctrl);
-        let Some(leader) = leader else { return Ok(None) };
+        let Some(leader) = leader else {
+            return Ok(None);
+        };
         if let Some(e) = alloc_err {
             return Err(e);
         }
         let base = offers[leader][0];
         if base == NO_REGION {
-            return Err(Error::SegmentFull { needed: crate::region::RegionLayout::new(group.len()).total, free: 0 });
+            return Err(Error::SegmentFull {
+                needed: crate::region::RegionLayout::new(group.len()).total,
+                free: 0,
+            });
         }
         let region = Region::attach(&self.seg, base as usize, group.len())?;
-        let new_rank = group.iter().position(|&r| r == self.rank).expect("member of own group");
+        let new_rank = group
+            .iter()
+            .position(|&r| r == self.rank)
+            .expect("member of own group");
         let members = group.iter().map(|&r| self.members[r]).collect();
-        Communicator::create(self.seg.clone(), region, new_rank, members, self.params.clone()).map(Some)
+        Communicator::create(
+            self.seg.clone(),
+            region,
+            new_rank,
+            members,
+            self.params.clone(),
+        )
+        .map(Some)
     }
 
     /// A new communicator with the same members and ranks (collective).
     pub fn dup(&self) -> Result<Communicator> {
-        Ok(self.split(0u32, self.rank as i32)?.expect("every rank has color 0"))
+        Ok(self
+            .split(0u32, self.rank as i32)?
+            .expect("every rank has color 0"))
     }
 
     /// Allocates `len` shared 64-bit words that every member can read and write (collective),
@@ -353,9 +445,16 @@ impl Communicator {
             return Err(e);
         }
         if offers[0][0] == NO_REGION {
-            return Err(Error::SegmentFull { needed: len * 8, free: 0 });
+            return Err(Error::SegmentFull {
+                needed: len * 8,
+                free: 0,
+            });
         }
-        Ok(SharedWindow { seg: self.seg.clone(), offset: offers[0][0] as usize, len })
+        Ok(SharedWindow {
+            seg: self.seg.clone(),
+            offset: offers[0][0] as usize,
+            len,
+        })
     }
 }
 
@@ -378,17 +477,18 @@ impl Request<'_> {
         if self.done {
             return Ok(true);
         }
-        let mut module = self.comm.module.borrow_mut();
-        match module.progress(self.epoch) {
+        let mut engine = self.comm.engine.borrow_mut();
+        match engine.progress(self.epoch) {
             Ok(Poll::Ready) => {
                 self.done = true;
-                self.comm.pending.set(false);
+                self.comm.set_pending(false);
                 Ok(true)
             }
             Ok(Poll::Pending { .. }) => Ok(false),
             Err(e) => {
                 self.done = true;
-                self.comm.pending.set(false);
+                drop(engine);
+                self.comm.set_pending(false);
                 Err(self.comm.fail(e))
             }
         }
@@ -404,9 +504,9 @@ impl Request<'_> {
             return Ok(());
         }
         self.done = true;
-        let r = self.comm.finish(self.epoch);
-        self.comm.pending.set(false);
-        r
+        // `finish` must not see PENDING: clear it first (it only waits and progresses).
+        self.comm.set_pending(false);
+        self.comm.finish(self.epoch)
     }
 }
 
@@ -441,7 +541,10 @@ pub(crate) fn node_of(world_rank: usize, world_size: usize, nodes: usize) -> usi
 }
 
 fn distinct_nodes(members: &[usize], world_size: usize, nodes: usize) -> usize {
-    let mut ns: Vec<usize> = members.iter().map(|&w| node_of(w, world_size, nodes)).collect();
+    let mut ns: Vec<usize> = members
+        .iter()
+        .map(|&w| node_of(w, world_size, nodes))
+        .collect();
     ns.sort_unstable();
     ns.dedup();
     ns.len()
@@ -457,6 +560,10 @@ mod tests {
         assert_eq!(nodes, vec![0, 0, 0, 1, 1, 1, 2, 2]);
         assert_eq!(distinct_nodes(&[0, 1, 2, 3, 4, 5, 6, 7], 8, 3), 3);
         assert_eq!(node_of(5, 8, 1), 0);
-        assert_eq!(node_of(5, 8, 100), 5, "more nodes than ranks: one rank per node");
+        assert_eq!(
+            node_of(5, 8, 100),
+            5,
+            "more nodes than ranks: one rank per node"
+        );
     }
 }

@@ -11,7 +11,8 @@
 //! central_count   central counter: arrivals, cumulative
 //! central_release central counter: release flag
 //! tourn_release   tournament: champion's release flag
-//! arrival[n]      rank r's last epoch entered (timeout diagnostics)
+//! arrival[n]      rank r's last epoch waited for (timeout diagnostics, written when a wait
+//!                 outlasts its spin phase)
 //! exchange[n]     rank r's words for allgather (one line each)
 //! diss[n][R]      dissemination: round r flag of rank i, written by (i - 2^r) mod n
 //! tourn[n][R]     tournament: round r flag of winner i, written by its opponent
@@ -24,7 +25,7 @@ use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::pad::{CachePadded, CACHE_LINE};
-use crate::shm::Segment;
+use crate::shm::{Segment, Shared};
 use crate::wait::Flag;
 
 const REGION_MAGIC: u64 = u64::from_le_bytes(*b"BARREGN1");
@@ -123,14 +124,22 @@ impl Region {
     pub fn create(seg: &Arc<Segment>, n: usize) -> Result<Region> {
         let layout = RegionLayout::new(n);
         let base = seg.alloc(layout.total)?;
-        let region = Region { seg: seg.clone(), base, layout };
+        let region = Region {
+            seg: seg.clone(),
+            base,
+            layout,
+        };
         region.write_header();
         Ok(region)
     }
 
     /// Writes the header of a region whose memory is already allocated (the world region).
     pub fn init_at(seg: &Arc<Segment>, base: usize, n: usize) -> Region {
-        let region = Region { seg: seg.clone(), base, layout: RegionLayout::new(n) };
+        let region = Region {
+            seg: seg.clone(),
+            base,
+            layout: RegionLayout::new(n),
+        };
         region.write_header();
         region
     }
@@ -144,10 +153,19 @@ impl Region {
     /// Attaches to a region another rank created, checking it was made for `n` ranks.
     pub fn attach(seg: &Arc<Segment>, base: usize, n: usize) -> Result<Region> {
         let layout = RegionLayout::new(n);
-        if base.checked_add(layout.total).is_none_or(|end| end > seg_len(seg)) {
-            return Err(Error::Bootstrap(format!("region offset {base} for {n} ranks lies outside the job segment")));
+        if base
+            .checked_add(layout.total)
+            .is_none_or(|end| end > seg_len(seg))
+        {
+            return Err(Error::Bootstrap(format!(
+                "region offset {base} for {n} ranks lies outside the job segment"
+            )));
         }
-        let region = Region { seg: seg.clone(), base, layout };
+        let region = Region {
+            seg: seg.clone(),
+            base,
+            layout,
+        };
         let h: &RegionHeader = seg.at(base + layout.header);
         let magic = h.magic.load(Ordering::Acquire);
         let size = h.size.load(Ordering::Relaxed);
@@ -170,6 +188,16 @@ impl Region {
     }
     pub fn rounds(&self) -> usize {
         self.layout.rounds
+    }
+
+    /// A segment-holding reference to one of this region's flags.
+    pub fn shared_flag(&self, flag: &Flag) -> Shared<Flag> {
+        Shared::new(&self.seg, self.seg.offset_of(flag))
+    }
+
+    /// A segment-holding reference to one of this region's counters.
+    pub fn shared_counter(&self, counter: &AtomicU64) -> Shared<AtomicU64> {
+        Shared::new(&self.seg, self.seg.offset_of(counter))
     }
 
     fn flag(&self, off: usize) -> &Flag {
@@ -198,15 +226,18 @@ impl Region {
         self.flags(self.layout.arrival, self.layout.n)
     }
     pub fn exchange(&self) -> &[ExchangeLine] {
-        self.seg.slice(self.base + self.layout.exchange, self.layout.n)
+        self.seg
+            .slice(self.base + self.layout.exchange, self.layout.n)
     }
     /// Dissemination flag of `rank` for `round`.
     pub fn diss(&self, rank: usize, round: usize) -> &Flag {
-        &self.flags(self.layout.diss, self.layout.n * self.layout.rounds)[rank * self.layout.rounds + round]
+        &self.flags(self.layout.diss, self.layout.n * self.layout.rounds)
+            [rank * self.layout.rounds + round]
     }
     /// Tournament flag of winner `rank` for `round`.
     pub fn tourn(&self, rank: usize, round: usize) -> &Flag {
-        &self.flags(self.layout.tourn, self.layout.n * self.layout.rounds)[rank * self.layout.rounds + round]
+        &self.flags(self.layout.tourn, self.layout.n * self.layout.rounds)
+            [rank * self.layout.rounds + round]
     }
     pub fn tree_up(&self) -> &[Flag] {
         self.flags(self.layout.tree_up, self.layout.n)
@@ -217,7 +248,12 @@ impl Region {
 
     /// Ranks whose last arrival is older than `epoch`.
     pub fn missing_at(&self, epoch: u64) -> Vec<usize> {
-        self.arrivals().iter().enumerate().filter(|(_, f)| f.load() < epoch).map(|(r, _)| r).collect()
+        self.arrivals()
+            .iter()
+            .enumerate()
+            .filter(|(_, f)| f.load() < epoch)
+            .map(|(r, _)| r)
+            .collect()
     }
 }
 
@@ -231,7 +267,18 @@ mod tests {
 
     #[test]
     fn rounds_is_ceil_log2() {
-        let expect = [(0, 0), (1, 0), (2, 1), (3, 2), (4, 2), (5, 3), (8, 3), (9, 4), (13, 4), (1000, 10)];
+        let expect = [
+            (0, 0),
+            (1, 0),
+            (2, 1),
+            (3, 2),
+            (4, 2),
+            (5, 3),
+            (8, 3),
+            (9, 4),
+            (13, 4),
+            (1000, 10),
+        ];
         for (n, r) in expect {
             assert_eq!(rounds(n), r, "n={n}");
         }

@@ -35,6 +35,10 @@ use crate::sys::{self, Mapping};
 use crate::wait::AbortCheck;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"BARRIER1");
+/// Layout version of the header and regions: bumped whenever either changes, so that a launcher
+/// and a program built from different versions fail with a clear message instead of misreading
+/// each other's memory.
+const LAYOUT_VERSION: u64 = 2;
 /// Bytes reserved for the header at the start of the segment.
 const HEADER_BYTES: usize = 4096;
 /// Default bytes of the pool for communicators and windows beyond the world region.
@@ -44,10 +48,12 @@ pub const DEFAULT_POOL_BYTES: usize = 64 << 20;
 #[derive(Debug)]
 struct Header {
     magic: AtomicU64,
+    version: AtomicU64,
     len: AtomicU64,
     world_size: AtomicU64,
     nodes: AtomicU64,
     ranks_on_machine: AtomicU64,
+    cores: AtomicU64,
     world_region: AtomicU64,
     bump: CachePadded<AtomicU64>,
     attached: CachePadded<AtomicU64>,
@@ -65,6 +71,22 @@ pub struct JobShape {
     pub nodes: usize,
     /// Ranks of this job that share this machine's cores (drives the automatic wait policy).
     pub ranks_on_machine: usize,
+    /// Cores the job may use, counted once by whoever created the job (the launcher's affinity
+    /// mask). Not each rank's own mask: a rank pinned to one core must not conclude that the
+    /// machine has one core and start parking.
+    pub cores: usize,
+}
+
+impl JobShape {
+    /// A job of `ranks` ranks on one machine with this process's cores.
+    pub fn local(ranks: usize, nodes: usize) -> Self {
+        JobShape {
+            world_size: ranks,
+            nodes: nodes.clamp(1, ranks.max(1)),
+            ranks_on_machine: ranks,
+            cores: crate::sys::available_cores(),
+        }
+    }
 }
 
 /// A mapped job segment.
@@ -90,9 +112,13 @@ impl Segment {
     fn init(&self, shape: &JobShape) -> Result<()> {
         let h = self.header();
         h.len.store(self.map.len() as u64, Ordering::Relaxed);
-        h.world_size.store(shape.world_size as u64, Ordering::Relaxed);
+        h.version.store(LAYOUT_VERSION, Ordering::Relaxed);
+        h.world_size
+            .store(shape.world_size as u64, Ordering::Relaxed);
         h.nodes.store(shape.nodes as u64, Ordering::Relaxed);
-        h.ranks_on_machine.store(shape.ranks_on_machine as u64, Ordering::Relaxed);
+        h.ranks_on_machine
+            .store(shape.ranks_on_machine as u64, Ordering::Relaxed);
+        h.cores.store(shape.cores as u64, Ordering::Relaxed);
         h.bump.store(HEADER_BYTES as u64, Ordering::Relaxed);
         let world = self.alloc(crate::region::RegionLayout::new(shape.world_size).total)?;
         h.world_region.store(world as u64, Ordering::Relaxed);
@@ -138,14 +164,28 @@ impl Segment {
 
     /// Maps the segment behind an inherited descriptor and checks its header.
     pub fn from_fd(fd: RawFd) -> Result<Arc<Self>> {
-        let len = sys::fd_len(fd).map_err(|e| Error::io(format!("fstat of BARRIER_SHM_FD={fd}"), e))?;
+        let len =
+            sys::fd_len(fd).map_err(|e| Error::io(format!("fstat of BARRIER_SHM_FD={fd}"), e))?;
         if len < HEADER_BYTES {
-            return Err(Error::Bootstrap(format!("BARRIER_SHM_FD={fd} is {len} bytes, too small for a job segment")));
+            return Err(Error::Bootstrap(format!(
+                "BARRIER_SHM_FD={fd} is {len} bytes, too small for a job segment"
+            )));
         }
-        let map = Mapping::map_fd(fd, len).map_err(|e| Error::io(format!("mapping BARRIER_SHM_FD={fd}"), e))?;
+        let map = Mapping::map_fd(fd, len)
+            .map_err(|e| Error::io(format!("mapping BARRIER_SHM_FD={fd}"), e))?;
         let seg = Segment { map, fd: None };
         if seg.header().magic.load(Ordering::Acquire) != MAGIC {
-            return Err(Error::Bootstrap(format!("BARRIER_SHM_FD={fd} is not a barrier job segment")));
+            return Err(Error::Bootstrap(format!(
+                "BARRIER_SHM_FD={fd} is not a barrier job segment"
+            )));
+        }
+        let version = seg.header().version.load(Ordering::Relaxed);
+        if version != LAYOUT_VERSION {
+            return Err(Error::Bootstrap(format!(
+                "the launcher made a job segment of layout version {version}, but this program's barrier \
+                 library expects version {LAYOUT_VERSION}; rebuild the program and the `barrier` command from \
+                 the same release"
+            )));
         }
         Ok(Arc::new(seg))
     }
@@ -172,6 +212,7 @@ impl Segment {
             world_size: h.world_size.load(Ordering::Relaxed) as usize,
             nodes: h.nodes.load(Ordering::Relaxed) as usize,
             ranks_on_machine: h.ranks_on_machine.load(Ordering::Relaxed) as usize,
+            cores: h.cores.load(Ordering::Relaxed) as usize,
         }
     }
 
@@ -186,7 +227,10 @@ impl Segment {
         let off = h.bump.fetch_add(bytes as u64, Ordering::Relaxed) as usize;
         let len = self.map.len();
         if off + bytes > len {
-            return Err(Error::SegmentFull { needed: bytes, free: len.saturating_sub(off) });
+            return Err(Error::SegmentFull {
+                needed: bytes,
+                free: len.saturating_sub(off),
+            });
         }
         Ok(off)
     }
@@ -201,12 +245,32 @@ impl Segment {
     /// A slice of `count` `T`s at `offset`. Panics if it does not fit or is misaligned.
     pub(crate) fn slice<T: SharedPlain>(&self, offset: usize, count: usize) -> &[T] {
         let size = std::mem::size_of::<T>() * count;
-        assert!(offset.checked_add(size).is_some_and(|end| end <= self.map.len()), "shared slice out of bounds");
-        assert_eq!(offset % std::mem::align_of::<T>(), 0, "misaligned shared slice");
+        assert!(
+            offset
+                .checked_add(size)
+                .is_some_and(|end| end <= self.map.len()),
+            "shared slice out of bounds"
+        );
+        assert_eq!(
+            offset % std::mem::align_of::<T>(),
+            0,
+            "misaligned shared slice"
+        );
         // SAFETY: bounds and alignment checked above; the mapping lives as long as `self`; `T` is
         // `SharedPlain`, so zeroed or concurrently written memory is a valid `T` and all mutation
         // goes through its atomics.
         unsafe { std::slice::from_raw_parts(self.map.as_ptr().add(offset) as *const T, count) }
+    }
+
+    /// The offset of `value`, which must lie inside this segment.
+    pub(crate) fn offset_of<T>(&self, value: &T) -> usize {
+        let addr = value as *const T as usize;
+        let base = self.map.as_ptr() as usize;
+        assert!(
+            addr >= base && addr < base + self.map.len(),
+            "value outside the segment"
+        );
+        addr - base
     }
 
     /// Counts a rank as attached; returns how many are attached now.
@@ -221,7 +285,12 @@ impl Segment {
 
     /// Marks the job as aborted because `world_rank` failed (the first failure wins).
     pub fn set_abort(&self, world_rank: usize) {
-        let _ = self.header().abort.compare_exchange(0, world_rank as u64 + 1, Ordering::AcqRel, Ordering::Acquire);
+        let _ = self.header().abort.compare_exchange(
+            0,
+            world_rank as u64 + 1,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
     }
 }
 
@@ -234,12 +303,51 @@ impl AbortCheck for Segment {
     }
 }
 
+/// A reference into the job segment that keeps the segment mapped: what modules hold so that
+/// the barrier path is one pointer load, with no bounds arithmetic.
+pub struct Shared<T: SharedPlain> {
+    ptr: std::ptr::NonNull<T>,
+    _seg: Arc<Segment>,
+}
+
+impl<T: SharedPlain> Shared<T> {
+    /// The `T` at `offset` of `seg`. Panics if it does not fit or is misaligned.
+    pub(crate) fn new(seg: &Arc<Segment>, offset: usize) -> Self {
+        let r: &T = seg.at(offset);
+        Shared {
+            ptr: std::ptr::NonNull::from(r),
+            _seg: seg.clone(),
+        }
+    }
+}
+
+impl<T: SharedPlain> std::ops::Deref for Shared<T> {
+    type Target = T;
+    #[inline(always)]
+    fn deref(&self) -> &T {
+        // SAFETY: `ptr` was checked in bounds and aligned by `Segment::at` and points into the
+        // mapping that `_seg` keeps alive; `T: SharedPlain` is valid for any shared bits.
+        unsafe { self.ptr.as_ref() }
+    }
+}
+
+impl<T: SharedPlain> std::fmt::Debug for Shared<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Shared({:p})", self.ptr)
+    }
+}
+
+// SAFETY: the pointee is Sync (SharedPlain: Sync) and the Arc is Send + Sync.
+unsafe impl<T: SharedPlain> Send for Shared<T> {}
+// SAFETY: as above.
+unsafe impl<T: SharedPlain> Sync for Shared<T> {}
+
 /// Types that may live in shared memory: made only of atomics, valid for any bit pattern.
 ///
 /// # Safety
 /// Implementors must be `repr(C)` or `repr(transparent)` aggregates of atomics (or padding
 /// wrappers of them), with no invariants beyond their bits.
-pub(crate) unsafe trait SharedPlain: Sync {}
+pub unsafe trait SharedPlain: Sync {}
 // SAFETY: an atomic integer is valid for every bit pattern.
 unsafe impl SharedPlain for AtomicU64 {}
 // SAFETY: Flag is repr(C) of three atomics.

@@ -21,7 +21,9 @@ pub fn futex_wait(word: &AtomicU32, expected: u32, timeout: Option<Duration>) {
         tv_sec: t.as_secs().min(i64::MAX as u64) as libc::time_t,
         tv_nsec: t.subsec_nanos() as libc::c_long,
     });
-    let ts_ptr = ts.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    let ts_ptr = ts
+        .as_ref()
+        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
     // SAFETY: `word` is a valid, aligned u32 for the duration of the call (borrowed), the
     // timespec pointer is null or points to a live local, and FUTEX_WAIT reads only the word.
     unsafe {
@@ -67,6 +69,23 @@ pub fn available_cores() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
+/// Restricts the calling thread to `cores`.
+pub fn set_affinity(cores: &[usize]) -> io::Result<()> {
+    // SAFETY: cpu_set_t is plain data; zeroed is its empty value.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    for &c in cores {
+        // SAFETY: CPU_SET writes one bit inside `set`; the index is bounded by its capacity.
+        unsafe { libc::CPU_SET(c % libc::CPU_SETSIZE as usize, &mut set) };
+    }
+    // SAFETY: pid 0 means the calling thread; the pointer and size describe `set`.
+    let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 /// Pins the calling thread to one core. Errors are returned, not ignored: a benchmark that
 /// asked for pinning should say that it did not get it.
 pub fn pin_to_core(core: usize) -> io::Result<()> {
@@ -88,7 +107,8 @@ pub fn affinity_cores() -> Vec<usize> {
     // SAFETY: cpu_set_t is plain data; zeroed is its empty value.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     // SAFETY: pid 0 is the calling thread; the pointer and size describe `set`.
-    let rc = unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    let rc =
+        unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
     if rc != 0 {
         return vec![0];
     }

@@ -8,24 +8,23 @@
 //!
 //! # The parking protocol (no lost wake-ups)
 //!
-//! A flag is one cache line holding `value` (the epoch), `futex` (its low 32 bits, the word the
-//! kernel compares) and `waiters` (how many ranks are parked or about to park).
+//! A flag is one cache line holding `value` (the epoch; the kernel's 32-bit futex word is its
+//! low half) and `waiters` (how many ranks are parked or about to park).
 //!
 //! ```text
 //! signaller                         waiter
 //! value.store(e, Release)           waiters.fetch_add(1)
-//! futex.store(e as u32, Release)    fence(SeqCst)                     (F2)
-//! fence(SeqCst)              (F1)   loop { v = value.load(Acquire)
-//! if waiters.load() > 0               if v >= e { break }
-//!     futex_wake_all(futex)           futex_wait(futex, v as u32) }
+//! fence(SeqCst)              (F1)   fence(SeqCst)                     (F2)
+//! if waiters.load() > 0             v = value.load(Acquire)
+//!     futex_wake_all(low(value))    if v < e { futex_wait(low(value), v as u32) }
 //!                                   waiters.fetch_sub(1)
 //! ```
 //!
 //! F1 and F2 are sequentially consistent fences, so one of them comes first in their single
 //! total order. If F1 comes first, the waiter's load after F2 sees `value >= e` and never
 //! sleeps. If F2 comes first, the signaller's load after F1 sees `waiters > 0` and wakes the
-//! futex; if the wake happens before the waiter reaches `futex_wait`, the futex word already
-//! differs from `v as u32` and the kernel returns at once (`EAGAIN`). Either way the waiter
+//! futex; if the wake happens before the waiter reaches `futex_wait`, the low half of `value`
+//! already differs from `v as u32` and the kernel returns at once (`EAGAIN`). Either way the waiter
 //! cannot sleep through the signal. (The low 32 bits of two epochs 2^32 apart are equal; a
 //! waiter that sleeps through such a coincidence wakes at the next time slice, see
 //! [`PARK_SLICE`], and re-checks the full 64-bit value.)
@@ -52,14 +51,22 @@ use crate::sys;
 /// its deadline.
 pub const PARK_SLICE: Duration = Duration::from_millis(50);
 
+/// Checks made inline before the out-of-line slow path.
+const INLINE_SPINS: u32 = 16;
+
 /// One epoch word alone on a cache line, with the parking state beside it.
+///
+/// The futex word is the low 32 bits of the epoch itself (the kernel compares 32-bit words),
+/// so a signal is one store: a second store to the same line could pull it across cores twice.
 #[cfg_attr(target_arch = "x86_64", repr(C, align(128)))]
 #[cfg_attr(target_arch = "aarch64", repr(C, align(256)))]
-#[cfg_attr(not(any(target_arch = "x86_64", target_arch = "aarch64")), repr(C, align(64)))]
+#[cfg_attr(
+    not(any(target_arch = "x86_64", target_arch = "aarch64")),
+    repr(C, align(64))
+)]
 #[derive(Debug, Default)]
 pub struct Flag {
     value: AtomicU64,
-    futex: AtomicU32,
     waiters: AtomicU32,
 }
 
@@ -83,7 +90,6 @@ impl Flag {
     #[inline(always)]
     pub fn signal(&self, epoch: u64, wake: bool) {
         self.value.store(epoch, Ordering::Release);
-        self.futex.store(epoch as u32, Ordering::Release);
         if wake {
             self.wake_parked();
         }
@@ -93,20 +99,32 @@ impl Flag {
     /// fault words): returns the previous value.
     pub fn raise(&self, epoch: u64, wake: bool) -> u64 {
         let prev = self.value.fetch_max(epoch, Ordering::AcqRel);
-        if prev < epoch {
-            self.futex.store(epoch as u32, Ordering::Release);
-            if wake {
-                self.wake_parked();
-            }
+        if prev < epoch && wake {
+            self.wake_parked();
         }
         prev
+    }
+
+    /// The low 32 bits of `value`, as the kernel sees them.
+    fn futex_word(&self) -> &AtomicU32 {
+        let base = self.value.as_ptr() as *const AtomicU32;
+        // Little-endian: the low half comes first; big-endian: second.
+        let low = if cfg!(target_endian = "little") {
+            base
+        } else {
+            base.wrapping_add(1)
+        };
+        // SAFETY: `low` points to an aligned 4-byte half of `value`, which lives as long as
+        // `self`. Rust code only touches it through the 64-bit atomic; the reference exists to
+        // hand its address to the kernel, whose futex reads are atomic 32-bit loads.
+        unsafe { &*low }
     }
 
     #[inline(always)]
     fn wake_parked(&self) {
         fence(Ordering::SeqCst); // F1 in the module docs
         if self.waiters.load(Ordering::Relaxed) != 0 {
-            sys::futex_wake_all(&self.futex);
+            sys::futex_wake_all(self.futex_word());
         }
     }
 
@@ -116,7 +134,7 @@ impl Flag {
         fence(Ordering::SeqCst); // F2 in the module docs
         let v = self.value.load(Ordering::Acquire);
         if v < epoch {
-            sys::futex_wait(&self.futex, v as u32, Some(slice));
+            sys::futex_wait(self.futex_word(), v as u32, Some(slice));
         }
         self.waiters.fetch_sub(1, Ordering::Release);
     }
@@ -202,23 +220,47 @@ pub trait AbortCheck {
 
 impl WaitConfig {
     /// Waits until `flag` reaches `epoch`, following the policy.
+    ///
+    /// `mark`, if given, is a flag and value stored once the wait outlasts the spin phase: the
+    /// communicator records the rank's arrival there for timeout reports, which costs nothing on
+    /// fast barriers and is always in place long before any timeout can fire.
     #[inline(always)]
-    pub fn wait(&self, flag: &Flag, epoch: u64, abort: &dyn AbortCheck) -> Result<(), WaitError> {
-        if flag.reached(epoch) {
-            return Ok(());
+    pub fn wait(
+        &self,
+        flag: &Flag,
+        epoch: u64,
+        abort: &dyn AbortCheck,
+        mark: Option<(&Flag, u64)>,
+    ) -> Result<(), WaitError> {
+        // A few checks inline: at 2 spinning ranks the partner's store usually lands within
+        // them, and an out-of-line call on every barrier is measurable latency.
+        for _ in 0..INLINE_SPINS {
+            if flag.reached(epoch) {
+                return Ok(());
+            }
+            std::hint::spin_loop();
         }
-        self.wait_slow(flag, epoch, abort)
+        self.wait_slow(flag, epoch, abort, mark)
     }
 
     #[cold]
     #[inline(never)]
-    fn wait_slow(&self, flag: &Flag, epoch: u64, abort: &dyn AbortCheck) -> Result<(), WaitError> {
-        // Spin phase: no clock reads at all.
+    fn wait_slow(
+        &self,
+        flag: &Flag,
+        epoch: u64,
+        abort: &dyn AbortCheck,
+        mark: Option<(&Flag, u64)>,
+    ) -> Result<(), WaitError> {
+        // Spin phase: no clock reads, no stores.
         for _ in 0..self.spin {
             if flag.reached(epoch) {
                 return Ok(());
             }
             std::hint::spin_loop();
+        }
+        if let Some((mark, value)) = mark {
+            mark.raise(value, false);
         }
         let start = Instant::now();
         let check = |start: Instant| -> Result<(), WaitError> {
@@ -255,7 +297,9 @@ impl WaitConfig {
             }
             check(start)?;
             let slice = match self.timeout {
-                Some(limit) => limit.saturating_sub(start.elapsed()).clamp(Duration::from_micros(100), PARK_SLICE),
+                Some(limit) => limit
+                    .saturating_sub(start.elapsed())
+                    .clamp(Duration::from_micros(100), PARK_SLICE),
                 None => PARK_SLICE,
             };
             flag.park(epoch, slice);
@@ -276,7 +320,12 @@ mod tests {
     }
 
     fn cfg(policy: WaitPolicy, timeout: Option<Duration>) -> WaitConfig {
-        WaitConfig { policy, spin: 10, yields: 2, timeout }
+        WaitConfig {
+            policy,
+            spin: 10,
+            yields: 2,
+            timeout,
+        }
     }
 
     #[test]
@@ -284,7 +333,9 @@ mod tests {
         for _ in 0..200 {
             let flag = Arc::new(Flag::default());
             let f2 = flag.clone();
-            let t = std::thread::spawn(move || cfg(WaitPolicy::Park, None).wait(&f2, 1, &NoAbort));
+            let t = std::thread::spawn(move || {
+                cfg(WaitPolicy::Park, None).wait(&f2, 1, &NoAbort, None)
+            });
             std::thread::yield_now();
             flag.signal(1, true);
             assert_eq!(t.join().unwrap(), Ok(()));
@@ -295,7 +346,7 @@ mod tests {
     fn wait_times_out_and_reports_how_long() {
         let flag = Flag::default();
         for policy in [WaitPolicy::Spin, WaitPolicy::Park] {
-            let r = cfg(policy, Some(Duration::from_millis(30))).wait(&flag, 1, &NoAbort);
+            let r = cfg(policy, Some(Duration::from_millis(30))).wait(&flag, 1, &NoAbort, None);
             match r {
                 Err(WaitError::Timeout(d)) => assert!(d >= Duration::from_millis(30)),
                 other => panic!("expected timeout, got {other:?}"),
@@ -312,7 +363,10 @@ mod tests {
             }
         }
         let flag = Flag::default();
-        assert_eq!(cfg(WaitPolicy::Park, None).wait(&flag, 1, &Dead), Err(WaitError::Aborted(3)));
+        assert_eq!(
+            cfg(WaitPolicy::Park, None).wait(&flag, 1, &Dead, None),
+            Err(WaitError::Aborted(3))
+        );
     }
 
     #[test]

@@ -24,10 +24,14 @@
 //! and a module can start at any epoch (the slot-based algorithms, dissemination in particular,
 //! are what a failed hardware backend falls back to).
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use crate::backend::{Backend, Decline, EnableContext, Module, Poll, QueryContext};
 use crate::error::Error;
 use crate::params::ParamInfo;
 use crate::region::Region;
+use crate::shm::Shared;
+use crate::wait::Flag;
 
 /// The software barrier algorithms.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -46,7 +50,12 @@ pub enum Algorithm {
 
 impl Algorithm {
     /// Every concrete algorithm.
-    pub const ALL: [Algorithm; 4] = [Algorithm::Central, Algorithm::Dissemination, Algorithm::Tournament, Algorithm::Tree];
+    pub const ALL: [Algorithm; 4] = [
+        Algorithm::Central,
+        Algorithm::Dissemination,
+        Algorithm::Tournament,
+        Algorithm::Tree,
+    ];
 
     /// The parameter spelling.
     pub fn name(self) -> &'static str {
@@ -61,9 +70,15 @@ impl Algorithm {
 
     /// Parses the parameter spelling.
     pub fn parse(text: &str) -> Option<Self> {
-        [Algorithm::Auto, Algorithm::Central, Algorithm::Dissemination, Algorithm::Tournament, Algorithm::Tree]
-            .into_iter()
-            .find(|a| a.name().eq_ignore_ascii_case(text.trim()))
+        [
+            Algorithm::Auto,
+            Algorithm::Central,
+            Algorithm::Dissemination,
+            Algorithm::Tournament,
+            Algorithm::Tree,
+        ]
+        .into_iter()
+        .find(|a| a.name().eq_ignore_ascii_case(text.trim()))
     }
 
     fn code(self) -> u64 {
@@ -80,13 +95,18 @@ impl Algorithm {
         }
     }
 
-    /// The `auto` choice for `n` ranks, from measurements on a 2-core x86_64 VM (see
-    /// `docs/benchmark.md`): the central counter is fastest at 2 ranks and whenever ranks park
-    /// (one wake releases everyone); dissemination wins when each rank has a core and there are
-    /// enough ranks that one shared counter line becomes the bottleneck.
-    pub fn resolve(self, n: usize, parks: bool) -> Algorithm {
+    /// The `auto` choice, from measurements on a 2-core x86_64 VM (see `docs/benchmark.md`):
+    ///
+    /// * ranks park (oversubscribed): **central**. One release flag means one futex wake
+    ///   releases everyone; dissemination needs a wake per round per rank (8 ranks on 2 cores:
+    ///   central ~9 us, dissemination ~15 us, `std::sync::Barrier` ~47 us).
+    /// * ranks spin (a core each): **dissemination**. At 2 ranks it is one flag store and one
+    ///   wait, the same work as the floor (measured 1.1x the floor in the same processes, central
+    ///   1.4x: its counter line and release line both cross between cores every barrier), and its
+    ///   ⌈log2 n⌉ parallel rounds do not serialize on one line as n grows.
+    pub fn resolve(self, _n: usize, parks: bool) -> Algorithm {
         match self {
-            Algorithm::Auto if parks || n <= 4 => Algorithm::Central,
+            Algorithm::Auto if parks => Algorithm::Central,
             Algorithm::Auto => Algorithm::Dissemination,
             a => a,
         }
@@ -118,84 +138,173 @@ impl Backend for Software {
             ParamInfo::new(
                 "BARRIER_SW_ALGORITHM",
                 "auto",
-                "auto, central, dissemination, tournament or tree (auto: central at <= 4 ranks or when ranks park, else dissemination).",
+                "auto, central, dissemination, tournament or tree (auto: central when ranks park, dissemination when they spin).",
             ),
             ParamInfo::new("BARRIER_TREE_ARITY", "4", "Children per node of the tree algorithm (2..=64)."),
         ]
     }
 
     fn query(&self, ctx: &QueryContext<'_>) -> Result<(), Decline> {
-        let algo = ctx.params.get("BARRIER_SW_ALGORITHM").unwrap_or_else(|| "auto".into());
+        let algo = ctx
+            .params
+            .get("BARRIER_SW_ALGORITHM")
+            .unwrap_or_else(|| "auto".into());
         if Algorithm::parse(&algo).is_none() {
             return Err(Decline::new(format!(
                 "BARRIER_SW_ALGORITHM={algo} is not one of auto, central, dissemination, tournament, tree"
             )));
         }
-        match ctx.params.parse::<usize>("BARRIER_TREE_ARITY", 4, "an integer from 2 to 64") {
+        match ctx
+            .params
+            .parse::<usize>("BARRIER_TREE_ARITY", 4, "an integer from 2 to 64")
+        {
             Ok(k) if (2..=64).contains(&k) => Ok(()),
-            Ok(k) => Err(Decline::new(format!("BARRIER_TREE_ARITY={k} is outside 2..=64"))),
+            Ok(k) => Err(Decline::new(format!(
+                "BARRIER_TREE_ARITY={k} is outside 2..=64"
+            ))),
             Err(e) => Err(Decline::new(e.to_string())),
         }
     }
 
     fn enable(&self, ctx: &EnableContext<'_>) -> Result<Box<dyn Module>, Decline> {
+        Ok(Box::new(self.enable_software(ctx)?))
+    }
+}
+
+impl Software {
+    /// [`Backend::enable`] returning the concrete module, which the communicator dispatches
+    /// statically.
+    pub fn enable_software(&self, ctx: &EnableContext<'_>) -> Result<SoftwareModule, Decline> {
         let params = ctx.query.params;
-        let local_algo = params.get("BARRIER_SW_ALGORITHM").and_then(|a| Algorithm::parse(&a)).unwrap_or(Algorithm::Auto);
-        let local_arity = params.parse::<u64>("BARRIER_TREE_ARITY", 4, "").unwrap_or(4);
+        let local_algo = params
+            .get("BARRIER_SW_ALGORITHM")
+            .and_then(|a| Algorithm::parse(&a))
+            .unwrap_or(Algorithm::Auto);
+        let local_arity = params
+            .parse::<u64>("BARRIER_TREE_ARITY", 4, "")
+            .unwrap_or(4);
         // Rank 0's choice wins, so that every rank runs the same algorithm.
-        let agreed = ctx.broadcast(0, local_algo.code() | (local_arity << 8)).map_err(|e| Decline::new(e.to_string()))?;
+        let agreed = ctx
+            .broadcast(0, local_algo.code() | (local_arity << 8))
+            .map_err(|e| Decline::new(e.to_string()))?;
         let n = ctx.query.size;
         let algo = Algorithm::from_code(agreed & 0xff).resolve(n, ctx.policy.wakes());
         let arity = ((agreed >> 8) as usize).clamp(2, 64);
-        Ok(Box::new(SoftwareModule::new(ctx.region.clone(), ctx.query.rank, algo, arity, ctx.policy.wakes())))
+        Ok(SoftwareModule::new(
+            ctx.region.clone(),
+            ctx.query.rank,
+            algo,
+            arity,
+            ctx.policy.wakes(),
+        ))
     }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Phase {
-    /// Dissemination/tournament: working through rounds; tree: gathering children.
-    Rounds,
-    /// Waiting for a release flag.
+    /// Working through `inbox` (dissemination rounds, tournament wins, tree children).
+    Gather,
+    /// Waiting for `down` (tournament release, tree parent).
     Release,
     /// Complete for this epoch.
     Done,
 }
 
 /// One rank's software barrier state on one communicator.
+///
+/// Every flag the rank touches is resolved once, at construction, into a [`Shared`] reference,
+/// so the barrier path is loads and stores with no index arithmetic. The tree and the tournament
+/// share one shape: wait for every flag in `inbox`, store `up` (if not the root), wait for
+/// `down`, store every flag in `outbox`.
 #[derive(Debug)]
 pub struct SoftwareModule {
-    region: Region,
-    rank: usize,
-    n: usize,
     algo: Algorithm,
-    arity: usize,
+    n: u64,
     wake: bool,
     phase: Phase,
-    /// Next round (dissemination, tournament) or next child (tree) to check.
     step: usize,
+    /// Central: the cumulative arrival counter.
+    counter: Option<Shared<AtomicU64>>,
+    /// Central: the release flag.
+    release: Option<Shared<Flag>>,
+    /// Flags to wait for, in order.
+    inbox: Vec<Shared<Flag>>,
+    /// Dissemination: the partner's flag per round; tree/tournament: flags to release.
+    outbox: Vec<Shared<Flag>>,
+    /// Tree/tournament: the flag that reports this rank's subtree or loss upwards.
+    up: Option<Shared<Flag>>,
+    /// Tree/tournament: the flag that releases this rank.
+    down: Option<Shared<Flag>>,
 }
 
 impl SoftwareModule {
-    pub(crate) fn new(region: Region, rank: usize, algo: Algorithm, arity: usize, wake: bool) -> Self {
+    pub(crate) fn new(
+        region: Region,
+        rank: usize,
+        algo: Algorithm,
+        arity: usize,
+        wake: bool,
+    ) -> Self {
         let n = region.size();
-        SoftwareModule { region, rank, n, algo, arity, wake, phase: Phase::Done, step: 0 }
-    }
-
-    fn children(&self) -> std::ops::Range<usize> {
-        let first = self.rank * self.arity + 1;
-        first.min(self.n)..(first + self.arity).min(self.n)
-    }
-
-    fn release_children(&self, epoch: u64) {
-        let down = self.region.tree_down();
-        for c in self.children() {
-            down[c].signal(epoch, self.wake);
+        let rounds = region.rounds();
+        let mut m = SoftwareModule {
+            algo,
+            n: n as u64,
+            wake,
+            phase: Phase::Done,
+            step: 0,
+            counter: None,
+            release: None,
+            inbox: Vec::new(),
+            outbox: Vec::new(),
+            up: None,
+            down: None,
+        };
+        let f = |flag: &Flag| region.shared_flag(flag);
+        match algo {
+            Algorithm::Central | Algorithm::Auto => {
+                m.counter = Some(region.shared_counter(region.central_count()));
+                m.release = Some(f(region.central_release()));
+            }
+            Algorithm::Dissemination => {
+                for r in 0..rounds {
+                    m.inbox.push(f(region.diss(rank, r)));
+                    m.outbox.push(f(region.diss((rank + (1 << r)) % n, r)));
+                }
+            }
+            Algorithm::Tournament => {
+                for r in 0..rounds {
+                    let span = 1usize << r;
+                    if rank & (2 * span - 1) == 0 {
+                        if rank + span < n {
+                            m.inbox.push(f(region.tourn(rank, r)));
+                        }
+                    } else {
+                        // Lowest set bit: this rank loses in round r to rank - 2^r.
+                        m.up = Some(f(region.tourn(rank - span, r)));
+                        break;
+                    }
+                }
+                if m.up.is_some() {
+                    m.down = Some(f(region.tourn_release()));
+                } else {
+                    m.outbox.push(f(region.tourn_release()));
+                }
+            }
+            Algorithm::Tree => {
+                let first = (rank * arity + 1).min(n);
+                let last = (rank * arity + arity + 1).min(n);
+                for c in first..last {
+                    m.inbox.push(f(&region.tree_up()[c]));
+                    m.outbox.push(f(&region.tree_down()[c]));
+                }
+                if rank != 0 {
+                    m.up = Some(f(&region.tree_up()[rank]));
+                    m.down = Some(f(&region.tree_down()[rank]));
+                }
+            }
         }
-    }
-
-    fn dissemination_send(&self, round: usize, epoch: u64) {
-        let partner = (self.rank + (1 << round)) % self.n;
-        self.region.diss(partner, round).signal(epoch, self.wake);
+        m
     }
 }
 
@@ -204,101 +313,96 @@ impl Module for SoftwareModule {
         self.algo.name()
     }
 
+    #[inline]
     fn arrive(&mut self, epoch: u64) -> Result<(), Error> {
-        self.phase = Phase::Rounds;
+        self.phase = Phase::Gather;
         self.step = 0;
         match self.algo {
-            Algorithm::Central => {
-                let total = self.region.central_count().fetch_add(1, std::sync::atomic::Ordering::AcqRel) + 1;
-                if total == self.n as u64 * epoch {
-                    self.region.central_release().signal(epoch, self.wake);
+            Algorithm::Central | Algorithm::Auto => {
+                let counter = self.counter.as_ref().expect("central counter");
+                let total = counter.fetch_add(1, Ordering::AcqRel) + 1;
+                if total == self.n * epoch {
+                    self.release
+                        .as_ref()
+                        .expect("central release")
+                        .signal(epoch, self.wake);
                 }
-                self.phase = Phase::Release;
             }
-            Algorithm::Dissemination if self.region.rounds() > 0 => self.dissemination_send(0, epoch),
-            _ => {}
-        }
-        // Tournament losers and tree leaves signal without waiting: let progress do it now.
-        if matches!(self.algo, Algorithm::Tournament | Algorithm::Tree) {
-            self.progress(epoch)?;
+            Algorithm::Dissemination => {
+                if let Some(first) = self.outbox.first() {
+                    first.signal(epoch, self.wake);
+                }
+            }
+            // Tournament losers and tree leaves report upwards without waiting.
+            Algorithm::Tournament | Algorithm::Tree => {
+                self.progress(epoch)?;
+            }
         }
         Ok(())
     }
 
+    #[inline]
     fn progress(&mut self, epoch: u64) -> Result<Poll<'_>, Error> {
-        loop {
-            match (self.algo, self.phase) {
-                (_, Phase::Done) => return Ok(Poll::Ready),
-                (Algorithm::Central | Algorithm::Auto, _) => {
-                    let flag = self.region.central_release();
-                    return Ok(if flag.reached(epoch) { Poll::Ready } else { Poll::Pending { flag, target: epoch } });
-                }
-                (Algorithm::Dissemination, _) => {
-                    let rounds = self.region.rounds();
-                    while self.step < rounds {
-                        let flag = self.region.diss(self.rank, self.step);
-                        if !flag.reached(epoch) {
-                            return Ok(Poll::Pending { flag: self.region.diss(self.rank, self.step), target: epoch });
-                        }
-                        self.step += 1;
-                        if self.step < rounds {
-                            self.dissemination_send(self.step, epoch);
-                        }
-                    }
+        if self.phase == Phase::Done {
+            return Ok(Poll::Ready);
+        }
+        match self.algo {
+            Algorithm::Central | Algorithm::Auto => {
+                let flag = self.release.as_deref().expect("central release");
+                if flag.reached(epoch) {
                     self.phase = Phase::Done;
+                    return Ok(Poll::Ready);
                 }
-                (Algorithm::Tournament, Phase::Rounds) => {
-                    if self.step == self.region.rounds() {
-                        // Only rank 0 wins every round.
-                        self.region.tourn_release().signal(epoch, self.wake);
-                        self.phase = Phase::Done;
-                        continue;
+                Ok(Poll::Pending {
+                    flag,
+                    target: epoch,
+                })
+            }
+            Algorithm::Dissemination => {
+                while self.step < self.inbox.len() {
+                    if !self.inbox[self.step].reached(epoch) {
+                        return Ok(Poll::Pending {
+                            flag: &self.inbox[self.step],
+                            target: epoch,
+                        });
                     }
-                    let span = 1usize << self.step;
-                    if self.rank & (2 * span - 1) == 0 {
-                        let opponent = self.rank + span;
-                        if opponent < self.n && !self.region.tourn(self.rank, self.step).reached(epoch) {
-                            return Ok(Poll::Pending { flag: self.region.tourn(self.rank, self.step), target: epoch });
-                        }
-                        self.step += 1;
-                    } else {
-                        self.region.tourn(self.rank - span, self.step).signal(epoch, self.wake);
-                        self.phase = Phase::Release;
+                    self.step += 1;
+                    if let Some(next) = self.outbox.get(self.step) {
+                        next.signal(epoch, self.wake);
                     }
                 }
-                (Algorithm::Tournament, Phase::Release) => {
-                    let flag = self.region.tourn_release();
-                    if !flag.reached(epoch) {
-                        return Ok(Poll::Pending { flag, target: epoch });
-                    }
-                    self.phase = Phase::Done;
-                }
-                (Algorithm::Tree, Phase::Rounds) => {
-                    let children = self.children();
-                    let first = children.start;
-                    let up = self.region.tree_up();
-                    while first + self.step < children.end {
-                        if !up[first + self.step].reached(epoch) {
-                            return Ok(Poll::Pending { flag: &self.region.tree_up()[first + self.step], target: epoch });
+                self.phase = Phase::Done;
+                Ok(Poll::Ready)
+            }
+            Algorithm::Tournament | Algorithm::Tree => {
+                if self.phase == Phase::Gather {
+                    while self.step < self.inbox.len() {
+                        if !self.inbox[self.step].reached(epoch) {
+                            return Ok(Poll::Pending {
+                                flag: &self.inbox[self.step],
+                                target: epoch,
+                            });
                         }
                         self.step += 1;
                     }
-                    if self.rank == 0 {
-                        self.release_children(epoch);
-                        self.phase = Phase::Done;
-                    } else {
-                        self.region.tree_up()[self.rank].signal(epoch, self.wake);
-                        self.phase = Phase::Release;
+                    if let Some(up) = &self.up {
+                        up.signal(epoch, self.wake);
+                    }
+                    self.phase = Phase::Release;
+                }
+                if let Some(down) = self.down.as_deref() {
+                    if !down.reached(epoch) {
+                        return Ok(Poll::Pending {
+                            flag: down,
+                            target: epoch,
+                        });
                     }
                 }
-                (Algorithm::Tree, Phase::Release) => {
-                    let flag = &self.region.tree_down()[self.rank];
-                    if !flag.reached(epoch) {
-                        return Ok(Poll::Pending { flag: &self.region.tree_down()[self.rank], target: epoch });
-                    }
-                    self.release_children(epoch);
-                    self.phase = Phase::Done;
+                for flag in &self.outbox {
+                    flag.signal(epoch, self.wake);
                 }
+                self.phase = Phase::Done;
+                Ok(Poll::Ready)
             }
         }
     }

@@ -1,0 +1,477 @@
+//! `barrier bench`: latency per barrier for every backend, beside two references measured in
+//! the same run.
+//!
+//! * **floor**: two threads pinned to two cores, each storing its epoch into its own cache line
+//!   and spinning until the other's line reaches the same epoch. That is the least work any
+//!   two-party barrier can do on this machine; every row is also given as a multiple of it.
+//!   Virtual machines change speed from one second to the next, so the floor is measured before
+//!   every row and the row reported as `floor` pools those measurements (median of medians).
+//! * **std**: `std::sync::Barrier` with as many threads as ranks.
+//!
+//! Backends run as real processes under the launcher (this same binary, hidden subcommand
+//! `bench-rank`), pinned one per core when the ranks fit on the cores. Time is read once per
+//! batch of barriers (a clock read costs about as much as a barrier), so a sample is the mean
+//! latency of one batch; the median, p99, mean and min are over those samples.
+
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use barrier::pad::CachePadded;
+
+use crate::launch::{launch, JobSpec};
+
+/// Summary of one measurement, in nanoseconds per barrier.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Stats {
+    /// Median over batches.
+    pub median: f64,
+    /// 99th percentile over batches.
+    pub p99: f64,
+    /// Mean over batches.
+    pub mean: f64,
+    /// Fastest batch.
+    pub min: f64,
+}
+
+impl Stats {
+    /// Summarizes per-barrier latencies of batches.
+    pub fn from_samples(mut s: Vec<f64>) -> Stats {
+        assert!(!s.is_empty(), "no samples");
+        s.sort_by(|a, b| a.total_cmp(b));
+        let pick = |q: f64| s[((s.len() - 1) as f64 * q).round() as usize];
+        Stats {
+            median: pick(0.5),
+            p99: pick(0.99),
+            mean: s.iter().sum::<f64>() / s.len() as f64,
+            min: s[0],
+        }
+    }
+
+    fn encode(&self) -> String {
+        format!("{} {} {} {}", self.median, self.p99, self.mean, self.min)
+    }
+
+    fn decode(text: &str) -> Option<Stats> {
+        let v: Vec<f64> = text
+            .split_whitespace()
+            .filter_map(|t| t.parse().ok())
+            .collect();
+        (v.len() == 4).then(|| Stats {
+            median: v[0],
+            p99: v[1],
+            mean: v[2],
+            min: v[3],
+        })
+    }
+}
+
+/// Pools several measurements: the median of medians (and of the other statistics; min of mins).
+fn pool(all: &[Stats]) -> Stats {
+    let med = |f: fn(&Stats) -> f64| Stats::from_samples(all.iter().map(f).collect()).median;
+    Stats {
+        median: med(|s| s.median),
+        p99: med(|s| s.p99),
+        mean: med(|s| s.mean),
+        min: all.iter().map(|s| s.min).fold(f64::MAX, f64::min),
+    }
+}
+
+/// Batches of `batch` iterations of `step`, timed per batch.
+fn timed_batches(iters: u64, batch: u64, mut step: impl FnMut()) -> Vec<f64> {
+    let batches = (iters / batch).max(1);
+    let mut samples = Vec::with_capacity(batches as usize);
+    for _ in 0..batches {
+        let t = Instant::now();
+        for _ in 0..batch {
+            step();
+        }
+        samples.push(t.elapsed().as_nanos() as f64 / batch as f64);
+    }
+    samples
+}
+
+/// The floor: two pinned threads, each storing its epoch on its own line, waiting for the other's.
+pub fn floor(iters: u64, batch: u64) -> Stats {
+    let cores = barrier::sys::affinity_cores();
+    let lines: Arc<[CachePadded<AtomicU64>; 2]> = Arc::new(Default::default());
+    let warmup = iters / 10;
+    let peer = {
+        let lines = lines.clone();
+        let core = cores.get(1).copied().unwrap_or(0);
+        std::thread::spawn(move || {
+            let _ = barrier::sys::pin_to_core(core);
+            let total = warmup + (iters / batch).max(1) * batch;
+            for e in 1..=total {
+                lines[1].store(e, Ordering::Release);
+                while lines[0].load(Ordering::Acquire) < e {
+                    std::hint::spin_loop();
+                }
+            }
+        })
+    };
+    let before = barrier::sys::affinity_cores();
+    let _ = barrier::sys::pin_to_core(cores.first().copied().unwrap_or(0));
+    let mut e = 0u64;
+    let mut step = || {
+        e += 1;
+        lines[0].store(e, Ordering::Release);
+        while lines[1].load(Ordering::Acquire) < e {
+            std::hint::spin_loop();
+        }
+    };
+    for _ in 0..warmup {
+        step();
+    }
+    let samples = timed_batches(iters, batch, step);
+    peer.join().expect("floor peer thread");
+    // Restore the mask: the ranks launched later inherit this thread's affinity.
+    let _ = barrier::sys::set_affinity(&before);
+    Stats::from_samples(samples)
+}
+
+/// `std::sync::Barrier` with `n` threads; thread 0's timings.
+pub fn std_barrier(n: usize, iters: u64, batch: u64) -> Stats {
+    let b = Arc::new(std::sync::Barrier::new(n));
+    let warmup = (iters / 10).min(10_000);
+    let batches = (iters / batch).max(1);
+    let others: Vec<_> = (1..n)
+        .map(|_| {
+            let b = b.clone();
+            std::thread::spawn(move || {
+                for _ in 0..warmup + batches * batch {
+                    b.wait();
+                }
+            })
+        })
+        .collect();
+    for _ in 0..warmup {
+        b.wait();
+    }
+    let samples = timed_batches(iters, batch, || {
+        b.wait();
+    });
+    for t in others {
+        t.join().expect("std barrier thread");
+    }
+    Stats::from_samples(samples)
+}
+
+/// The body of one rank of a backend measurement (the hidden `bench-rank` subcommand).
+pub fn rank_main(iters: u64, batch: u64) -> Result<(), barrier::Error> {
+    let uni = barrier::init()?;
+    let world = uni.try_world()?;
+    let warmup = (iters / 10).min(20_000);
+    for _ in 0..warmup {
+        world.barrier()?;
+    }
+    let mut err = None;
+    let samples = timed_batches(iters, batch, || {
+        if err.is_none() {
+            if let Err(e) = world.barrier() {
+                err = Some(e);
+            }
+        }
+    });
+    if let Some(e) = err {
+        return Err(e);
+    }
+    // Everyone finishes timing before anyone exits.
+    world.barrier()?;
+    if world.rank() == 0 {
+        println!(
+            "RESULT {} {} {}",
+            world.backend(),
+            world.algorithm(),
+            Stats::from_samples(samples).encode()
+        );
+    }
+    Ok(())
+}
+
+/// What to measure.
+#[derive(Debug, Clone)]
+pub struct BenchOptions {
+    /// Rank counts.
+    pub ranks: Vec<usize>,
+    /// Backend names, or `all`.
+    pub backends: Vec<String>,
+    /// Add a row per software algorithm.
+    pub algorithms: bool,
+    /// Barriers per measurement.
+    pub iters: u64,
+    /// Barriers per timed batch.
+    pub batch: u64,
+    /// One JSON object per line instead of the table.
+    pub json: bool,
+    /// Write an SVG plot here.
+    pub plot: Option<PathBuf>,
+}
+
+/// One row of the result.
+#[derive(Debug, Clone)]
+pub struct Row {
+    /// `floor`, `std`, or a backend name.
+    pub backend: String,
+    /// Algorithm or mode (`-` for the references).
+    pub algorithm: String,
+    /// Ranks (threads for the references).
+    pub ranks: usize,
+    /// Barriers measured.
+    pub iters: u64,
+    /// Latency.
+    pub stats: Stats,
+}
+
+impl Row {
+    /// The row as one JSON object.
+    pub fn to_json(&self, floor: Option<f64>) -> String {
+        let x = floor.map_or("null".to_string(), |f| {
+            format!("{:.3}", self.stats.median / f)
+        });
+        format!(
+            "{{\"backend\":\"{}\",\"algorithm\":\"{}\",\"ranks\":{},\"iters\":{},\"median_ns\":{:.1},\"p99_ns\":{:.1},\"mean_ns\":{:.1},\"min_ns\":{:.1},\"x_floor\":{}}}",
+            self.backend, self.algorithm, self.ranks, self.iters, self.stats.median, self.stats.p99, self.stats.mean, self.stats.min, x
+        )
+    }
+}
+
+struct Progress {
+    total: usize,
+    done: usize,
+    tty: bool,
+}
+
+impl Progress {
+    fn step(&mut self, what: &str) {
+        if self.tty {
+            let width = 24;
+            let filled = width * self.done / self.total.max(1);
+            eprint!(
+                "\r[{}{}] {}/{} {:<40}",
+                "#".repeat(filled),
+                ".".repeat(width - filled),
+                self.done,
+                self.total,
+                what
+            );
+            let _ = std::io::stderr().flush();
+        }
+        self.done += 1;
+    }
+
+    fn finish(&self) {
+        if self.tty {
+            eprint!("\r{:<80}\r", "");
+        }
+    }
+}
+
+/// Measures one backend configuration at `n` ranks as processes under the launcher.
+pub fn measure_backend(
+    n: usize,
+    env: Vec<(String, String)>,
+    iters: u64,
+    batch: u64,
+) -> Result<Row, String> {
+    let exe =
+        std::env::current_exe().map_err(|e| format!("cannot find the barrier binary: {e}"))?;
+    let mut spec = JobSpec::new(n, exe);
+    spec.args = vec![
+        "bench-rank".into(),
+        "--iters".into(),
+        iters.to_string().into(),
+        "--batch".into(),
+        batch.to_string().into(),
+    ];
+    spec.env = env;
+    spec.pin = true;
+    spec.capture_stdout = true;
+    let report = launch(&spec).map_err(|e| e.to_string())?;
+    if let Some(why) = report.describe(n) {
+        return Err(why);
+    }
+    let line = report
+        .stdout
+        .first()
+        .and_then(|s| s.lines().find(|l| l.starts_with("RESULT ")))
+        .ok_or("rank 0 printed no result")?;
+    let mut parts = line.splitn(4, ' ');
+    parts.next();
+    let backend = parts.next().unwrap_or_default().to_string();
+    let algorithm = parts.next().unwrap_or_default().to_string();
+    let stats = Stats::decode(parts.next().unwrap_or_default()).ok_or("unreadable result line")?;
+    Ok(Row {
+        backend,
+        algorithm,
+        ranks: n,
+        iters,
+        stats,
+    })
+}
+
+/// Runs the whole benchmark and prints it.
+pub fn run(opts: &BenchOptions) -> Result<Vec<Row>, String> {
+    let registry = barrier::backends();
+    let names: Vec<String> = if opts.backends.iter().any(|b| b == "all") {
+        registry.iter().map(|b| b.name().to_string()).collect()
+    } else {
+        for b in &opts.backends {
+            if !registry.iter().any(|r| r.name() == b) {
+                let known: Vec<_> = registry.iter().map(|r| r.name()).collect();
+                return Err(format!(
+                    "unknown backend {b:?}; known: {}, or all",
+                    known.join(", ")
+                ));
+            }
+        }
+        opts.backends.clone()
+    };
+    // Each configuration: (label, env).
+    let mut configs: Vec<(String, Vec<(String, String)>)> = Vec::new();
+    for name in &names {
+        configs.push((name.clone(), vec![("BARRIER_BACKEND".into(), name.clone())]));
+        if opts.algorithms && name == barrier::backends::software::NAME {
+            for a in barrier::backends::software::Algorithm::ALL {
+                configs.push((
+                    format!("{name}/{}", a.name()),
+                    vec![
+                        ("BARRIER_BACKEND".into(), name.clone()),
+                        ("BARRIER_SW_ALGORITHM".into(), a.name().into()),
+                    ],
+                ));
+            }
+        }
+    }
+    let mut progress = Progress {
+        total: 1 + opts.ranks.len() * (1 + configs.len()),
+        done: 0,
+        tty: std::io::stderr().is_terminal(),
+    };
+    let mut rows = Vec::new();
+    // The VM's speed changes from second to second, so the floor is measured again before every
+    // row and the reported floor pools all of those samples.
+    let floor_iters = (opts.iters / 4).max(opts.batch);
+    let mut floor_samples: Vec<Stats> = Vec::new();
+    progress.step("floor (2 pinned threads)");
+    floor_samples.push(floor(floor_iters, opts.batch));
+    for &n in &opts.ranks {
+        progress.step(&format!("std::sync::Barrier n={n}"));
+        rows.push(Row {
+            backend: "std".into(),
+            algorithm: "-".into(),
+            ranks: n,
+            iters: opts.iters,
+            stats: std_barrier(n, opts.iters, opts.batch),
+        });
+        for (label, env) in &configs {
+            progress.step(&format!("{label} n={n}"));
+            floor_samples.push(floor(floor_iters, opts.batch));
+            let mut env = env.clone();
+            env.push(("BARRIER_TIMEOUT".into(), "60s".into()));
+            let row = measure_backend(n, env, opts.iters, opts.batch)
+                .map_err(|e| format!("{label} at {n} ranks: {e}"))?;
+            rows.push(row);
+        }
+    }
+    progress.finish();
+    let floor_stats = pool(&floor_samples);
+    rows.insert(
+        0,
+        Row {
+            backend: "floor".into(),
+            algorithm: "-".into(),
+            ranks: 2,
+            iters: floor_iters * floor_samples.len() as u64,
+            stats: floor_stats,
+        },
+    );
+    let floor_ns = floor_stats.median;
+    if opts.json {
+        for r in &rows {
+            println!("{}", r.to_json(Some(floor_ns)));
+        }
+    } else {
+        print_table(&rows, floor_ns, opts);
+    }
+    if let Some(path) = &opts.plot {
+        std::fs::write(path, crate::plot::svg(&rows, floor_ns))
+            .map_err(|e| format!("writing {}: {e}", path.display()))?;
+        if !opts.json {
+            println!("plot written to {}", path.display());
+        }
+    }
+    Ok(rows)
+}
+
+fn print_table(rows: &[Row], floor_ns: f64, opts: &BenchOptions) {
+    println!(
+        "barrier bench: {} cores, {} barriers per row in batches of {}, floor {:.1} ns (median)",
+        barrier::sys::available_cores(),
+        opts.iters,
+        opts.batch,
+        floor_ns
+    );
+    println!(
+        "{:>5}  {:<16} {:<14} {:>11} {:>11} {:>11} {:>11} {:>8}",
+        "ranks", "backend", "algorithm", "median ns", "p99 ns", "mean ns", "min ns", "x floor"
+    );
+    for r in rows {
+        println!(
+            "{:>5}  {:<16} {:<14} {:>11.1} {:>11.1} {:>11.1} {:>11.1} {:>8.2}",
+            r.ranks,
+            r.backend,
+            r.algorithm,
+            r.stats.median,
+            r.stats.p99,
+            r.stats.mean,
+            r.stats.min,
+            r.stats.median / floor_ns
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stats_pick_order_statistics() {
+        let s = Stats::from_samples((1..=100).map(|v| v as f64).collect());
+        assert_eq!(s.min, 1.0);
+        assert_eq!(s.median, 51.0);
+        assert_eq!(s.p99, 99.0);
+        assert!((s.mean - 50.5).abs() < 1e-9);
+        assert_eq!(Stats::decode(&s.encode()), Some(s));
+    }
+
+    #[test]
+    fn json_row_has_the_documented_fields() {
+        let r = Row {
+            backend: "std".into(),
+            algorithm: "-".into(),
+            ranks: 4,
+            iters: 10,
+            stats: Stats {
+                median: 2.0,
+                p99: 3.0,
+                mean: 2.5,
+                min: 1.0,
+            },
+        };
+        let j = r.to_json(Some(1.0));
+        for key in [
+            "\"backend\":\"std\"",
+            "\"ranks\":4",
+            "\"iters\":10",
+            "\"median_ns\":2.0",
+            "\"p99_ns\":3.0",
+            "\"mean_ns\":2.5",
+            "\"min_ns\":1.0",
+        ] {
+            assert!(j.contains(key), "{j} lacks {key}");
+        }
+    }
+}
