@@ -42,12 +42,7 @@ impl Stats {
         assert!(!s.is_empty(), "no samples");
         s.sort_by(|a, b| a.total_cmp(b));
         let pick = |q: f64| s[((s.len() - 1) as f64 * q).round() as usize];
-        Stats {
-            median: pick(0.5),
-            p99: pick(0.99),
-            mean: s.iter().sum::<f64>() / s.len() as f64,
-            min: s[0],
-        }
+        Stats { median: pick(0.5), p99: pick(0.99), mean: s.iter().sum::<f64>() / s.len() as f64, min: s[0] }
     }
 
     fn encode(&self) -> String {
@@ -55,16 +50,8 @@ impl Stats {
     }
 
     fn decode(text: &str) -> Option<Stats> {
-        let v: Vec<f64> = text
-            .split_whitespace()
-            .filter_map(|t| t.parse().ok())
-            .collect();
-        (v.len() == 4).then(|| Stats {
-            median: v[0],
-            p99: v[1],
-            mean: v[2],
-            min: v[3],
-        })
+        let v: Vec<f64> = text.split_whitespace().filter_map(|t| t.parse().ok()).collect();
+        (v.len() == 4).then(|| Stats { median: v[0], p99: v[1], mean: v[2], min: v[3] })
     }
 }
 
@@ -181,12 +168,7 @@ pub fn rank_main(iters: u64, batch: u64) -> Result<(), barrier::Error> {
     // Everyone finishes timing before anyone exits.
     world.barrier()?;
     if world.rank() == 0 {
-        println!(
-            "RESULT {} {} {}",
-            world.backend(),
-            world.algorithm(),
-            Stats::from_samples(samples).encode()
-        );
+        println!("RESULT {} {} {}", world.backend(), world.algorithm(), Stats::from_samples(samples).encode());
     }
     Ok(())
 }
@@ -228,9 +210,7 @@ pub struct Row {
 impl Row {
     /// The row as one JSON object.
     pub fn to_json(&self, floor: Option<f64>) -> String {
-        let x = floor.map_or("null".to_string(), |f| {
-            format!("{:.3}", self.stats.median / f)
-        });
+        let x = floor.map_or("null".to_string(), |f| format!("{:.3}", self.stats.median / f));
         format!(
             "{{\"backend\":\"{}\",\"algorithm\":\"{}\",\"ranks\":{},\"iters\":{},\"median_ns\":{:.1},\"p99_ns\":{:.1},\"mean_ns\":{:.1},\"min_ns\":{:.1},\"x_floor\":{}}}",
             self.backend, self.algorithm, self.ranks, self.iters, self.stats.median, self.stats.p99, self.stats.mean, self.stats.min, x
@@ -270,14 +250,8 @@ impl Progress {
 }
 
 /// Measures one backend configuration at `n` ranks as processes under the launcher.
-pub fn measure_backend(
-    n: usize,
-    env: Vec<(String, String)>,
-    iters: u64,
-    batch: u64,
-) -> Result<Row, String> {
-    let exe =
-        std::env::current_exe().map_err(|e| format!("cannot find the barrier binary: {e}"))?;
+pub fn measure_backend(n: usize, env: Vec<(String, String)>, iters: u64, batch: u64) -> Result<Row, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find the barrier binary: {e}"))?;
     let mut spec = JobSpec::new(n, exe);
     spec.args = vec![
         "bench-rank".into(),
@@ -303,13 +277,7 @@ pub fn measure_backend(
     let backend = parts.next().unwrap_or_default().to_string();
     let algorithm = parts.next().unwrap_or_default().to_string();
     let stats = Stats::decode(parts.next().unwrap_or_default()).ok_or("unreadable result line")?;
-    Ok(Row {
-        backend,
-        algorithm,
-        ranks: n,
-        iters,
-        stats,
-    })
+    Ok(Row { backend, algorithm, ranks: n, iters, stats })
 }
 
 /// Runs the whole benchmark and prints it.
@@ -321,10 +289,7 @@ pub fn run(opts: &BenchOptions) -> Result<Vec<Row>, String> {
         for b in &opts.backends {
             if !registry.iter().any(|r| r.name() == b) {
                 let known: Vec<_> = registry.iter().map(|r| r.name()).collect();
-                return Err(format!(
-                    "unknown backend {b:?}; known: {}, or all",
-                    known.join(", ")
-                ));
+                return Err(format!("unknown backend {b:?}; known: {}, or all", known.join(", ")));
             }
         }
         opts.backends.clone()
@@ -337,19 +302,13 @@ pub fn run(opts: &BenchOptions) -> Result<Vec<Row>, String> {
             for a in barrier::backends::software::Algorithm::ALL {
                 configs.push((
                     format!("{name}/{}", a.name()),
-                    vec![
-                        ("BARRIER_BACKEND".into(), name.clone()),
-                        ("BARRIER_SW_ALGORITHM".into(), a.name().into()),
-                    ],
+                    vec![("BARRIER_BACKEND".into(), name.clone()), ("BARRIER_SW_ALGORITHM".into(), a.name().into())],
                 ));
             }
         }
     }
-    let mut progress = Progress {
-        total: 1 + opts.ranks.len() * (1 + configs.len()),
-        done: 0,
-        tty: std::io::stderr().is_terminal(),
-    };
+    let mut progress =
+        Progress { total: 1 + opts.ranks.len() * (1 + configs.len()), done: 0, tty: std::io::stderr().is_terminal() };
     let mut rows = Vec::new();
     // The VM's speed changes from second to second, so the floor is measured again before every
     // row and the reported floor pools all of those samples.
@@ -371,8 +330,8 @@ pub fn run(opts: &BenchOptions) -> Result<Vec<Row>, String> {
             floor_samples.push(floor(floor_iters, opts.batch));
             let mut env = env.clone();
             env.push(("BARRIER_TIMEOUT".into(), "60s".into()));
-            let row = measure_backend(n, env, opts.iters, opts.batch)
-                .map_err(|e| format!("{label} at {n} ranks: {e}"))?;
+            let row =
+                measure_backend(n, env, opts.iters, opts.batch).map_err(|e| format!("{label} at {n} ranks: {e}"))?;
             rows.push(row);
         }
     }
@@ -454,12 +413,7 @@ mod tests {
             algorithm: "-".into(),
             ranks: 4,
             iters: 10,
-            stats: Stats {
-                median: 2.0,
-                p99: 3.0,
-                mean: 2.5,
-                min: 1.0,
-            },
+            stats: Stats { median: 2.0, p99: 3.0, mean: 2.5, min: 1.0 },
         };
         let j = r.to_json(Some(1.0));
         for key in [

@@ -8,56 +8,25 @@ use barrier::{threads, Params};
 pub fn report(ranks: usize, nodes: usize) -> Result<String, String> {
     let mut out = String::new();
     let params = Params::from_env();
-    let _ = writeln!(
-        out,
-        "barrier {} on {} cores\n",
-        env!("CARGO_PKG_VERSION"),
-        barrier::sys::available_cores()
-    );
+    let _ = writeln!(out, "barrier {} on {} cores\n", env!("CARGO_PKG_VERSION"), barrier::sys::available_cores());
     let _ = writeln!(out, "Backends (highest priority first is tried first):");
     let mut backends = barrier::backends();
     backends.sort_by_key(|b| -b.default_priority());
     for b in &backends {
-        let _ = writeln!(
-            out,
-            "  {:<14} default priority {:>4}  {}",
-            b.name(),
-            b.default_priority(),
-            b.description()
-        );
+        let _ = writeln!(out, "  {:<14} default priority {:>4}  {}", b.name(), b.default_priority(), b.description());
     }
-    let _ = writeln!(
-        out,
-        "\nParameters (environment variables; current value in brackets when set):"
-    );
+    let _ = writeln!(out, "\nParameters (environment variables; current value in brackets when set):");
     let mut all = barrier::params::core_params();
     for b in &backends {
-        all.extend(barrier::params::backend_params(
-            b.name(),
-            b.default_priority(),
-        ));
+        all.extend(barrier::params::backend_params(b.name(), b.default_priority()));
         all.extend(b.params());
     }
     for p in &all {
-        let current = params
-            .get(&p.name)
-            .map(|v| format!(" [{v}]"))
-            .unwrap_or_default();
-        let default = if p.default.is_empty() {
-            "(empty)".to_string()
-        } else {
-            p.default.clone()
-        };
-        let _ = writeln!(
-            out,
-            "  {}={}{}\n      {}",
-            p.name, default, current, p.description
-        );
+        let current = params.get(&p.name).map(|v| format!(" [{v}]")).unwrap_or_default();
+        let default = if p.default.is_empty() { "(empty)".to_string() } else { p.default.clone() };
+        let _ = writeln!(out, "  {}={}{}\n      {}", p.name, default, current, p.description);
     }
-    let _ = writeln!(
-        out,
-        "\nSelection for a job of {ranks} ranks on {nodes} node(s) (run now, as threads):"
-    );
+    let _ = writeln!(out, "\nSelection for a job of {ranks} ranks on {nodes} node(s) (run now, as threads):");
     let sel = threads::Job::new(ranks)
         .nodes(nodes)
         .params(params)

@@ -6,7 +6,7 @@
 //! 2. Spawns `n` copies of the program with `BARRIER_RANK`, `BARRIER_SIZE`, `BARRIER_NODES`. Each
 //!    child asks the kernel to kill it if the launcher dies (`PR_SET_PDEATHSIG`) and runs in its
 //!    own process group, so a terminal's Ctrl-C reaches the launcher once and is forwarded.
-//! 3. Waits. SIGINT/SIGTERM to the launcher are forwarded to every rank. When a rank dies from a
+//! 3. Waits. SIGINT/SIGTERM to the launcher are forwarded to every rank (its process group). When a rank dies from a
 //!    signal or exits non-zero, the launcher marks the job aborted in the segment (ranks waiting
 //!    in a barrier stop at once with an error), sends SIGTERM to the others, SIGKILL after a
 //!    grace period, and reports which rank failed and how.
@@ -41,6 +41,8 @@ pub struct JobSpec {
     pub pin: bool,
     /// Capture every rank's standard output instead of passing it through.
     pub capture_stdout: bool,
+    /// Capture every rank's standard error instead of passing it through.
+    pub capture_stderr: bool,
     /// Bytes of the segment pool for sub-communicators and windows.
     pub pool_bytes: usize,
 }
@@ -56,6 +58,7 @@ impl JobSpec {
             env: Vec::new(),
             pin: false,
             capture_stdout: false,
+            capture_stderr: false,
             pool_bytes: barrier::shm::DEFAULT_POOL_BYTES,
         }
     }
@@ -101,6 +104,8 @@ pub struct JobReport {
     pub interrupted: Option<i32>,
     /// Captured standard output per rank (with `capture_stdout`).
     pub stdout: Vec<String>,
+    /// Captured standard error per rank (with `capture_stderr`).
+    pub stderr: Vec<String>,
     /// Wall time.
     pub elapsed: Duration,
 }
@@ -131,12 +136,8 @@ impl JobReport {
                 f.rank, f.pid, f.end, f.after
             ));
         }
-        self.interrupted.map(|s| {
-            format!(
-                "barrier run: interrupted by signal {s} ({}); the ranks were stopped",
-                signal_name(s)
-            )
-        })
+        self.interrupted
+            .map(|s| format!("barrier run: interrupted by signal {s} ({}); the ranks were stopped", signal_name(s)))
     }
 }
 
@@ -171,11 +172,15 @@ fn install_forwarding() {
     }
 }
 
+/// Signals a rank's whole process group (each rank leads its own), so that whatever the rank
+/// started (a shell's children, helpers) stops with it and cannot hold the job's pipes open.
 fn send(pid: u32, sig: i32) {
-    // SAFETY: kill has no memory-safety preconditions; a stale pid of a reaped child at worst
-    // fails with ESRCH (children are only reaped by this launcher, after which we stop sending).
+    // SAFETY: kill has no memory-safety preconditions. The group id is the pid of a child this
+    // launcher has not reaped yet (callers check), so it cannot have been reused.
     unsafe {
-        libc::kill(pid as libc::pid_t, sig);
+        if libc::kill(-(pid as libc::pid_t), sig) != 0 {
+            libc::kill(pid as libc::pid_t, sig);
+        }
     }
 }
 
@@ -185,8 +190,7 @@ pub fn launch(spec: &JobSpec) -> Result<JobReport, LaunchError> {
         return Err(LaunchError("barrier run: -n must be at least 1".into()));
     }
     let shape = JobShape::local(spec.ranks, spec.nodes);
-    let seg = Segment::create_for_job(shape, spec.pool_bytes)
-        .map_err(|e| LaunchError(format!("barrier run: {e}")))?;
+    let seg = Segment::create_for_job(shape, spec.pool_bytes).map_err(|e| LaunchError(format!("barrier run: {e}")))?;
     let fd = seg.raw_fd().expect("job segment has a descriptor");
     barrier::sys::set_inheritable(fd)
         .map_err(|e| LaunchError(format!("barrier run: making the segment inheritable: {e}")))?;
@@ -201,6 +205,7 @@ pub fn launch(spec: &JobSpec) -> Result<JobReport, LaunchError> {
     let mut children: Vec<Option<Child>> = Vec::with_capacity(spec.ranks);
     let mut pids = Vec::with_capacity(spec.ranks);
     let mut readers = Vec::new();
+    let mut err_readers = Vec::new();
     for rank in 0..spec.ranks {
         let mut cmd = Command::new(&spec.program);
         cmd.args(&spec.args)
@@ -212,19 +217,16 @@ pub fn launch(spec: &JobSpec) -> Result<JobReport, LaunchError> {
         if spec.capture_stdout {
             cmd.stdout(Stdio::piped());
         }
+        if spec.capture_stderr {
+            cmd.stderr(Stdio::piped());
+        }
         let core = pin.then(|| cores[rank]);
         // SAFETY: the closure runs in the child between fork and exec and only makes
         // async-signal-safe system calls (prctl, getppid, setpgid, sched_setaffinity, _exit);
         // it allocates nothing.
         unsafe {
             cmd.pre_exec(move || {
-                libc::prctl(
-                    libc::PR_SET_PDEATHSIG,
-                    libc::SIGKILL as libc::c_ulong,
-                    0,
-                    0,
-                    0,
-                );
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0);
                 if libc::getppid() != launcher_pid {
                     libc::_exit(1);
                 }
@@ -240,12 +242,11 @@ pub fn launch(spec: &JobSpec) -> Result<JobReport, LaunchError> {
         match cmd.spawn() {
             Ok(mut child) => {
                 pids.push(child.id());
-                if let Some(mut out) = child.stdout.take() {
-                    readers.push(std::thread::spawn(move || {
-                        let mut s = String::new();
-                        let _ = out.read_to_string(&mut s);
-                        s
-                    }));
+                if let Some(out) = child.stdout.take() {
+                    readers.push(read_all(out));
+                }
+                if let Some(err) = child.stderr.take() {
+                    err_readers.push(read_all(err));
                 }
                 children.push(Some(child));
             }
@@ -256,10 +257,7 @@ pub fn launch(spec: &JobSpec) -> Result<JobReport, LaunchError> {
                 for c in children.iter_mut().flatten() {
                     let _ = c.wait();
                 }
-                return Err(LaunchError(format!(
-                    "barrier run: cannot start {}: {e}",
-                    spec.program.display()
-                )));
+                return Err(LaunchError(format!("barrier run: cannot start {}: {e}", spec.program.display())));
             }
         }
     }
@@ -314,11 +312,7 @@ pub fn launch(spec: &JobSpec) -> Result<JobReport, LaunchError> {
                 signal_all(&alive, libc::SIGKILL);
             }
         }
-        let poll = if stopping_since.is_some() {
-            Duration::from_millis(10)
-        } else {
-            Duration::from_millis(50)
-        };
+        let poll = if stopping_since.is_some() { Duration::from_millis(10) } else { Duration::from_millis(50) };
         let (pid, status) = match rx.recv_timeout(poll) {
             Ok(ended) => ended,
             Err(std::sync::mpsc::RecvTimeoutError::Timeout) => continue,
@@ -340,27 +334,23 @@ pub fn launch(spec: &JobSpec) -> Result<JobReport, LaunchError> {
             RankEnd::Exited(1)
         };
         if end != RankEnd::Exited(0) && failure.is_none() && interrupted.is_none() {
-            failure = Some(RankFailure {
-                rank,
-                pid: pids[rank],
-                end,
-                after: start.elapsed(),
-            });
+            failure = Some(RankFailure { rank, pid: pids[rank], end, after: start.elapsed() });
             seg.set_abort(rank);
             signal_all(&alive, libc::SIGTERM);
             stopping_since.get_or_insert_with(Instant::now);
         }
     }
     let _ = reaper.join();
-    let stdout = readers
-        .into_iter()
-        .map(|h| h.join().unwrap_or_default())
-        .collect();
-    Ok(JobReport {
-        failure,
-        interrupted,
-        stdout,
-        elapsed: start.elapsed(),
+    let stdout = readers.into_iter().map(|h| h.join().unwrap_or_default()).collect();
+    let stderr = err_readers.into_iter().map(|h| h.join().unwrap_or_default()).collect();
+    Ok(JobReport { failure, interrupted, stdout, stderr, elapsed: start.elapsed() })
+}
+
+fn read_all(mut pipe: impl Read + Send + 'static) -> std::thread::JoinHandle<String> {
+    std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = pipe.read_to_string(&mut s);
+        s
     })
 }
 

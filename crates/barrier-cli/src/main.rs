@@ -86,13 +86,7 @@ enum Cmd {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Cmd::Run {
-            ranks,
-            nodes,
-            timeout,
-            pin,
-            program,
-        } => {
+        Cmd::Run { ranks, nodes, timeout, pin, program } => {
             let mut spec = JobSpec::new(ranks, PathBuf::from(&program[0]));
             spec.args = program[1..].to_vec();
             spec.nodes = nodes;
@@ -113,28 +107,13 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Cmd::Bench {
-            ranks,
-            backend,
-            algorithms,
-            iters,
-            batch,
-            json,
-            plot,
-        } => {
+        Cmd::Bench { ranks, backend, algorithms, iters, batch, json, plot } => {
             if ranks.iter().any(|&n| n == 0) || iters == 0 || batch == 0 {
                 eprintln!("barrier bench: -n, --iters and --batch must be at least 1");
                 return ExitCode::from(2);
             }
-            let opts = BenchOptions {
-                ranks,
-                backends: backend,
-                algorithms,
-                iters,
-                batch: batch.min(iters),
-                json,
-                plot,
-            };
+            let opts =
+                BenchOptions { ranks, backends: backend, algorithms, iters, batch: batch.min(iters), json, plot };
             match bench::run(&opts) {
                 Ok(_) => ExitCode::SUCCESS,
                 Err(e) => {

@@ -11,10 +11,8 @@ const LEFT: f64 = 70.0;
 const RIGHT: f64 = 200.0;
 const TOP: f64 = 30.0;
 const BOTTOM: f64 = 50.0;
-const COLORS: [&str; 10] = [
-    "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
-    "#bcbd22", "#17becf",
-];
+const COLORS: [&str; 10] =
+    ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"];
 
 fn series_name(r: &Row) -> String {
     if r.algorithm == "-" || r.algorithm.is_empty() {
@@ -28,27 +26,13 @@ fn series_name(r: &Row) -> String {
 pub fn svg(rows: &[Row], floor_ns: f64) -> String {
     let mut series: BTreeMap<String, Vec<(usize, f64)>> = BTreeMap::new();
     for r in rows {
-        series
-            .entry(series_name(r))
-            .or_default()
-            .push((r.ranks, r.stats.median.max(0.1)));
+        series.entry(series_name(r)).or_default().push((r.ranks, r.stats.median.max(0.1)));
     }
-    let xs: Vec<f64> = rows
-        .iter()
-        .map(|r| (r.ranks.max(1) as f64).log2())
-        .collect();
-    let (xmin, xmax) = (
-        xs.iter().cloned().fold(f64::MAX, f64::min),
-        xs.iter().cloned().fold(f64::MIN, f64::max),
-    );
-    let ys: Vec<f64> = rows
-        .iter()
-        .map(|r| r.stats.median.max(0.1).log10())
-        .collect();
-    let (ymin, ymax) = (
-        ys.iter().cloned().fold(f64::MAX, f64::min).floor(),
-        ys.iter().cloned().fold(f64::MIN, f64::max).ceil(),
-    );
+    let xs: Vec<f64> = rows.iter().map(|r| (r.ranks.max(1) as f64).log2()).collect();
+    let (xmin, xmax) = (xs.iter().cloned().fold(f64::MAX, f64::min), xs.iter().cloned().fold(f64::MIN, f64::max));
+    let ys: Vec<f64> = rows.iter().map(|r| r.stats.median.max(0.1).log10()).collect();
+    let (ymin, ymax) =
+        (ys.iter().cloned().fold(f64::MAX, f64::min).floor(), ys.iter().cloned().fold(f64::MIN, f64::max).ceil());
     let xr = if xmax > xmin { xmax - xmin } else { 1.0 };
     let yr = if ymax > ymin { ymax - ymin } else { 1.0 };
     let px = |ranks: usize| LEFT + ((ranks.max(1) as f64).log2() - xmin) / xr * (W - LEFT - RIGHT);
@@ -69,18 +53,8 @@ pub fn svg(rows: &[Row], floor_ns: f64) -> String {
     while decade <= ymax + 1e-9 {
         let ns = 10f64.powf(decade);
         let y = py(ns);
-        let _ = writeln!(
-            s,
-            r##"<line x1="{LEFT}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="#ddd"/>"##,
-            W - RIGHT
-        );
-        let _ = writeln!(
-            s,
-            r#"<text x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"#,
-            LEFT - 6.0,
-            y + 4.0,
-            ns
-        );
+        let _ = writeln!(s, r##"<line x1="{LEFT}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="#ddd"/>"##, W - RIGHT);
+        let _ = writeln!(s, r#"<text x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"#, LEFT - 6.0, y + 4.0, ns);
         decade += 1.0;
     }
     let mut ranks: Vec<usize> = rows.iter().map(|r| r.ranks).collect();
@@ -88,16 +62,8 @@ pub fn svg(rows: &[Row], floor_ns: f64) -> String {
     ranks.dedup();
     for n in &ranks {
         let x = px(*n);
-        let _ = writeln!(
-            s,
-            r##"<line x1="{x:.1}" y1="{TOP}" x2="{x:.1}" y2="{:.1}" stroke="#eee"/>"##,
-            H - BOTTOM
-        );
-        let _ = writeln!(
-            s,
-            r#"<text x="{x:.1}" y="{:.1}" text-anchor="middle">{n}</text>"#,
-            H - BOTTOM + 16.0
-        );
+        let _ = writeln!(s, r##"<line x1="{x:.1}" y1="{TOP}" x2="{x:.1}" y2="{:.1}" stroke="#eee"/>"##, H - BOTTOM);
+        let _ = writeln!(s, r#"<text x="{x:.1}" y="{:.1}" text-anchor="middle">{n}</text>"#, H - BOTTOM + 16.0);
     }
     let _ = writeln!(
         s,
@@ -107,15 +73,8 @@ pub fn svg(rows: &[Row], floor_ns: f64) -> String {
     );
     for (i, (name, pts)) in series.iter().enumerate() {
         let color = COLORS[i % COLORS.len()];
-        let path: Vec<String> = pts
-            .iter()
-            .map(|(n, ns)| format!("{:.1},{:.1}", px(*n), py(*ns)))
-            .collect();
-        let _ = writeln!(
-            s,
-            r#"<polyline fill="none" stroke="{color}" stroke-width="2" points="{}"/>"#,
-            path.join(" ")
-        );
+        let path: Vec<String> = pts.iter().map(|(n, ns)| format!("{:.1},{:.1}", px(*n), py(*ns))).collect();
+        let _ = writeln!(s, r#"<polyline fill="none" stroke="{color}" stroke-width="2" points="{}"/>"#, path.join(" "));
         for (n, ns) in pts {
             let _ = writeln!(
                 s,
@@ -131,12 +90,7 @@ pub fn svg(rows: &[Row], floor_ns: f64) -> String {
             W - RIGHT + 12.0,
             ly - 4.0
         );
-        let _ = writeln!(
-            s,
-            r#"<text x="{:.1}" y="{:.1}">{name}</text>"#,
-            W - RIGHT + 30.0,
-            ly + 1.0
-        );
+        let _ = writeln!(s, r#"<text x="{:.1}" y="{:.1}">{name}</text>"#, W - RIGHT + 30.0, ly + 1.0);
     }
     s.push_str("</svg>\n");
     s

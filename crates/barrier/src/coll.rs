@@ -33,25 +33,10 @@ pub(crate) struct Ctrl<'a> {
 const CTRL_EPOCH_WORD: usize = EXCHANGE_WORDS - 1;
 
 impl<'a> Ctrl<'a> {
-    pub fn new(
-        region: &'a Region,
-        rank: usize,
-        epoch: &'a Cell<u64>,
-        timeout: Option<Duration>,
-    ) -> Self {
+    pub fn new(region: &'a Region, rank: usize, epoch: &'a Cell<u64>, timeout: Option<Duration>) -> Self {
         // Always able to park: setup may wait for a slow rank for a long time.
-        let wait = WaitConfig {
-            policy: WaitPolicy::Park,
-            spin: 256,
-            yields: 8,
-            timeout,
-        };
-        Ctrl {
-            region,
-            rank,
-            epoch,
-            wait,
-        }
+        let wait = WaitConfig { policy: WaitPolicy::Park, spin: 256, yields: 8, timeout };
+        Ctrl { region, rank, epoch, wait }
     }
 
     pub fn barrier(&self) -> Result<()> {
@@ -63,39 +48,28 @@ impl<'a> Ctrl<'a> {
         if arrived == n * e {
             self.region.ctrl_release().signal(e, true);
         }
-        self.wait
-            .wait(
-                self.region.ctrl_release(),
-                e,
-                &**self.region.segment(),
-                None,
-            )
-            .map_err(|w| match w {
-                WaitError::Aborted(r) => Error::Aborted { failed_rank: r },
-                WaitError::Timeout(waited) => Error::Timeout {
-                    rank: self.rank,
-                    size: self.region.size(),
-                    epoch: e,
-                    waited,
-                    missing: self
-                        .region
-                        .exchange()
-                        .iter()
-                        .enumerate()
-                        .filter(|(_, l)| l.0[CTRL_EPOCH_WORD].load(Ordering::Acquire) < e)
-                        .map(|(r, _)| r)
-                        .collect(),
-                },
-            })
+        self.wait.wait(self.region.ctrl_release(), e, &**self.region.segment(), None).map_err(|w| match w {
+            WaitError::Aborted(r) => Error::Aborted { failed_rank: r },
+            WaitError::Timeout(waited) => Error::Timeout {
+                rank: self.rank,
+                size: self.region.size(),
+                epoch: e,
+                waited,
+                missing: self
+                    .region
+                    .exchange()
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, l)| l.0[CTRL_EPOCH_WORD].load(Ordering::Acquire) < e)
+                    .map(|(r, _)| r)
+                    .collect(),
+            },
+        })
     }
 
     /// Every rank's `words` (at most `EXCHANGE_WORDS - 1`), indexed by rank.
     pub fn allgather(&self, words: &[u64]) -> Result<Vec<Vec<u64>>> {
-        assert!(
-            words.len() < EXCHANGE_WORDS,
-            "allgather of {} words exceeds one exchange line",
-            words.len()
-        );
+        assert!(words.len() < EXCHANGE_WORDS, "allgather of {} words exceeds one exchange line", words.len());
         let mine = &self.region.exchange()[self.rank].0;
         for (slot, w) in mine.iter().zip(words) {
             slot.store(*w, Ordering::Relaxed);
@@ -105,12 +79,7 @@ impl<'a> Ctrl<'a> {
             .region
             .exchange()
             .iter()
-            .map(|line| {
-                line.0[..words.len()]
-                    .iter()
-                    .map(|w| w.load(Ordering::Relaxed))
-                    .collect()
-            })
+            .map(|line| line.0[..words.len()].iter().map(|w| w.load(Ordering::Relaxed)).collect())
             .collect();
         self.barrier()?;
         Ok(all)

@@ -112,12 +112,7 @@ impl Communicator {
 
         // Rank 0's wait settings win: signallers and waiters must agree on whether anyone parks.
         let shape = seg.shape();
-        let local_policy = match params
-            .get("BARRIER_WAIT_POLICY")
-            .as_deref()
-            .map(str::to_ascii_lowercase)
-            .as_deref()
-        {
+        let local_policy = match params.get("BARRIER_WAIT_POLICY").as_deref().map(str::to_ascii_lowercase).as_deref() {
             None | Some("auto") => WaitPolicy::auto(shape.ranks_on_machine, shape.cores),
             Some("spin") => WaitPolicy::Spin,
             Some("park") => WaitPolicy::Park,
@@ -129,18 +124,11 @@ impl Communicator {
                 })
             }
         };
-        let default_spin = if local_policy == WaitPolicy::Spin {
-            2000
-        } else {
-            64
-        };
-        let spin =
-            params.parse::<u32>("BARRIER_SPIN_COUNT", default_spin, "a non-negative integer")?;
+        let default_spin = if local_policy == WaitPolicy::Spin { 2000 } else { 64 };
+        let spin = params.parse::<u32>("BARRIER_SPIN_COUNT", default_spin, "a non-negative integer")?;
         let yields = params.parse::<u32>("BARRIER_YIELD_COUNT", 4, "a non-negative integer")?;
         let timeout_us = local_timeout.map_or(0, |d| d.as_micros().min(u64::MAX as u128) as u64);
-        let agreed =
-            ctrl.allgather(&[local_policy.code(), spin as u64, yields as u64, timeout_us])?[0]
-                .clone();
+        let agreed = ctrl.allgather(&[local_policy.code(), spin as u64, yields as u64, timeout_us])?[0].clone();
         let policy = WaitPolicy::from_code(agreed[0]);
         let wait = WaitConfig {
             policy,
@@ -151,13 +139,7 @@ impl Communicator {
 
         let nodes = distinct_nodes(&members, shape.world_size, shape.nodes);
         let (engine, selection) = selector::select(selector::SelectInput {
-            query: QueryContext {
-                rank,
-                size,
-                job: shape,
-                nodes,
-                params: &params,
-            },
+            query: QueryContext { rank, size, job: shape, nodes, params: &params },
             policy,
             ctrl: &ctrl,
             region: &region,
@@ -241,20 +223,14 @@ impl Communicator {
     pub fn local_rank(&self) -> usize {
         let s = self.seg.shape();
         let me = self.node();
-        self.members[..self.rank]
-            .iter()
-            .filter(|&&w| node_of(w, s.world_size, s.nodes) == me)
-            .count()
+        self.members[..self.rank].iter().filter(|&&w| node_of(w, s.world_size, s.nodes) == me).count()
     }
 
     /// Members on this rank's node.
     pub fn local_size(&self) -> usize {
         let s = self.seg.shape();
         let me = self.node();
-        self.members
-            .iter()
-            .filter(|&&w| node_of(w, s.world_size, s.nodes) == me)
-            .count()
+        self.members.iter().filter(|&&w| node_of(w, s.world_size, s.nodes) == me).count()
     }
 
     #[inline(always)]
@@ -305,10 +281,7 @@ impl Communicator {
         self.check_usable()?;
         let epoch = self.epoch.get() + 1;
         self.epoch.set(epoch);
-        self.engine
-            .borrow_mut()
-            .arrive(epoch)
-            .map_err(|e| self.fail(e))?;
+        self.engine.borrow_mut().arrive(epoch).map_err(|e| self.fail(e))?;
         Ok(epoch)
     }
 
@@ -357,11 +330,7 @@ impl Communicator {
         // A request may be tested for ever without waiting: record the arrival now.
         self.arrival.raise(epoch, false);
         self.set_pending(true);
-        Ok(Request {
-            comm: self,
-            epoch,
-            done: false,
-        })
+        Ok(Request { comm: self, epoch, done: false })
     }
 
     /// Splits into disjoint communicators, one per color, ordered by `key` then by rank
@@ -375,9 +344,8 @@ impl Communicator {
         };
         let ctrl = self.ctrl();
         let all = ctrl.allgather(&[code, key as i64 as u64])?;
-        let mut group: Vec<usize> = (0..self.size())
-            .filter(|&r| all[r][0] == code && code != UNDEFINED_COLOR)
-            .collect();
+        let mut group: Vec<usize> =
+            (0..self.size()).filter(|&r| all[r][0] == code && code != UNDEFINED_COLOR).collect();
         group.sort_by_key(|&r| (all[r][1] as i64, r));
         // The group's first member (in parent order) creates the region and tells the others.
         let leader = group.iter().copied().min();
@@ -399,32 +367,17 @@ impl Communicator {
         }
         let base = offers[leader][0];
         if base == NO_REGION {
-            return Err(Error::SegmentFull {
-                needed: crate::region::RegionLayout::new(group.len()).total,
-                free: 0,
-            });
+            return Err(Error::SegmentFull { needed: crate::region::RegionLayout::new(group.len()).total, free: 0 });
         }
         let region = Region::attach(&self.seg, base as usize, group.len())?;
-        let new_rank = group
-            .iter()
-            .position(|&r| r == self.rank)
-            .expect("member of own group");
+        let new_rank = group.iter().position(|&r| r == self.rank).expect("member of own group");
         let members = group.iter().map(|&r| self.members[r]).collect();
-        Communicator::create(
-            self.seg.clone(),
-            region,
-            new_rank,
-            members,
-            self.params.clone(),
-        )
-        .map(Some)
+        Communicator::create(self.seg.clone(), region, new_rank, members, self.params.clone()).map(Some)
     }
 
     /// A new communicator with the same members and ranks (collective).
     pub fn dup(&self) -> Result<Communicator> {
-        Ok(self
-            .split(0u32, self.rank as i32)?
-            .expect("every rank has color 0"))
+        Ok(self.split(0u32, self.rank as i32)?.expect("every rank has color 0"))
     }
 
     /// Allocates `len` shared 64-bit words that every member can read and write (collective),
@@ -445,16 +398,9 @@ impl Communicator {
             return Err(e);
         }
         if offers[0][0] == NO_REGION {
-            return Err(Error::SegmentFull {
-                needed: len * 8,
-                free: 0,
-            });
+            return Err(Error::SegmentFull { needed: len * 8, free: 0 });
         }
-        Ok(SharedWindow {
-            seg: self.seg.clone(),
-            offset: offers[0][0] as usize,
-            len,
-        })
+        Ok(SharedWindow { seg: self.seg.clone(), offset: offers[0][0] as usize, len })
     }
 }
 
@@ -541,10 +487,7 @@ pub(crate) fn node_of(world_rank: usize, world_size: usize, nodes: usize) -> usi
 }
 
 fn distinct_nodes(members: &[usize], world_size: usize, nodes: usize) -> usize {
-    let mut ns: Vec<usize> = members
-        .iter()
-        .map(|&w| node_of(w, world_size, nodes))
-        .collect();
+    let mut ns: Vec<usize> = members.iter().map(|&w| node_of(w, world_size, nodes)).collect();
     ns.sort_unstable();
     ns.dedup();
     ns.len()
@@ -560,10 +503,6 @@ mod tests {
         assert_eq!(nodes, vec![0, 0, 0, 1, 1, 1, 2, 2]);
         assert_eq!(distinct_nodes(&[0, 1, 2, 3, 4, 5, 6, 7], 8, 3), 3);
         assert_eq!(node_of(5, 8, 1), 0);
-        assert_eq!(
-            node_of(5, 8, 100),
-            5,
-            "more nodes than ranks: one rank per node"
-        );
+        assert_eq!(node_of(5, 8, 100), 5, "more nodes than ranks: one rank per node");
     }
 }

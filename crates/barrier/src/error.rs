@@ -54,9 +54,7 @@ pub enum Error {
         reasons: String,
     },
     /// No backend at all can run (every one disabled or declined).
-    #[error(
-        "no barrier backend can run on this communicator: {0}; enable the dissemination backend"
-    )]
+    #[error("no barrier backend can run on this communicator: {0}; enable the dissemination backend")]
     NoBackend(String),
     /// A parameter has a value that cannot be parsed or is out of range.
     #[error("invalid value {value:?} for {name}: {expected}")]
@@ -98,10 +96,7 @@ pub enum Error {
 
 impl Error {
     pub(crate) fn io(what: impl Into<String>, source: std::io::Error) -> Self {
-        Error::Io {
-            what: what.into(),
-            source,
-        }
+        Error::Io { what: what.into(), source }
     }
 }
 

@@ -68,9 +68,7 @@ mod tests {
     fn every_algorithm_completes_on_odd_sizes() {
         for algo in ["central", "dissemination", "tournament", "tree"] {
             for n in [1, 2, 3, 5] {
-                let p = Params::defaults_only()
-                    .set("BARRIER_SW_ALGORITHM", algo)
-                    .set("BARRIER_TIMEOUT", "20s");
+                let p = Params::defaults_only().set("BARRIER_SW_ALGORITHM", algo).set("BARRIER_TIMEOUT", "20s");
                 let out = threads::Job::new(n)
                     .params(p)
                     .run(|w| {
@@ -80,10 +78,7 @@ mod tests {
                         (w.algorithm(), w.epoch())
                     })
                     .unwrap();
-                assert!(
-                    out.iter().all(|(a, e)| a == algo && *e == 200),
-                    "{algo} n={n}: {out:?}"
-                );
+                assert!(out.iter().all(|(a, e)| a == algo && *e == 200), "{algo} n={n}: {out:?}");
             }
         }
     }
@@ -91,10 +86,7 @@ mod tests {
     #[test]
     fn timeout_names_the_missing_rank() {
         let p = Params::defaults_only().set("BARRIER_TIMEOUT", "200ms");
-        let out = threads::Job::new(3)
-            .params(p)
-            .run(|w| if w.rank() == 2 { Ok(()) } else { w.barrier() })
-            .unwrap();
+        let out = threads::Job::new(3).params(p).run(|w| if w.rank() == 2 { Ok(()) } else { w.barrier() }).unwrap();
         for r in &out[..2] {
             match r {
                 Err(Error::Timeout { missing, .. }) => assert_eq!(missing, &vec![2]),
@@ -102,10 +94,7 @@ mod tests {
             }
         }
         let msg = out[0].as_ref().unwrap_err().to_string();
-        assert!(
-            msg.contains("[2]") && msg.contains("BARRIER_TIMEOUT"),
-            "{msg}"
-        );
+        assert!(msg.contains("[2]") && msg.contains("BARRIER_TIMEOUT"), "{msg}");
     }
 
     #[test]
@@ -140,47 +129,27 @@ mod tests {
     #[test]
     fn forced_unknown_backend_is_a_clear_error() {
         let p = Params::defaults_only().set("BARRIER_BACKEND", "nonesuch");
-        let err = threads::Job::new(2)
-            .params(p)
-            .run(|_| ())
-            .unwrap_err()
-            .to_string();
-        assert!(
-            err.contains("nonesuch") && err.contains("dissemination"),
-            "{err}"
-        );
+        let err = threads::Job::new(2).params(p).run(|_| ()).unwrap_err().to_string();
+        assert!(err.contains("nonesuch") && err.contains("dissemination"), "{err}");
     }
 
     #[test]
     fn disabled_only_backend_fails_with_reasons() {
         let p = Params::defaults_only().set("BARRIER_DISSEMINATION_DISABLE", "1");
-        let err = threads::Job::new(2)
-            .params(p)
-            .run(|_| ())
-            .unwrap_err()
-            .to_string();
+        let err = threads::Job::new(2).params(p).run(|_| ()).unwrap_err().to_string();
         assert!(err.contains("disabled"), "{err}");
         let p = Params::defaults_only()
             .set("BARRIER_BACKEND", "dissemination")
             .set("BARRIER_DISSEMINATION_MIN_COMM_SIZE", "4");
-        let err = threads::Job::new(2)
-            .params(p)
-            .run(|_| ())
-            .unwrap_err()
-            .to_string();
+        let err = threads::Job::new(2).params(p).run(|_| ()).unwrap_err().to_string();
         assert!(err.contains("MIN_COMM_SIZE=4"), "{err}");
     }
 
     #[test]
     fn rank0_algorithm_wins_agreement() {
         // Only rank 0's value matters: run with a valid value and check every rank agrees.
-        let p = Params::defaults_only()
-            .set("BARRIER_SW_ALGORITHM", "tree")
-            .set("BARRIER_TREE_ARITY", "2");
-        let out = threads::Job::new(5)
-            .params(p)
-            .run(|w| w.algorithm())
-            .unwrap();
+        let p = Params::defaults_only().set("BARRIER_SW_ALGORITHM", "tree").set("BARRIER_TREE_ARITY", "2");
+        let out = threads::Job::new(5).params(p).run(|w| w.algorithm()).unwrap();
         assert!(out.iter().all(|a| a == "tree"));
     }
 
@@ -194,10 +163,7 @@ mod tests {
                 w.barrier()
             })
         });
-        assert!(
-            r.is_err(),
-            "the panic must reach the caller instead of hanging"
-        );
+        assert!(r.is_err(), "the panic must reach the caller instead of hanging");
     }
 
     #[test]
@@ -207,16 +173,6 @@ mod tests {
             .params(Params::defaults_only())
             .run(|w| (w.node(), w.local_rank(), w.local_size(), w.num_nodes()))
             .unwrap();
-        assert_eq!(
-            out,
-            vec![
-                (0, 0, 3, 2),
-                (0, 1, 3, 2),
-                (0, 2, 3, 2),
-                (1, 0, 3, 2),
-                (1, 1, 3, 2),
-                (1, 2, 3, 2)
-            ]
-        );
+        assert_eq!(out, vec![(0, 0, 3, 2), (0, 1, 3, 2), (0, 2, 3, 2), (1, 0, 3, 2), (1, 1, 3, 2), (1, 2, 3, 2)]);
     }
 }

@@ -23,10 +23,7 @@ pub const CACHE_LINE: usize = 64;
 /// A value alone on its cache line(s).
 #[cfg_attr(target_arch = "x86_64", repr(C, align(128)))]
 #[cfg_attr(target_arch = "aarch64", repr(C, align(256)))]
-#[cfg_attr(
-    not(any(target_arch = "x86_64", target_arch = "aarch64")),
-    repr(C, align(64))
-)]
+#[cfg_attr(not(any(target_arch = "x86_64", target_arch = "aarch64")), repr(C, align(64)))]
 #[derive(Debug, Default)]
 pub struct CachePadded<T>(pub T);
 

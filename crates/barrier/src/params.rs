@@ -29,16 +29,8 @@ pub struct ParamInfo {
 
 impl ParamInfo {
     /// A new parameter description.
-    pub fn new(
-        name: impl Into<String>,
-        default: impl Into<String>,
-        description: impl Into<String>,
-    ) -> Self {
-        ParamInfo {
-            name: name.into(),
-            default: default.into(),
-            description: description.into(),
-        }
+    pub fn new(name: impl Into<String>, default: impl Into<String>, description: impl Into<String>) -> Self {
+        ParamInfo { name: name.into(), default: default.into(), description: description.into() }
     }
 }
 
@@ -64,7 +56,11 @@ pub fn core_params() -> Vec<ParamInfo> {
             "spin (spin, then yield), park (spin briefly, yield, then sleep on a futex), or auto \
              (park when the job's ranks outnumber the cores).",
         ),
-        ParamInfo::new("BARRIER_SPIN_COUNT", "auto", "Busy-wait rounds before yielding (auto: 2000 with spin, 64 with park)."),
+        ParamInfo::new(
+            "BARRIER_SPIN_COUNT",
+            "auto",
+            "Busy-wait rounds before yielding (auto: 2000 with spin, 64 with park).",
+        ),
         ParamInfo::new("BARRIER_YIELD_COUNT", "auto", "Yields before parking with the park policy (auto: 4)."),
         ParamInfo::new(
             "BARRIER_SHM_POOL_BYTES",
@@ -83,11 +79,7 @@ pub fn backend_params(name: &str, priority: i32) -> Vec<ParamInfo> {
             priority.to_string(),
             format!("Priority of the {name} backend (highest usable wins)."),
         ),
-        ParamInfo::new(
-            format!("BARRIER_{up}_DISABLE"),
-            "0",
-            format!("1: never use the {name} backend."),
-        ),
+        ParamInfo::new(format!("BARRIER_{up}_DISABLE"), "0", format!("1: never use the {name} backend.")),
         ParamInfo::new(
             format!("BARRIER_{up}_MIN_COMM_SIZE"),
             "1",
@@ -112,18 +104,12 @@ impl Default for Params {
 impl Params {
     /// Values from the environment (and any later overrides).
     pub fn from_env() -> Self {
-        Params {
-            overrides: BTreeMap::new(),
-            use_env: true,
-        }
+        Params { overrides: BTreeMap::new(), use_env: true }
     }
 
     /// Defaults only: the environment is ignored (tests that must not see the caller's env).
     pub fn defaults_only() -> Self {
-        Params {
-            overrides: BTreeMap::new(),
-            use_env: false,
-        }
+        Params { overrides: BTreeMap::new(), use_env: false }
     }
 
     /// Sets `name` to `value`, overriding the environment.
@@ -177,9 +163,7 @@ impl Params {
             Some(v) => parse_duration(&v).ok_or_else(|| Error::InvalidParam {
                 name: name.into(),
                 value: v.clone(),
-                expected:
-                    "a duration like 30s, 500ms, 100us, 2m or 2.5 (seconds); 0 or none to disable"
-                        .into(),
+                expected: "a duration like 30s, 500ms, 100us, 2m or 2.5 (seconds); 0 or none to disable".into(),
             }),
         }
     }
@@ -188,17 +172,9 @@ impl Params {
     pub fn backend_settings(&self, name: &str, default_priority: i32) -> Result<BackendSettings> {
         let up = name.to_ascii_uppercase();
         Ok(BackendSettings {
-            priority: self.parse(
-                &format!("BARRIER_{up}_PRIORITY"),
-                default_priority,
-                "an integer",
-            )?,
+            priority: self.parse(&format!("BARRIER_{up}_PRIORITY"), default_priority, "an integer")?,
             disabled: self.flag(&format!("BARRIER_{up}_DISABLE"))?,
-            min_comm_size: self.parse(
-                &format!("BARRIER_{up}_MIN_COMM_SIZE"),
-                1usize,
-                "a non-negative integer",
-            )?,
+            min_comm_size: self.parse(&format!("BARRIER_{up}_MIN_COMM_SIZE"), 1usize, "a non-negative integer")?,
         })
     }
 }
@@ -264,10 +240,7 @@ mod tests {
         assert_eq!(p.duration("F").unwrap(), Some(Duration::from_secs(120)));
         let err = p.duration("E").unwrap_err().to_string();
         assert!(err.contains("BARRIER") || err.contains("E"), "{err}");
-        assert!(
-            err.contains("30s"),
-            "error should say what is accepted: {err}"
-        );
+        assert!(err.contains("30s"), "error should say what is accepted: {err}");
     }
 
     #[test]
@@ -277,14 +250,7 @@ mod tests {
             .set("BARRIER_FOO_DISABLE", "yes")
             .set("BARRIER_FOO_MIN_COMM_SIZE", "4");
         let s = p.backend_settings("foo", 1).unwrap();
-        assert_eq!(
-            s,
-            BackendSettings {
-                priority: 7,
-                disabled: true,
-                min_comm_size: 4
-            }
-        );
+        assert_eq!(s, BackendSettings { priority: 7, disabled: true, min_comm_size: 4 });
         let bad = Params::defaults_only().set("BARRIER_FOO_DISABLE", "maybe");
         assert!(bad.backend_settings("foo", 1).is_err());
     }

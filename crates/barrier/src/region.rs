@@ -124,22 +124,14 @@ impl Region {
     pub fn create(seg: &Arc<Segment>, n: usize) -> Result<Region> {
         let layout = RegionLayout::new(n);
         let base = seg.alloc(layout.total)?;
-        let region = Region {
-            seg: seg.clone(),
-            base,
-            layout,
-        };
+        let region = Region { seg: seg.clone(), base, layout };
         region.write_header();
         Ok(region)
     }
 
     /// Writes the header of a region whose memory is already allocated (the world region).
     pub fn init_at(seg: &Arc<Segment>, base: usize, n: usize) -> Region {
-        let region = Region {
-            seg: seg.clone(),
-            base,
-            layout: RegionLayout::new(n),
-        };
+        let region = Region { seg: seg.clone(), base, layout: RegionLayout::new(n) };
         region.write_header();
         region
     }
@@ -153,19 +145,10 @@ impl Region {
     /// Attaches to a region another rank created, checking it was made for `n` ranks.
     pub fn attach(seg: &Arc<Segment>, base: usize, n: usize) -> Result<Region> {
         let layout = RegionLayout::new(n);
-        if base
-            .checked_add(layout.total)
-            .is_none_or(|end| end > seg_len(seg))
-        {
-            return Err(Error::Bootstrap(format!(
-                "region offset {base} for {n} ranks lies outside the job segment"
-            )));
+        if base.checked_add(layout.total).is_none_or(|end| end > seg_len(seg)) {
+            return Err(Error::Bootstrap(format!("region offset {base} for {n} ranks lies outside the job segment")));
         }
-        let region = Region {
-            seg: seg.clone(),
-            base,
-            layout,
-        };
+        let region = Region { seg: seg.clone(), base, layout };
         let h: &RegionHeader = seg.at(base + layout.header);
         let magic = h.magic.load(Ordering::Acquire);
         let size = h.size.load(Ordering::Relaxed);
@@ -226,18 +209,15 @@ impl Region {
         self.flags(self.layout.arrival, self.layout.n)
     }
     pub fn exchange(&self) -> &[ExchangeLine] {
-        self.seg
-            .slice(self.base + self.layout.exchange, self.layout.n)
+        self.seg.slice(self.base + self.layout.exchange, self.layout.n)
     }
     /// Dissemination flag of `rank` for `round`.
     pub fn diss(&self, rank: usize, round: usize) -> &Flag {
-        &self.flags(self.layout.diss, self.layout.n * self.layout.rounds)
-            [rank * self.layout.rounds + round]
+        &self.flags(self.layout.diss, self.layout.n * self.layout.rounds)[rank * self.layout.rounds + round]
     }
     /// Tournament flag of winner `rank` for `round`.
     pub fn tourn(&self, rank: usize, round: usize) -> &Flag {
-        &self.flags(self.layout.tourn, self.layout.n * self.layout.rounds)
-            [rank * self.layout.rounds + round]
+        &self.flags(self.layout.tourn, self.layout.n * self.layout.rounds)[rank * self.layout.rounds + round]
     }
     pub fn tree_up(&self) -> &[Flag] {
         self.flags(self.layout.tree_up, self.layout.n)
@@ -248,12 +228,7 @@ impl Region {
 
     /// Ranks whose last arrival is older than `epoch`.
     pub fn missing_at(&self, epoch: u64) -> Vec<usize> {
-        self.arrivals()
-            .iter()
-            .enumerate()
-            .filter(|(_, f)| f.load() < epoch)
-            .map(|(r, _)| r)
-            .collect()
+        self.arrivals().iter().enumerate().filter(|(_, f)| f.load() < epoch).map(|(r, _)| r).collect()
     }
 }
 
@@ -267,18 +242,7 @@ mod tests {
 
     #[test]
     fn rounds_is_ceil_log2() {
-        let expect = [
-            (0, 0),
-            (1, 0),
-            (2, 1),
-            (3, 2),
-            (4, 2),
-            (5, 3),
-            (8, 3),
-            (9, 4),
-            (13, 4),
-            (1000, 10),
-        ];
+        let expect = [(0, 0), (1, 0), (2, 1), (3, 2), (4, 2), (5, 3), (8, 3), (9, 4), (13, 4), (1000, 10)];
         for (n, r) in expect {
             assert_eq!(rounds(n), r, "n={n}");
         }

@@ -83,11 +83,7 @@ impl fmt::Display for Selection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "chosen: {} ({})", self.backend, self.algorithm)?;
         for c in &self.candidates {
-            writeln!(
-                f,
-                "  {:<14} priority {:>4}  {}",
-                c.name, c.priority, c.outcome
-            )?;
+            writeln!(f, "  {:<14} priority {:>4}  {}", c.name, c.priority, c.outcome)?;
         }
         Ok(())
     }
@@ -98,16 +94,12 @@ fn pack_order(order: &[usize]) -> u64 {
         .iter()
         .take(15)
         .enumerate()
-        .fold(order.len().min(15) as u64, |acc, (i, &b)| {
-            acc | ((b as u64 & 0xf) << (4 * (i + 1)))
-        })
+        .fold(order.len().min(15) as u64, |acc, (i, &b)| acc | ((b as u64 & 0xf) << (4 * (i + 1))))
 }
 
 fn unpack_order(word: u64) -> Vec<usize> {
     let len = (word & 0xf) as usize;
-    (0..len)
-        .map(|i| ((word >> (4 * (i + 1))) & 0xf) as usize)
-        .collect()
+    (0..len).map(|i| ((word >> (4 * (i + 1))) & 0xf) as usize).collect()
 }
 
 pub(crate) struct SelectInput<'a> {
@@ -121,11 +113,7 @@ pub(crate) struct SelectInput<'a> {
 pub(crate) fn select(input: SelectInput<'_>) -> Result<(Engine, Selection)> {
     let registry = backends();
     let params: &Params = input.query.params;
-    let known = registry
-        .iter()
-        .map(|b| b.name())
-        .collect::<Vec<_>>()
-        .join(", ");
+    let known = registry.iter().map(|b| b.name()).collect::<Vec<_>>().join(", ");
     let requested: Option<Vec<usize>> = match params.get("BARRIER_BACKEND") {
         None => None,
         Some(list) => Some(
@@ -136,10 +124,7 @@ pub(crate) fn select(input: SelectInput<'_>) -> Result<(Engine, Selection)> {
                     registry
                         .iter()
                         .position(|b| b.name().eq_ignore_ascii_case(name))
-                        .ok_or_else(|| Error::UnknownBackend {
-                            name: name.into(),
-                            known: known.clone(),
-                        })
+                        .ok_or_else(|| Error::UnknownBackend { name: name.into(), known: known.clone() })
                 })
                 .collect::<Result<Vec<_>>>()?,
         ),
@@ -186,40 +171,23 @@ pub(crate) fn select(input: SelectInput<'_>) -> Result<(Engine, Selection)> {
     let agreed_mask = all.iter().fold(u64::MAX, |m, w| m & w[0]);
     let agreed_order = unpack_order(all[0][1]);
 
-    let enable_ctx = EnableContext {
-        query: input.query,
-        policy: input.policy,
-        ctrl: input.ctrl,
-        region: input.region,
-    };
+    let enable_ctx = EnableContext { query: input.query, policy: input.policy, ctrl: input.ctrl, region: input.region };
     let mut chosen: Option<(usize, Engine)> = None;
     for &i in &agreed_order {
         let b = registry[i];
         let priority = settings[i].priority;
         if chosen.is_some() {
             let outcome = local_reason[i].clone().unwrap_or(Outcome::NotNeeded);
-            candidates.push(Candidate {
-                name: b.name(),
-                priority,
-                outcome,
-            });
+            candidates.push(Candidate { name: b.name(), priority, outcome });
             continue;
         }
         if agreed_mask & (1 << i) == 0 {
             let outcome = local_reason[i].clone().unwrap_or_else(|| {
-                let ranks: Vec<usize> = all
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, w)| w[0] & (1 << i) == 0)
-                    .map(|(r, _)| r)
-                    .collect();
+                let ranks: Vec<usize> =
+                    all.iter().enumerate().filter(|(_, w)| w[0] & (1 << i) == 0).map(|(r, _)| r).collect();
                 Outcome::Declined(format!("declined on rank(s) {ranks:?}"))
             });
-            candidates.push(Candidate {
-                name: b.name(),
-                priority,
-                outcome,
-            });
+            candidates.push(Candidate { name: b.name(), priority, outcome });
             continue;
         }
         let result = if b.name() == SOFTWARE.name() {
@@ -230,11 +198,7 @@ pub(crate) fn select(input: SelectInput<'_>) -> Result<(Engine, Selection)> {
         let everyone_ok = enable_ctx.all_agree(result.is_ok())?;
         match (result, everyone_ok) {
             (Ok(module), true) => {
-                candidates.push(Candidate {
-                    name: b.name(),
-                    priority,
-                    outcome: Outcome::Chosen,
-                });
+                candidates.push(Candidate { name: b.name(), priority, outcome: Outcome::Chosen });
                 chosen = Some((i, module));
             }
             (Ok(_module), false) => candidates.push(Candidate {
@@ -242,21 +206,13 @@ pub(crate) fn select(input: SelectInput<'_>) -> Result<(Engine, Selection)> {
                 priority,
                 outcome: Outcome::Declined("enabling failed on another rank".into()),
             }),
-            (Err(d), _) => candidates.push(Candidate {
-                name: b.name(),
-                priority,
-                outcome: Outcome::Declined(d.0),
-            }),
+            (Err(d), _) => candidates.push(Candidate { name: b.name(), priority, outcome: Outcome::Declined(d.0) }),
         }
     }
     for (i, b) in registry.iter().enumerate() {
         if !agreed_order.contains(&i) {
             let outcome = local_reason[i].clone().unwrap_or(Outcome::NotListed);
-            candidates.push(Candidate {
-                name: b.name(),
-                priority: settings[i].priority,
-                outcome,
-            });
+            candidates.push(Candidate { name: b.name(), priority: settings[i].priority, outcome });
         }
     }
 
@@ -271,16 +227,10 @@ pub(crate) fn select(input: SelectInput<'_>) -> Result<(Engine, Selection)> {
             Ok((module, selection))
         }
         None => {
-            let reasons = candidates
-                .iter()
-                .map(|c| format!("{}: {}", c.name, c.outcome))
-                .collect::<Vec<_>>()
-                .join("; ");
+            let reasons =
+                candidates.iter().map(|c| format!("{}: {}", c.name, c.outcome)).collect::<Vec<_>>().join("; ");
             match params.get("BARRIER_BACKEND") {
-                Some(list) => Err(Error::ForcedBackendUnavailable {
-                    requested: list,
-                    reasons,
-                }),
+                Some(list) => Err(Error::ForcedBackendUnavailable { requested: list, reasons }),
                 None => Err(Error::NoBackend(reasons)),
             }
         }

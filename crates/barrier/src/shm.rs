@@ -113,11 +113,9 @@ impl Segment {
         let h = self.header();
         h.len.store(self.map.len() as u64, Ordering::Relaxed);
         h.version.store(LAYOUT_VERSION, Ordering::Relaxed);
-        h.world_size
-            .store(shape.world_size as u64, Ordering::Relaxed);
+        h.world_size.store(shape.world_size as u64, Ordering::Relaxed);
         h.nodes.store(shape.nodes as u64, Ordering::Relaxed);
-        h.ranks_on_machine
-            .store(shape.ranks_on_machine as u64, Ordering::Relaxed);
+        h.ranks_on_machine.store(shape.ranks_on_machine as u64, Ordering::Relaxed);
         h.cores.store(shape.cores as u64, Ordering::Relaxed);
         h.bump.store(HEADER_BYTES as u64, Ordering::Relaxed);
         let world = self.alloc(crate::region::RegionLayout::new(shape.world_size).total)?;
@@ -135,8 +133,7 @@ impl Segment {
     /// An anonymous segment for thread mode or a singleton program.
     pub fn anonymous(shape: JobShape, pool: usize) -> Result<Arc<Self>> {
         let len = Self::total_len(&shape, pool);
-        let map = Mapping::anonymous(len)
-            .map_err(|e| Error::io(format!("mapping {len} bytes of shared memory"), e))?;
+        let map = Mapping::anonymous(len).map_err(|e| Error::io(format!("mapping {len} bytes of shared memory"), e))?;
         let seg = Segment { map, fd: None };
         seg.init(&shape)?;
         Ok(Self::with_world_region(seg, &shape))
@@ -147,16 +144,14 @@ impl Segment {
     /// [`sys::set_inheritable`].
     pub fn create_for_job(shape: JobShape, pool: usize) -> Result<Arc<Self>> {
         let len = Self::total_len(&shape, pool);
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos());
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
         let name = format!("/barrier-{}-{nanos:x}", std::process::id());
         let fd = sys::shm_create(&name, len)
             .map_err(|e| Error::io(format!("creating shared segment {name} ({len} bytes)"), e))?;
         // Unlink before anything else can fail: from here on nothing can be left behind.
         sys::shm_unlink(&name).map_err(|e| Error::io(format!("unlinking {name}"), e))?;
-        let map = Mapping::map_fd(fd.as_raw_fd(), len)
-            .map_err(|e| Error::io(format!("mapping shared segment {name}"), e))?;
+        let map =
+            Mapping::map_fd(fd.as_raw_fd(), len).map_err(|e| Error::io(format!("mapping shared segment {name}"), e))?;
         let seg = Segment { map, fd: Some(fd) };
         seg.init(&shape)?;
         Ok(Self::with_world_region(seg, &shape))
@@ -164,20 +159,14 @@ impl Segment {
 
     /// Maps the segment behind an inherited descriptor and checks its header.
     pub fn from_fd(fd: RawFd) -> Result<Arc<Self>> {
-        let len =
-            sys::fd_len(fd).map_err(|e| Error::io(format!("fstat of BARRIER_SHM_FD={fd}"), e))?;
+        let len = sys::fd_len(fd).map_err(|e| Error::io(format!("fstat of BARRIER_SHM_FD={fd}"), e))?;
         if len < HEADER_BYTES {
-            return Err(Error::Bootstrap(format!(
-                "BARRIER_SHM_FD={fd} is {len} bytes, too small for a job segment"
-            )));
+            return Err(Error::Bootstrap(format!("BARRIER_SHM_FD={fd} is {len} bytes, too small for a job segment")));
         }
-        let map = Mapping::map_fd(fd, len)
-            .map_err(|e| Error::io(format!("mapping BARRIER_SHM_FD={fd}"), e))?;
+        let map = Mapping::map_fd(fd, len).map_err(|e| Error::io(format!("mapping BARRIER_SHM_FD={fd}"), e))?;
         let seg = Segment { map, fd: None };
         if seg.header().magic.load(Ordering::Acquire) != MAGIC {
-            return Err(Error::Bootstrap(format!(
-                "BARRIER_SHM_FD={fd} is not a barrier job segment"
-            )));
+            return Err(Error::Bootstrap(format!("BARRIER_SHM_FD={fd} is not a barrier job segment")));
         }
         let version = seg.header().version.load(Ordering::Relaxed);
         if version != LAYOUT_VERSION {
@@ -227,10 +216,7 @@ impl Segment {
         let off = h.bump.fetch_add(bytes as u64, Ordering::Relaxed) as usize;
         let len = self.map.len();
         if off + bytes > len {
-            return Err(Error::SegmentFull {
-                needed: bytes,
-                free: len.saturating_sub(off),
-            });
+            return Err(Error::SegmentFull { needed: bytes, free: len.saturating_sub(off) });
         }
         Ok(off)
     }
@@ -245,17 +231,8 @@ impl Segment {
     /// A slice of `count` `T`s at `offset`. Panics if it does not fit or is misaligned.
     pub(crate) fn slice<T: SharedPlain>(&self, offset: usize, count: usize) -> &[T] {
         let size = std::mem::size_of::<T>() * count;
-        assert!(
-            offset
-                .checked_add(size)
-                .is_some_and(|end| end <= self.map.len()),
-            "shared slice out of bounds"
-        );
-        assert_eq!(
-            offset % std::mem::align_of::<T>(),
-            0,
-            "misaligned shared slice"
-        );
+        assert!(offset.checked_add(size).is_some_and(|end| end <= self.map.len()), "shared slice out of bounds");
+        assert_eq!(offset % std::mem::align_of::<T>(), 0, "misaligned shared slice");
         // SAFETY: bounds and alignment checked above; the mapping lives as long as `self`; `T` is
         // `SharedPlain`, so zeroed or concurrently written memory is a valid `T` and all mutation
         // goes through its atomics.
@@ -266,10 +243,7 @@ impl Segment {
     pub(crate) fn offset_of<T>(&self, value: &T) -> usize {
         let addr = value as *const T as usize;
         let base = self.map.as_ptr() as usize;
-        assert!(
-            addr >= base && addr < base + self.map.len(),
-            "value outside the segment"
-        );
+        assert!(addr >= base && addr < base + self.map.len(), "value outside the segment");
         addr - base
     }
 
@@ -285,12 +259,7 @@ impl Segment {
 
     /// Marks the job as aborted because `world_rank` failed (the first failure wins).
     pub fn set_abort(&self, world_rank: usize) {
-        let _ = self.header().abort.compare_exchange(
-            0,
-            world_rank as u64 + 1,
-            Ordering::AcqRel,
-            Ordering::Acquire,
-        );
+        let _ = self.header().abort.compare_exchange(0, world_rank as u64 + 1, Ordering::AcqRel, Ordering::Acquire);
     }
 }
 
@@ -314,10 +283,7 @@ impl<T: SharedPlain> Shared<T> {
     /// The `T` at `offset` of `seg`. Panics if it does not fit or is misaligned.
     pub(crate) fn new(seg: &Arc<Segment>, offset: usize) -> Self {
         let r: &T = seg.at(offset);
-        Shared {
-            ptr: std::ptr::NonNull::from(r),
-            _seg: seg.clone(),
-        }
+        Shared { ptr: std::ptr::NonNull::from(r), _seg: seg.clone() }
     }
 }
 

@@ -21,9 +21,7 @@ pub fn futex_wait(word: &AtomicU32, expected: u32, timeout: Option<Duration>) {
         tv_sec: t.as_secs().min(i64::MAX as u64) as libc::time_t,
         tv_nsec: t.subsec_nanos() as libc::c_long,
     });
-    let ts_ptr = ts
-        .as_ref()
-        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    let ts_ptr = ts.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec);
     // SAFETY: `word` is a valid, aligned u32 for the duration of the call (borrowed), the
     // timespec pointer is null or points to a live local, and FUTEX_WAIT reads only the word.
     unsafe {
@@ -107,8 +105,7 @@ pub fn affinity_cores() -> Vec<usize> {
     // SAFETY: cpu_set_t is plain data; zeroed is its empty value.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     // SAFETY: pid 0 is the calling thread; the pointer and size describe `set`.
-    let rc =
-        unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    let rc = unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
     if rc != 0 {
         return vec![0];
     }
@@ -222,16 +219,8 @@ impl Mapping {
             None => (libc::MAP_SHARED | libc::MAP_ANONYMOUS, -1),
         };
         // SAFETY: a fresh mapping chosen by the kernel (null hint) cannot alias Rust memory.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                flags,
-                raw_fd,
-                0,
-            )
-        };
+        let ptr =
+            unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, flags, raw_fd, 0) };
         if ptr == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
         }

@@ -50,15 +50,12 @@ pub fn init_with(params: Params) -> Result<Universe> {
         }
         Ok(fd) => {
             let var = |name: &str| -> Result<usize> {
-                let v = std::env::var(name).map_err(|_| {
-                    Error::Bootstrap(format!("{ENV_SHM_FD} is set but {name} is not"))
-                })?;
-                v.parse()
-                    .map_err(|_| Error::Bootstrap(format!("{name}={v} is not a number")))
+                let v = std::env::var(name)
+                    .map_err(|_| Error::Bootstrap(format!("{ENV_SHM_FD} is set but {name} is not")))?;
+                v.parse().map_err(|_| Error::Bootstrap(format!("{name}={v} is not a number")))
             };
-            let fd: i32 = fd.parse().map_err(|_| {
-                Error::Bootstrap(format!("{ENV_SHM_FD}={fd} is not a descriptor number"))
-            })?;
+            let fd: i32 =
+                fd.parse().map_err(|_| Error::Bootstrap(format!("{ENV_SHM_FD}={fd} is not a descriptor number")))?;
             let rank = var(ENV_RANK)?;
             let size = var(ENV_SIZE)?;
             let seg = Segment::from_fd(fd)?;
@@ -75,11 +72,7 @@ pub fn init_with(params: Params) -> Result<Universe> {
 }
 
 fn pool_bytes(params: &Params) -> Result<usize> {
-    params.parse(
-        "BARRIER_SHM_POOL_BYTES",
-        DEFAULT_POOL_BYTES,
-        "a number of bytes",
-    )
+    params.parse("BARRIER_SHM_POOL_BYTES", DEFAULT_POOL_BYTES, "a number of bytes")
 }
 
 impl Universe {
@@ -105,8 +98,7 @@ impl Universe {
     /// call gives an independent communicator). Panics if the job segment is exhausted or
     /// another rank has failed; use [`Universe::try_world`] to get the error instead.
     pub fn world(&self) -> Communicator {
-        self.try_world()
-            .unwrap_or_else(|e| panic!("barrier: creating the world communicator failed: {e}"))
+        self.try_world().unwrap_or_else(|e| panic!("barrier: creating the world communicator failed: {e}"))
     }
 
     /// [`Universe::world`] returning the error.
@@ -131,11 +123,7 @@ pub mod threads {
     impl Job {
         /// A job of `ranks` threads on one node, with parameters from the environment.
         pub fn new(ranks: usize) -> Self {
-            Job {
-                ranks,
-                nodes: 1,
-                params: Params::from_env(),
-            }
+            Job { ranks, nodes: 1, params: Params::from_env() }
         }
 
         /// Spreads the ranks over `nodes` simulated nodes (contiguous blocks).
@@ -158,9 +146,7 @@ pub mod threads {
             F: Fn(Communicator) -> T + Sync,
         {
             if self.ranks == 0 {
-                return Err(Error::InvalidArgument(
-                    "a job needs at least one rank".into(),
-                ));
+                return Err(Error::InvalidArgument("a job needs at least one rank".into()));
             }
             let shape = JobShape::local(self.ranks, self.nodes);
             let seg = Segment::anonymous(shape, pool_bytes(&self.params)?)?;
@@ -187,10 +173,7 @@ pub mod threads {
                             .expect("spawning a rank thread")
                     })
                     .collect();
-                handles
-                    .into_iter()
-                    .map(|h| h.join().unwrap_or_else(Err))
-                    .collect()
+                handles.into_iter().map(|h| h.join().unwrap_or_else(Err)).collect()
             });
             let mut results = Vec::with_capacity(self.ranks);
             let mut first_err = None;

@@ -60,10 +60,7 @@ const INLINE_SPINS: u32 = 16;
 /// so a signal is one store: a second store to the same line could pull it across cores twice.
 #[cfg_attr(target_arch = "x86_64", repr(C, align(128)))]
 #[cfg_attr(target_arch = "aarch64", repr(C, align(256)))]
-#[cfg_attr(
-    not(any(target_arch = "x86_64", target_arch = "aarch64")),
-    repr(C, align(64))
-)]
+#[cfg_attr(not(any(target_arch = "x86_64", target_arch = "aarch64")), repr(C, align(64)))]
 #[derive(Debug, Default)]
 pub struct Flag {
     value: AtomicU64,
@@ -109,11 +106,7 @@ impl Flag {
     fn futex_word(&self) -> &AtomicU32 {
         let base = self.value.as_ptr() as *const AtomicU32;
         // Little-endian: the low half comes first; big-endian: second.
-        let low = if cfg!(target_endian = "little") {
-            base
-        } else {
-            base.wrapping_add(1)
-        };
+        let low = if cfg!(target_endian = "little") { base } else { base.wrapping_add(1) };
         // SAFETY: `low` points to an aligned 4-byte half of `value`, which lives as long as
         // `self`. Rust code only touches it through the 64-bit atomic; the reference exists to
         // hand its address to the kernel, whose futex reads are atomic 32-bit loads.
@@ -297,9 +290,7 @@ impl WaitConfig {
             }
             check(start)?;
             let slice = match self.timeout {
-                Some(limit) => limit
-                    .saturating_sub(start.elapsed())
-                    .clamp(Duration::from_micros(100), PARK_SLICE),
+                Some(limit) => limit.saturating_sub(start.elapsed()).clamp(Duration::from_micros(100), PARK_SLICE),
                 None => PARK_SLICE,
             };
             flag.park(epoch, slice);
@@ -320,12 +311,7 @@ mod tests {
     }
 
     fn cfg(policy: WaitPolicy, timeout: Option<Duration>) -> WaitConfig {
-        WaitConfig {
-            policy,
-            spin: 10,
-            yields: 2,
-            timeout,
-        }
+        WaitConfig { policy, spin: 10, yields: 2, timeout }
     }
 
     #[test]
@@ -333,9 +319,7 @@ mod tests {
         for _ in 0..200 {
             let flag = Arc::new(Flag::default());
             let f2 = flag.clone();
-            let t = std::thread::spawn(move || {
-                cfg(WaitPolicy::Park, None).wait(&f2, 1, &NoAbort, None)
-            });
+            let t = std::thread::spawn(move || cfg(WaitPolicy::Park, None).wait(&f2, 1, &NoAbort, None));
             std::thread::yield_now();
             flag.signal(1, true);
             assert_eq!(t.join().unwrap(), Ok(()));
@@ -363,10 +347,7 @@ mod tests {
             }
         }
         let flag = Flag::default();
-        assert_eq!(
-            cfg(WaitPolicy::Park, None).wait(&flag, 1, &Dead, None),
-            Err(WaitError::Aborted(3))
-        );
+        assert_eq!(cfg(WaitPolicy::Park, None).wait(&flag, 1, &Dead, None), Err(WaitError::Aborted(3)));
     }
 
     #[test]

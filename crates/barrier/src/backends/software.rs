@@ -50,12 +50,8 @@ pub enum Algorithm {
 
 impl Algorithm {
     /// Every concrete algorithm.
-    pub const ALL: [Algorithm; 4] = [
-        Algorithm::Central,
-        Algorithm::Dissemination,
-        Algorithm::Tournament,
-        Algorithm::Tree,
-    ];
+    pub const ALL: [Algorithm; 4] =
+        [Algorithm::Central, Algorithm::Dissemination, Algorithm::Tournament, Algorithm::Tree];
 
     /// The parameter spelling.
     pub fn name(self) -> &'static str {
@@ -70,15 +66,9 @@ impl Algorithm {
 
     /// Parses the parameter spelling.
     pub fn parse(text: &str) -> Option<Self> {
-        [
-            Algorithm::Auto,
-            Algorithm::Central,
-            Algorithm::Dissemination,
-            Algorithm::Tournament,
-            Algorithm::Tree,
-        ]
-        .into_iter()
-        .find(|a| a.name().eq_ignore_ascii_case(text.trim()))
+        [Algorithm::Auto, Algorithm::Central, Algorithm::Dissemination, Algorithm::Tournament, Algorithm::Tree]
+            .into_iter()
+            .find(|a| a.name().eq_ignore_ascii_case(text.trim()))
     }
 
     fn code(self) -> u64 {
@@ -145,23 +135,15 @@ impl Backend for Software {
     }
 
     fn query(&self, ctx: &QueryContext<'_>) -> Result<(), Decline> {
-        let algo = ctx
-            .params
-            .get("BARRIER_SW_ALGORITHM")
-            .unwrap_or_else(|| "auto".into());
+        let algo = ctx.params.get("BARRIER_SW_ALGORITHM").unwrap_or_else(|| "auto".into());
         if Algorithm::parse(&algo).is_none() {
             return Err(Decline::new(format!(
                 "BARRIER_SW_ALGORITHM={algo} is not one of auto, central, dissemination, tournament, tree"
             )));
         }
-        match ctx
-            .params
-            .parse::<usize>("BARRIER_TREE_ARITY", 4, "an integer from 2 to 64")
-        {
+        match ctx.params.parse::<usize>("BARRIER_TREE_ARITY", 4, "an integer from 2 to 64") {
             Ok(k) if (2..=64).contains(&k) => Ok(()),
-            Ok(k) => Err(Decline::new(format!(
-                "BARRIER_TREE_ARITY={k} is outside 2..=64"
-            ))),
+            Ok(k) => Err(Decline::new(format!("BARRIER_TREE_ARITY={k} is outside 2..=64"))),
             Err(e) => Err(Decline::new(e.to_string())),
         }
     }
@@ -176,27 +158,16 @@ impl Software {
     /// statically.
     pub fn enable_software(&self, ctx: &EnableContext<'_>) -> Result<SoftwareModule, Decline> {
         let params = ctx.query.params;
-        let local_algo = params
-            .get("BARRIER_SW_ALGORITHM")
-            .and_then(|a| Algorithm::parse(&a))
-            .unwrap_or(Algorithm::Auto);
-        let local_arity = params
-            .parse::<u64>("BARRIER_TREE_ARITY", 4, "")
-            .unwrap_or(4);
+        let local_algo =
+            params.get("BARRIER_SW_ALGORITHM").and_then(|a| Algorithm::parse(&a)).unwrap_or(Algorithm::Auto);
+        let local_arity = params.parse::<u64>("BARRIER_TREE_ARITY", 4, "").unwrap_or(4);
         // Rank 0's choice wins, so that every rank runs the same algorithm.
-        let agreed = ctx
-            .broadcast(0, local_algo.code() | (local_arity << 8))
-            .map_err(|e| Decline::new(e.to_string()))?;
+        let agreed =
+            ctx.broadcast(0, local_algo.code() | (local_arity << 8)).map_err(|e| Decline::new(e.to_string()))?;
         let n = ctx.query.size;
         let algo = Algorithm::from_code(agreed & 0xff).resolve(n, ctx.policy.wakes());
         let arity = ((agreed >> 8) as usize).clamp(2, 64);
-        Ok(SoftwareModule::new(
-            ctx.region.clone(),
-            ctx.query.rank,
-            algo,
-            arity,
-            ctx.policy.wakes(),
-        ))
+        Ok(SoftwareModule::new(ctx.region.clone(), ctx.query.rank, algo, arity, ctx.policy.wakes()))
     }
 }
 
@@ -238,13 +209,7 @@ pub struct SoftwareModule {
 }
 
 impl SoftwareModule {
-    pub(crate) fn new(
-        region: Region,
-        rank: usize,
-        algo: Algorithm,
-        arity: usize,
-        wake: bool,
-    ) -> Self {
+    pub(crate) fn new(region: Region, rank: usize, algo: Algorithm, arity: usize, wake: bool) -> Self {
         let n = region.size();
         let rounds = region.rounds();
         let mut m = SoftwareModule {
@@ -322,10 +287,7 @@ impl Module for SoftwareModule {
                 let counter = self.counter.as_ref().expect("central counter");
                 let total = counter.fetch_add(1, Ordering::AcqRel) + 1;
                 if total == self.n * epoch {
-                    self.release
-                        .as_ref()
-                        .expect("central release")
-                        .signal(epoch, self.wake);
+                    self.release.as_ref().expect("central release").signal(epoch, self.wake);
                 }
             }
             Algorithm::Dissemination => {
@@ -353,18 +315,12 @@ impl Module for SoftwareModule {
                     self.phase = Phase::Done;
                     return Ok(Poll::Ready);
                 }
-                Ok(Poll::Pending {
-                    flag,
-                    target: epoch,
-                })
+                Ok(Poll::Pending { flag, target: epoch })
             }
             Algorithm::Dissemination => {
                 while self.step < self.inbox.len() {
                     if !self.inbox[self.step].reached(epoch) {
-                        return Ok(Poll::Pending {
-                            flag: &self.inbox[self.step],
-                            target: epoch,
-                        });
+                        return Ok(Poll::Pending { flag: &self.inbox[self.step], target: epoch });
                     }
                     self.step += 1;
                     if let Some(next) = self.outbox.get(self.step) {
@@ -378,10 +334,7 @@ impl Module for SoftwareModule {
                 if self.phase == Phase::Gather {
                     while self.step < self.inbox.len() {
                         if !self.inbox[self.step].reached(epoch) {
-                            return Ok(Poll::Pending {
-                                flag: &self.inbox[self.step],
-                                target: epoch,
-                            });
+                            return Ok(Poll::Pending { flag: &self.inbox[self.step], target: epoch });
                         }
                         self.step += 1;
                     }
@@ -392,10 +345,7 @@ impl Module for SoftwareModule {
                 }
                 if let Some(down) = self.down.as_deref() {
                     if !down.reached(epoch) {
-                        return Ok(Poll::Pending {
-                            flag: down,
-                            target: epoch,
-                        });
+                        return Ok(Poll::Pending { flag: down, target: epoch });
                     }
                 }
                 for flag in &self.outbox {

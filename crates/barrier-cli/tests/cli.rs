@@ -1,0 +1,127 @@
+//! The `barrier` command as users run it.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn barrier() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_barrier"))
+}
+
+#[test]
+fn run_passes_rank_environment_and_succeeds() {
+    let out = barrier()
+        .args([
+            "run",
+            "-n",
+            "3",
+            "--nodes",
+            "2",
+            "--",
+            "sh",
+            "-c",
+            "echo rank=$BARRIER_RANK size=$BARRIER_SIZE nodes=$BARRIER_NODES",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    for r in 0..3 {
+        assert!(text.contains(&format!("rank={r} size=3 nodes=2")), "{text}");
+    }
+}
+
+#[test]
+fn a_failing_rank_fails_the_job_with_its_status() {
+    let out = barrier()
+        .args(["run", "-n", "3", "--", "sh", "-c", "[ $BARRIER_RANK = 1 ] && exit 7; sleep 20"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(7));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("rank 1") && err.contains("exited with status 7"), "{err}");
+}
+
+#[test]
+fn kill_dash_nine_of_a_rank_ends_the_job_within_seconds() {
+    let start = Instant::now();
+    let out = barrier()
+        .args(["run", "-n", "4", "--", "sh", "-c", "[ $BARRIER_RANK = 2 ] && kill -9 $$; sleep 30"])
+        .output()
+        .unwrap();
+    assert!(start.elapsed() < Duration::from_secs(10), "took {:?}", start.elapsed());
+    assert_eq!(out.status.code(), Some(128 + 9));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("rank 2") && err.contains("signal 9 (SIGKILL)"), "{err}");
+}
+
+#[test]
+fn sigterm_to_the_launcher_is_forwarded_to_the_ranks() {
+    let mut child = barrier().args(["run", "-n", "2", "--", "sleep", "30"]).stderr(Stdio::piped()).spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let start = Instant::now();
+    // SAFETY: kill has no memory-safety preconditions.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let out = child.wait_with_output().unwrap();
+    assert!(start.elapsed() < Duration::from_secs(5), "took {:?}", start.elapsed());
+    assert_eq!(out.status.code(), Some(128 + 15));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("interrupted by signal 15"));
+}
+
+#[test]
+fn a_missing_program_is_a_clear_error() {
+    let out = barrier().args(["run", "-n", "2", "--", "/nonexistent/program"]).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot start /nonexistent/program"));
+}
+
+#[test]
+fn info_lists_backends_parameters_and_the_choice() {
+    let out = barrier().args(["info", "-n", "3"]).output().unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    for needle in [
+        "dissemination",
+        "BARRIER_TIMEOUT",
+        "BARRIER_SW_ALGORITHM",
+        "BARRIER_DISSEMINATION_PRIORITY",
+        "chosen: dissemination",
+    ] {
+        assert!(text.contains(needle), "info lacks {needle}:\n{text}");
+    }
+    let forced = barrier().args(["info", "-n", "2"]).env("BARRIER_BACKEND", "nosuch").output().unwrap();
+    assert!(!forced.status.success());
+    assert!(String::from_utf8_lossy(&forced.stderr).contains("unknown backend \"nosuch\""));
+}
+
+#[test]
+fn bench_json_has_the_reference_rows_and_fields() {
+    let dir = std::env::temp_dir().join(format!("barrier-bench-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let plot = dir.join("plot.svg");
+    let out = barrier()
+        .args(["bench", "-n", "2,3", "--iters", "2000", "--batch", "50", "--json", "--plot"])
+        .arg(&plot)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    for backend in ["\"backend\":\"floor\"", "\"backend\":\"std\"", "\"backend\":\"dissemination\""] {
+        assert!(lines.iter().any(|l| l.contains(backend)), "no {backend} row in {text}");
+    }
+    for l in &lines {
+        for key in ["\"ranks\":", "\"iters\":", "\"median_ns\":", "\"p99_ns\":", "\"mean_ns\":", "\"min_ns\":"] {
+            assert!(l.contains(key), "{l} lacks {key}");
+        }
+    }
+    let svg = std::fs::read_to_string(&plot).unwrap();
+    assert!(svg.starts_with("<svg") && svg.contains("polyline"), "{svg}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn bench_rejects_an_unknown_backend() {
+    let out = barrier().args(["bench", "--backend", "warp-drive", "--iters", "10"]).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown backend \"warp-drive\""));
+}

@@ -1,0 +1,46 @@
+//! Helpers shared by the integration tests.
+
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+
+use barrier_cli::launch::{launch, JobReport, JobSpec};
+
+/// The path of an example binary built by `cargo test` next to this test binary.
+pub fn example(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    let profile_dir = exe.parent().and_then(|deps| deps.parent()).expect("target/<profile>");
+    let path = profile_dir.join("examples").join(name);
+    assert!(path.exists(), "example {name} not built at {} (cargo test builds examples)", path.display());
+    path
+}
+
+/// Jobs in one test binary run one at a time: each assumes it has the machine's cores (a job
+/// forcing the spin policy next to another job would measure the scheduler, not the barrier).
+static ONE_JOB_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Runs `example` with `args` on `n` ranks, capturing output, with a timeout for every barrier.
+pub fn run_example(n: usize, name: &str, args: &[&str], env: &[(&str, &str)]) -> JobReport {
+    let _machine = ONE_JOB_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let mut spec = JobSpec::new(n, example(name));
+    spec.args = args.iter().map(|a| a.into()).collect();
+    spec.env = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    if !env.iter().any(|(k, _)| *k == "BARRIER_TIMEOUT") {
+        spec.env.push(("BARRIER_TIMEOUT".into(), "60s".into()));
+    }
+    spec.capture_stdout = true;
+    spec.capture_stderr = true;
+    launch(&spec).expect("launching the job")
+}
+
+/// Names of barrier segments currently in /dev/shm.
+pub fn shm_segments() -> Vec<String> {
+    std::fs::read_dir("/dev/shm")
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with("barrier-"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
