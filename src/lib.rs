@@ -115,12 +115,12 @@ pub fn stress(comm: &Communicator, opts: &StressOptions) -> Result<u64, StressEr
     );
     let mine: &AtomicU64 = &counters[me * STRIDE];
     for k in 1..=opts.iterations {
-        if opts.spin_one_in > 0 && rng.next() % opts.spin_one_in == 0 {
+        if opts.spin_one_in > 0 && rng.next().is_multiple_of(opts.spin_one_in) {
             for _ in 0..rng.next() % 4000 {
                 std::hint::spin_loop();
             }
         }
-        if opts.sleep_one_in > 0 && rng.next() % opts.sleep_one_in == 0 {
+        if opts.sleep_one_in > 0 && rng.next().is_multiple_of(opts.sleep_one_in) {
             std::thread::sleep(Duration::from_micros(rng.next() % 200));
         }
         mine.store(k, Ordering::Relaxed);

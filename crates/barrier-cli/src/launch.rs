@@ -220,7 +220,7 @@ pub fn launch(spec: &JobSpec) -> Result<JobReport, LaunchError> {
         if spec.capture_stderr {
             cmd.stderr(Stdio::piped());
         }
-        let core = pin.then(|| cores[rank]);
+        let core = cores.get(rank).copied().filter(|_| pin);
         // SAFETY: the closure runs in the child between fork and exec and only makes
         // async-signal-safe system calls (prctl, getppid, setpgid, sched_setaffinity, _exit);
         // it allocates nothing.

@@ -108,7 +108,7 @@ fn main() -> ExitCode {
             }
         }
         Cmd::Bench { ranks, backend, algorithms, iters, batch, json, plot } => {
-            if ranks.iter().any(|&n| n == 0) || iters == 0 || batch == 0 {
+            if ranks.contains(&0) || iters == 0 || batch == 0 {
                 eprintln!("barrier bench: -n, --iters and --batch must be at least 1");
                 return ExitCode::from(2);
             }

@@ -56,7 +56,7 @@ fn kill_dash_nine_of_a_rank_ends_the_job_within_seconds() {
 
 #[test]
 fn sigterm_to_the_launcher_is_forwarded_to_the_ranks() {
-    let mut child = barrier().args(["run", "-n", "2", "--", "sleep", "30"]).stderr(Stdio::piped()).spawn().unwrap();
+    let child = barrier().args(["run", "-n", "2", "--", "sleep", "30"]).stderr(Stdio::piped()).spawn().unwrap();
     std::thread::sleep(Duration::from_millis(300));
     let start = Instant::now();
     // SAFETY: kill has no memory-safety preconditions.

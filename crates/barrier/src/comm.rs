@@ -144,7 +144,7 @@ impl Communicator {
             ctrl: &ctrl,
             region: &region,
         })?;
-        drop(ctrl);
+
         let arrival = region.shared_flag(&region.arrivals()[rank]);
         Ok(Communicator {
             arrival,
@@ -358,7 +358,7 @@ impl Communicator {
             }
         }
         let offers = ctrl.allgather(&[offer])?;
-        drop(ctrl);
+
         let Some(leader) = leader else {
             return Ok(None);
         };

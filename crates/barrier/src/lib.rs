@@ -22,30 +22,50 @@
 //! See `docs/architecture.md` in the repository for the design, and `barrier info` for every
 //! parameter.
 
+// Under `--cfg loom` only the wait layer is built, on loom's primitives, for model checking
+// (tests/loom.rs); everything else needs real shared memory and system calls.
+#[cfg(not(loom))]
 pub mod backend;
+#[cfg(not(loom))]
 pub mod backends;
+#[cfg(not(loom))]
 mod coll;
+#[cfg(not(loom))]
 mod comm;
+#[cfg(not(loom))]
 mod error;
 pub mod pad;
+#[cfg(not(loom))]
 pub mod params;
+#[cfg(not(loom))]
 mod region;
+#[cfg(not(loom))]
 pub mod selector;
+#[cfg(not(loom))]
 pub mod shm;
+#[cfg(not(loom))]
 pub mod sys;
+#[cfg(not(loom))]
 mod universe;
 pub mod wait;
 
+#[cfg(not(loom))]
 pub use backend::{Backend, Decline, EnableContext, Module, Poll, QueryContext};
+#[cfg(not(loom))]
 pub use comm::{BackendName, Color, Communicator, Request, SharedWindow};
+#[cfg(not(loom))]
 pub use error::{Error, Result};
+#[cfg(not(loom))]
 pub use params::{ParamInfo, Params};
+#[cfg(not(loom))]
 pub use region::rounds;
+#[cfg(not(loom))]
 pub use selector::{backends, Candidate, Outcome, Selection};
+#[cfg(not(loom))]
 pub use universe::{init, init_with, threads, Universe, ENV_NODES, ENV_RANK, ENV_SHM_FD, ENV_SIZE};
 pub use wait::WaitPolicy;
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
 

@@ -64,7 +64,7 @@ pub fn core_params() -> Vec<ParamInfo> {
         ParamInfo::new("BARRIER_YIELD_COUNT", "auto", "Yields before parking with the park policy (auto: 4)."),
         ParamInfo::new(
             "BARRIER_SHM_POOL_BYTES",
-            &crate::shm::DEFAULT_POOL_BYTES.to_string(),
+            crate::shm::DEFAULT_POOL_BYTES.to_string(),
             "Bytes of the job segment for communicators and shared windows beyond the world (sparse).",
         ),
     ]

@@ -41,18 +41,61 @@
 //! [`WaitConfig::yields`] more it parks (if the policy allows). Time is read only on the slow
 //! path, and only every few hundred iterations, to check the timeout and the job's abort word.
 
-use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use self::primitive::{fence, futex_wait, futex_wake_all, yield_now, AtomicU32, AtomicU64, Ordering};
+
+/// The primitives the protocol is built from: the real ones, or loom's for model checking
+/// (`RUSTFLAGS="--cfg loom" cargo test -p barrier --test loom --release`).
+#[cfg(not(loom))]
+mod primitive {
+    pub use crate::sys::{futex_wait, futex_wake_all, yield_now};
+    pub use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+}
+
+/// Loom's atomics, and a futex built from a loom mutex and condition variable with the kernel's
+/// semantics: the word is compared under the same lock that wakers take, so a wake between the
+/// waiter's check and its sleep cannot be lost; there is no timeout, so a lost wake-up is a
+/// deadlock that loom reports.
+#[cfg(loom)]
+mod primitive {
+    pub use loom::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+    use std::time::Duration;
+
+    pub fn yield_now() {
+        loom::thread::yield_now();
+    }
+
+    loom::lazy_static! {
+        static ref KERNEL: (loom::sync::Mutex<()>, loom::sync::Condvar) = (loom::sync::Mutex::new(()), loom::sync::Condvar::new());
+    }
+
+    pub fn futex_wait(word: &super::FutexWord<'_>, expected: u32, _timeout: Option<Duration>) {
+        let guard = KERNEL.0.lock().unwrap();
+        if word.load() == expected {
+            drop(KERNEL.1.wait(guard).unwrap());
+        }
+    }
+
+    pub fn futex_wake_all(_word: &super::FutexWord<'_>) {
+        let _guard = KERNEL.0.lock().unwrap();
+        KERNEL.1.notify_all();
+    }
+}
+
+#[cfg(not(loom))]
 use crate::pad::CACHE_LINE;
-use crate::sys;
 
 /// The longest a parked waiter sleeps before re-checking its flag, the job's abort word and
 /// its deadline.
 pub const PARK_SLICE: Duration = Duration::from_millis(50);
 
 /// Checks made inline before the out-of-line slow path.
+#[cfg(not(loom))]
 const INLINE_SPINS: u32 = 16;
+/// One check under loom: every spin is a branch of the model.
+#[cfg(loom)]
+const INLINE_SPINS: u32 = 1;
 
 /// One epoch word alone on a cache line, with the parking state beside it.
 ///
@@ -61,13 +104,35 @@ const INLINE_SPINS: u32 = 16;
 #[cfg_attr(target_arch = "x86_64", repr(C, align(128)))]
 #[cfg_attr(target_arch = "aarch64", repr(C, align(256)))]
 #[cfg_attr(not(any(target_arch = "x86_64", target_arch = "aarch64")), repr(C, align(64)))]
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Flag {
     value: AtomicU64,
     waiters: AtomicU32,
 }
 
+impl Default for Flag {
+    fn default() -> Self {
+        Flag { value: AtomicU64::new(0), waiters: AtomicU32::new(0) }
+    }
+}
+
+#[cfg(not(loom))]
 const _: () = assert!(std::mem::size_of::<Flag>() == CACHE_LINE);
+
+/// The 32-bit word the kernel compares: the low half of a flag's value.
+#[cfg(not(loom))]
+type FutexWord<'a> = &'a std::sync::atomic::AtomicU32;
+
+/// Under loom: the flag itself, whose low 32 bits are read through the 64-bit atomic.
+#[cfg(loom)]
+pub(crate) struct FutexWord<'a>(&'a AtomicU64);
+
+#[cfg(loom)]
+impl FutexWord<'_> {
+    fn load(&self) -> u32 {
+        self.0.load(Ordering::SeqCst) as u32
+    }
+}
 
 impl Flag {
     /// The current epoch value.
@@ -103,8 +168,15 @@ impl Flag {
     }
 
     /// The low 32 bits of `value`, as the kernel sees them.
-    fn futex_word(&self) -> &AtomicU32 {
-        let base = self.value.as_ptr() as *const AtomicU32;
+    #[cfg(loom)]
+    fn futex_word(&self) -> FutexWord<'_> {
+        FutexWord(&self.value)
+    }
+
+    /// The low 32 bits of `value`, as the kernel sees them.
+    #[cfg(not(loom))]
+    fn futex_word(&self) -> FutexWord<'_> {
+        let base = self.value.as_ptr() as *const std::sync::atomic::AtomicU32;
         // Little-endian: the low half comes first; big-endian: second.
         let low = if cfg!(target_endian = "little") { base } else { base.wrapping_add(1) };
         // SAFETY: `low` points to an aligned 4-byte half of `value`, which lives as long as
@@ -117,7 +189,7 @@ impl Flag {
     fn wake_parked(&self) {
         fence(Ordering::SeqCst); // F1 in the module docs
         if self.waiters.load(Ordering::Relaxed) != 0 {
-            sys::futex_wake_all(self.futex_word());
+            futex_wake_all(&self.futex_word());
         }
     }
 
@@ -127,7 +199,7 @@ impl Flag {
         fence(Ordering::SeqCst); // F2 in the module docs
         let v = self.value.load(Ordering::Acquire);
         if v < epoch {
-            sys::futex_wait(self.futex_word(), v as u32, Some(slice));
+            futex_wait(&self.futex_word(), v as u32, Some(slice));
         }
         self.waiters.fetch_sub(1, Ordering::Release);
     }
@@ -158,6 +230,7 @@ impl WaitPolicy {
         matches!(self, WaitPolicy::Park)
     }
 
+    #[cfg_attr(loom, allow(dead_code))]
     pub(crate) fn code(self) -> u64 {
         match self {
             WaitPolicy::Spin => 0,
@@ -165,6 +238,7 @@ impl WaitPolicy {
         }
     }
 
+    #[cfg_attr(loom, allow(dead_code))]
     pub(crate) fn from_code(code: u64) -> Self {
         if code == 1 {
             WaitPolicy::Park
@@ -277,9 +351,9 @@ impl WaitConfig {
             if self.policy == WaitPolicy::Park && yields >= self.yields {
                 break;
             }
-            sys::yield_now();
+            yield_now();
             yields = yields.wrapping_add(1);
-            if yields % 64 == 0 {
+            if yields.is_multiple_of(64) {
                 check(start)?;
             }
         }
@@ -298,7 +372,7 @@ impl WaitConfig {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
     use std::sync::Arc;
