@@ -70,14 +70,14 @@ mod primitive {
         static ref KERNEL: (loom::sync::Mutex<()>, loom::sync::Condvar) = (loom::sync::Mutex::new(()), loom::sync::Condvar::new());
     }
 
-    pub fn futex_wait(word: &super::FutexWord<'_>, expected: u32, _timeout: Option<Duration>) {
+    pub fn futex_wait(word: super::FutexWord<'_>, expected: u32, _timeout: Option<Duration>) {
         let guard = KERNEL.0.lock().unwrap();
         if word.load() == expected {
             drop(KERNEL.1.wait(guard).unwrap());
         }
     }
 
-    pub fn futex_wake_all(_word: &super::FutexWord<'_>) {
+    pub fn futex_wake_all(_word: super::FutexWord<'_>) {
         let _guard = KERNEL.0.lock().unwrap();
         KERNEL.1.notify_all();
     }
@@ -189,7 +189,7 @@ impl Flag {
     fn wake_parked(&self) {
         fence(Ordering::SeqCst); // F1 in the module docs
         if self.waiters.load(Ordering::Relaxed) != 0 {
-            futex_wake_all(&self.futex_word());
+            futex_wake_all(self.futex_word());
         }
     }
 
@@ -199,7 +199,7 @@ impl Flag {
         fence(Ordering::SeqCst); // F2 in the module docs
         let v = self.value.load(Ordering::Acquire);
         if v < epoch {
-            futex_wait(&self.futex_word(), v as u32, Some(slice));
+            futex_wait(self.futex_word(), v as u32, Some(slice));
         }
         self.waiters.fetch_sub(1, Ordering::Release);
     }
