@@ -168,7 +168,7 @@ pub fn rank_main(iters: u64, batch: u64) -> Result<(), barrier::Error> {
     // Everyone finishes timing before anyone exits.
     world.barrier()?;
     if world.rank() == 0 {
-        println!("RESULT {} {} {}", world.backend(), world.algorithm(), Stats::from_samples(samples).encode());
+        println!("RESULT\t{}\t{}\t{}", world.backend(), world.algorithm(), Stats::from_samples(samples).encode());
     }
     Ok(())
 }
@@ -182,6 +182,8 @@ pub struct BenchOptions {
     pub backends: Vec<String>,
     /// Add a row per software algorithm.
     pub algorithms: bool,
+    /// Start an emulated device for each hardware row.
+    pub emulate: bool,
     /// Barriers per measurement.
     pub iters: u64,
     /// Barriers per timed batch.
@@ -205,15 +207,27 @@ pub struct Row {
     pub iters: u64,
     /// Latency.
     pub stats: Stats,
+    /// For emulated hardware: the emulator's busy time per barrier, ns.
+    pub emulator_ns: Option<f64>,
 }
 
 impl Row {
     /// The row as one JSON object.
     pub fn to_json(&self, floor: Option<f64>) -> String {
         let x = floor.map_or("null".to_string(), |f| format!("{:.3}", self.stats.median / f));
+        let emu = self.emulator_ns.map_or("null".to_string(), |e| format!("{e:.1}"));
         format!(
-            "{{\"backend\":\"{}\",\"algorithm\":\"{}\",\"ranks\":{},\"iters\":{},\"median_ns\":{:.1},\"p99_ns\":{:.1},\"mean_ns\":{:.1},\"min_ns\":{:.1},\"x_floor\":{}}}",
-            self.backend, self.algorithm, self.ranks, self.iters, self.stats.median, self.stats.p99, self.stats.mean, self.stats.min, x
+            "{{\"backend\":\"{}\",\"algorithm\":\"{}\",\"ranks\":{},\"iters\":{},\"median_ns\":{:.1},\"p99_ns\":{:.1},\"mean_ns\":{:.1},\"min_ns\":{:.1},\"x_floor\":{},\"emulator_ns_per_barrier\":{}}}",
+            self.backend.replace('"', "'"),
+            self.algorithm.replace('"', "'"),
+            self.ranks,
+            self.iters,
+            self.stats.median,
+            self.stats.p99,
+            self.stats.mean,
+            self.stats.min,
+            x,
+            emu
         )
     }
 }
@@ -250,7 +264,13 @@ impl Progress {
 }
 
 /// Measures one backend configuration at `n` ranks as processes under the launcher.
-pub fn measure_backend(n: usize, env: Vec<(String, String)>, iters: u64, batch: u64) -> Result<Row, String> {
+pub fn measure_backend(
+    n: usize,
+    env: Vec<(String, String)>,
+    emulate: Option<&'static barrier_hw::DeviceMap>,
+    iters: u64,
+    batch: u64,
+) -> Result<Row, String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find the barrier binary: {e}"))?;
     let mut spec = JobSpec::new(n, exe);
     spec.args = vec![
@@ -263,6 +283,7 @@ pub fn measure_backend(n: usize, env: Vec<(String, String)>, iters: u64, batch: 
     spec.env = env;
     spec.pin = true;
     spec.capture_stdout = true;
+    spec.emulate = emulate.map(barrier_emu::Config::new).into_iter().collect();
     let report = launch(&spec).map_err(|e| e.to_string())?;
     if let Some(why) = report.describe(n) {
         return Err(why);
@@ -270,14 +291,15 @@ pub fn measure_backend(n: usize, env: Vec<(String, String)>, iters: u64, batch: 
     let line = report
         .stdout
         .first()
-        .and_then(|s| s.lines().find(|l| l.starts_with("RESULT ")))
+        .and_then(|s| s.lines().find(|l| l.starts_with("RESULT\t")))
         .ok_or("rank 0 printed no result")?;
-    let mut parts = line.splitn(4, ' ');
+    let mut parts = line.splitn(4, '\t');
     parts.next();
     let backend = parts.next().unwrap_or_default().to_string();
     let algorithm = parts.next().unwrap_or_default().to_string();
     let stats = Stats::decode(parts.next().unwrap_or_default()).ok_or("unreadable result line")?;
-    Ok(Row { backend, algorithm, ranks: n, iters, stats })
+    let emulator_ns = report.devices.first().map(|(_, c)| c.busy_ns as f64 / c.barriers.max(1) as f64);
+    Ok(Row { backend, algorithm, ranks: n, iters, stats, emulator_ns })
 }
 
 /// Runs the whole benchmark and prints it.
@@ -324,14 +346,16 @@ pub fn run(opts: &BenchOptions) -> Result<Vec<Row>, String> {
             ranks: n,
             iters: opts.iters,
             stats: std_barrier(n, opts.iters, opts.batch),
+            emulator_ns: None,
         });
         for (label, env) in &configs {
             progress.step(&format!("{label} n={n}"));
             floor_samples.push(floor(floor_iters, opts.batch));
             let mut env = env.clone();
             env.push(("BARRIER_TIMEOUT".into(), "60s".into()));
-            let row =
-                measure_backend(n, env, opts.iters, opts.batch).map_err(|e| format!("{label} at {n} ranks: {e}"))?;
+            let device = crate::device_map(label).filter(|_| opts.emulate);
+            let row = measure_backend(n, env, device, opts.iters, opts.batch)
+                .map_err(|e| format!("{label} at {n} ranks: {e}"))?;
             rows.push(row);
         }
     }
@@ -345,6 +369,7 @@ pub fn run(opts: &BenchOptions) -> Result<Vec<Row>, String> {
             ranks: 2,
             iters: floor_iters * floor_samples.len() as u64,
             stats: floor_stats,
+            emulator_ns: None,
         },
     );
     let floor_ns = floor_stats.median;
@@ -374,20 +399,23 @@ fn print_table(rows: &[Row], floor_ns: f64, opts: &BenchOptions) {
         floor_ns
     );
     println!(
-        "{:>5}  {:<16} {:<14} {:>11} {:>11} {:>11} {:>11} {:>8}",
-        "ranks", "backend", "algorithm", "median ns", "p99 ns", "mean ns", "min ns", "x floor"
+        "{:>5}  {:<14} {:<16} {:>11} {:>11} {:>11} {:>11} {:>8} {:>15}",
+        "ranks", "backend", "algorithm", "median ns", "p99 ns", "mean ns", "min ns", "x floor", "emu ns/barrier"
     );
     for r in rows {
+        let emu = r.emulator_ns.map_or("-".to_string(), |e| format!("{e:.0}"));
+        let algorithm: String = r.algorithm.chars().take(16).collect();
         println!(
-            "{:>5}  {:<16} {:<14} {:>11.1} {:>11.1} {:>11.1} {:>11.1} {:>8.2}",
+            "{:>5}  {:<14} {:<16} {:>11.1} {:>11.1} {:>11.1} {:>11.1} {:>8.2} {:>15}",
             r.ranks,
             r.backend,
-            r.algorithm,
+            algorithm,
             r.stats.median,
             r.stats.p99,
             r.stats.mean,
             r.stats.min,
-            r.stats.median / floor_ns
+            r.stats.median / floor_ns,
+            emu
         );
     }
 }
@@ -414,6 +442,7 @@ mod tests {
             ranks: 4,
             iters: 10,
             stats: Stats { median: 2.0, p99: 3.0, mean: 2.5, min: 1.0 },
+            emulator_ns: None,
         };
         let j = r.to_json(Some(1.0));
         for key in [

@@ -45,6 +45,9 @@ pub struct JobSpec {
     pub capture_stderr: bool,
     /// Bytes of the segment pool for sub-communicators and windows.
     pub pool_bytes: usize,
+    /// Emulated devices to run inside the launcher for this job (their paths are passed to
+    /// the ranks as `BARRIER_<KIND>_DEVICE_PATH`).
+    pub emulate: Vec<barrier_emu::Config>,
 }
 
 impl JobSpec {
@@ -60,6 +63,7 @@ impl JobSpec {
             capture_stdout: false,
             capture_stderr: false,
             pool_bytes: barrier::shm::DEFAULT_POOL_BYTES,
+            emulate: Vec::new(),
         }
     }
 }
@@ -108,6 +112,8 @@ pub struct JobReport {
     pub stderr: Vec<String>,
     /// Wall time.
     pub elapsed: Duration,
+    /// Counters of each emulated device at the end of the job, by kind.
+    pub devices: Vec<(&'static str, barrier_emu::Counters)>,
 }
 
 impl JobReport {
@@ -189,7 +195,15 @@ pub fn launch(spec: &JobSpec) -> Result<JobReport, LaunchError> {
     if spec.ranks == 0 {
         return Err(LaunchError("barrier run: -n must be at least 1".into()));
     }
-    let shape = JobShape::local(spec.ranks, spec.nodes);
+    let mut shape = JobShape::local(spec.ranks, spec.nodes);
+    // An emulated device's engine is one more thread that needs a core while barriers run.
+    shape.ranks_on_machine += usize::from(!spec.emulate.is_empty());
+    let emulators = spec
+        .emulate
+        .iter()
+        .map(|config| barrier_emu::Emulator::start(config.clone()))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| LaunchError(format!("barrier run: cannot start an emulated device: {e}")))?;
     let seg = Segment::create_for_job(shape, spec.pool_bytes).map_err(|e| LaunchError(format!("barrier run: {e}")))?;
     let fd = seg.raw_fd().expect("job segment has a descriptor");
     barrier::sys::set_inheritable(fd)
@@ -198,7 +212,8 @@ pub fn launch(spec: &JobSpec) -> Result<JobReport, LaunchError> {
     RECEIVED_SIGNAL.store(0, Ordering::SeqCst);
 
     let cores = barrier::sys::affinity_cores();
-    let pin = spec.pin && spec.ranks <= cores.len();
+    // Pin only when every busy thread (ranks and any emulator engine) has a core of its own.
+    let pin = spec.pin && shape.ranks_on_machine <= cores.len();
     // SAFETY: getpid has no preconditions.
     let launcher_pid = unsafe { libc::getpid() };
     let start = Instant::now();
@@ -213,7 +228,13 @@ pub fn launch(spec: &JobSpec) -> Result<JobReport, LaunchError> {
             .env(barrier::ENV_RANK, rank.to_string())
             .env(barrier::ENV_SIZE, spec.ranks.to_string())
             .env(barrier::ENV_NODES, shape.nodes.to_string())
-            .envs(spec.env.iter().map(|(k, v)| (k, v)));
+            .envs(spec.env.iter().map(|(k, v)| (k, v)))
+            .envs(emulators.iter().map(|e| {
+                (
+                    format!("BARRIER_{}_DEVICE_PATH", e.device().map().kind.to_ascii_uppercase()),
+                    e.path().as_os_str().to_owned(),
+                )
+            }));
         if spec.capture_stdout {
             cmd.stdout(Stdio::piped());
         }
@@ -343,7 +364,8 @@ pub fn launch(spec: &JobSpec) -> Result<JobReport, LaunchError> {
     let _ = reaper.join();
     let stdout = readers.into_iter().map(|h| h.join().unwrap_or_default()).collect();
     let stderr = err_readers.into_iter().map(|h| h.join().unwrap_or_default()).collect();
-    Ok(JobReport { failure, interrupted, stdout, stderr, elapsed: start.elapsed() })
+    let devices = emulators.iter().map(|e| (e.device().map().kind, e.counters())).collect();
+    Ok(JobReport { failure, interrupted, stdout, stderr, elapsed: start.elapsed(), devices })
 }
 
 fn read_all(mut pipe: impl Read + Send + 'static) -> std::thread::JoinHandle<String> {

@@ -36,6 +36,12 @@ enum Cmd {
         /// Pin rank r to the r-th core when the ranks fit on the cores.
         #[arg(long)]
         pin: bool,
+        /// Run emulated devices inside the launcher: switch, gba, or both (comma-separated).
+        #[arg(long, value_delimiter = ',')]
+        emulate: Vec<String>,
+        /// Print the emulated devices' counters at the end.
+        #[arg(long)]
+        counters: bool,
         /// The program and its arguments (after --).
         #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
         program: Vec<OsString>,
@@ -51,6 +57,9 @@ enum Cmd {
         /// Also measure each software algorithm on its own.
         #[arg(long)]
         algorithms: bool,
+        /// Do not start emulated devices (hardware rows then need real devices).
+        #[arg(long)]
+        no_emulate: bool,
         /// Barriers per measurement.
         #[arg(long, default_value_t = 100_000)]
         iters: u64,
@@ -73,6 +82,39 @@ enum Cmd {
         #[arg(long, default_value_t = 1)]
         nodes: usize,
     },
+    /// Run an emulated device as a daemon that several jobs share, until SIGINT/SIGTERM.
+    Emu {
+        /// switch or gba.
+        #[arg(long, default_value = "switch")]
+        kind: String,
+        /// Where to create the device file (removed on exit).
+        #[arg(long)]
+        device: PathBuf,
+        /// Probability of dropping an arrival.
+        #[arg(long, default_value_t = 0.0)]
+        drop_arrival: f64,
+        /// Probability of dropping a release store.
+        #[arg(long, default_value_t = 0.0)]
+        drop_release: f64,
+        /// Probability of duplicating a release store.
+        #[arg(long, default_value_t = 0.0)]
+        duplicate_release: f64,
+        /// Stick the ERROR bit after this many barriers.
+        #[arg(long)]
+        stick_error_after: Option<u64>,
+        /// Vanish after this many barriers.
+        #[arg(long)]
+        vanish_after: Option<u64>,
+        /// Sleep this many microseconds before each release.
+        #[arg(long, default_value_t = 0)]
+        slow_us: u64,
+        /// Delay per network hop of a release, nanoseconds.
+        #[arg(long, default_value_t = 0)]
+        hop_ns: u64,
+        /// Delay per member released, nanoseconds.
+        #[arg(long, default_value_t = 0)]
+        member_ns: u64,
+    },
     /// One rank of a benchmark job (started by `barrier bench`).
     #[command(hide = true)]
     BenchRank {
@@ -86,11 +128,20 @@ enum Cmd {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Cmd::Run { ranks, nodes, timeout, pin, program } => {
+        Cmd::Run { ranks, nodes, timeout, pin, emulate, counters, program } => {
             let mut spec = JobSpec::new(ranks, PathBuf::from(&program[0]));
             spec.args = program[1..].to_vec();
             spec.nodes = nodes;
             spec.pin = pin;
+            for kind in &emulate {
+                match barrier_cli::device_map(kind) {
+                    Some(map) => spec.emulate.push(barrier_emu::Config::new(map)),
+                    None => {
+                        eprintln!("barrier run: --emulate {kind}: unknown device; use switch, gba or switch,gba");
+                        return ExitCode::from(2);
+                    }
+                }
+            }
             if let Some(t) = timeout {
                 spec.env.push(("BARRIER_TIMEOUT".into(), t));
             }
@@ -98,6 +149,11 @@ fn main() -> ExitCode {
                 Ok(report) => {
                     if let Some(msg) = report.describe(ranks) {
                         eprintln!("{msg}");
+                    }
+                    if counters {
+                        for (kind, c) in &report.devices {
+                            eprintln!("barrier run: emulated {kind}: {c:?}");
+                        }
                     }
                     ExitCode::from(report.exit_code() as u8)
                 }
@@ -107,13 +163,21 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Cmd::Bench { ranks, backend, algorithms, iters, batch, json, plot } => {
+        Cmd::Bench { ranks, backend, algorithms, no_emulate, iters, batch, json, plot } => {
             if ranks.contains(&0) || iters == 0 || batch == 0 {
                 eprintln!("barrier bench: -n, --iters and --batch must be at least 1");
                 return ExitCode::from(2);
             }
-            let opts =
-                BenchOptions { ranks, backends: backend, algorithms, iters, batch: batch.min(iters), json, plot };
+            let opts = BenchOptions {
+                ranks,
+                backends: backend,
+                algorithms,
+                emulate: !no_emulate,
+                iters,
+                batch: batch.min(iters),
+                json,
+                plot,
+            };
             match bench::run(&opts) {
                 Ok(_) => ExitCode::SUCCESS,
                 Err(e) => {
@@ -132,6 +196,43 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+        Cmd::Emu {
+            kind,
+            device,
+            drop_arrival,
+            drop_release,
+            duplicate_release,
+            stick_error_after,
+            vanish_after,
+            slow_us,
+            hop_ns,
+            member_ns,
+        } => {
+            let Some(map) = barrier_cli::device_map(&kind) else {
+                eprintln!("barrier emu: --kind {kind}: unknown device; use switch or gba");
+                return ExitCode::from(2);
+            };
+            let faults = barrier_emu::Faults {
+                drop_arrival,
+                drop_release,
+                duplicate_release,
+                stick_error_after,
+                vanish_after,
+                slow_engine: std::time::Duration::from_micros(slow_us),
+                seed: std::process::id() as u64,
+            };
+            let latency = barrier_emu::Latency {
+                per_hop: std::time::Duration::from_nanos(hop_ns),
+                per_member: std::time::Duration::from_nanos(member_ns),
+            };
+            match barrier_cli::emu::serve(barrier_emu::Config { map, latency, faults }, &device) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("barrier emu: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Cmd::BenchRank { iters, batch } => match bench::rank_main(iters, batch) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

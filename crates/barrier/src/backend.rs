@@ -41,6 +41,9 @@ pub enum Poll<'a> {
         flag: &'a Flag,
         /// The value it must reach.
         target: u64,
+        /// Call `progress` again after this long even if the flag has not moved (hardware
+        /// modules watch for device faults this way). `None`: only when the flag moves.
+        recheck: Option<std::time::Duration>,
     },
 }
 
@@ -84,6 +87,8 @@ pub struct QueryContext<'a> {
     pub job: JobShape,
     /// Distinct nodes spanned by the communicator.
     pub nodes: usize,
+    /// The node this rank is on.
+    pub node: usize,
     /// Parameters.
     pub params: &'a Params,
 }

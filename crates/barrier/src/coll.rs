@@ -50,6 +50,7 @@ impl<'a> Ctrl<'a> {
         }
         self.wait.wait(self.region.ctrl_release(), e, &**self.region.segment(), None).map_err(|w| match w {
             WaitError::Aborted(r) => Error::Aborted { failed_rank: r },
+            WaitError::Recheck => Error::Broken("control barrier asked for a recheck".into()),
             WaitError::Timeout(waited) => Error::Timeout {
                 rank: self.rank,
                 size: self.region.size(),

@@ -139,7 +139,14 @@ impl Communicator {
 
         let nodes = distinct_nodes(&members, shape.world_size, shape.nodes);
         let (engine, selection) = selector::select(selector::SelectInput {
-            query: QueryContext { rank, size, job: shape, nodes, params: &params },
+            query: QueryContext {
+                rank,
+                size,
+                job: shape,
+                nodes,
+                node: node_of(members[rank], shape.world_size, shape.nodes),
+                params: &params,
+            },
             policy,
             ctrl: &ctrl,
             region: &region,
@@ -266,6 +273,7 @@ impl Communicator {
     fn wait_error(&self, w: WaitError, epoch: u64) -> Error {
         self.fail(match w {
             WaitError::Aborted(r) => Error::Aborted { failed_rank: r },
+            WaitError::Recheck => Error::Broken("a wait asked for a recheck without an interval".into()),
             WaitError::Timeout(waited) => Error::Timeout {
                 rank: self.rank,
                 size: self.size(),
@@ -292,13 +300,28 @@ impl Communicator {
 
     #[inline(always)]
     fn finish_with(&self, engine: &mut Engine, epoch: u64) -> Result<()> {
+        // Time already spent in earlier recheck slices of this barrier (hardware modules).
+        let mut waited = Duration::ZERO;
         loop {
             match engine.progress(epoch) {
                 Ok(Poll::Ready) => return Ok(()),
-                Ok(Poll::Pending { flag, target }) => self
+                Ok(Poll::Pending { flag, target, recheck: None }) => self
                     .wait
                     .wait(flag, target, &*self.seg, Some((&self.arrival, epoch)))
                     .map_err(|w| self.wait_error(w, epoch))?,
+                Ok(Poll::Pending { flag, target, recheck: Some(slice) }) => {
+                    let budget =
+                        WaitConfig { timeout: self.wait.timeout.map(|t| t.saturating_sub(waited)), ..self.wait };
+                    let started = std::time::Instant::now();
+                    match budget.wait_or_recheck(flag, target, &*self.seg, Some((&self.arrival, epoch)), Some(slice)) {
+                        Ok(()) => {}
+                        Err(WaitError::Recheck) => waited += started.elapsed(),
+                        Err(WaitError::Timeout(d)) => {
+                            return Err(self.wait_error(WaitError::Timeout(waited + d), epoch))
+                        }
+                        Err(w) => return Err(self.wait_error(w, epoch)),
+                    }
+                }
                 Err(e) => return Err(self.fail(e)),
             }
         }

@@ -34,6 +34,8 @@ mod coll;
 mod comm;
 #[cfg(not(loom))]
 mod error;
+#[cfg(not(loom))]
+pub mod mmio;
 pub mod pad;
 #[cfg(not(loom))]
 pub mod params;

@@ -11,6 +11,7 @@
 //! central_count   central counter: arrivals, cumulative
 //! central_release central counter: release flag
 //! tourn_release   tournament: champion's release flag
+//! fault           epoch at which a rank saw its hardware module fail (0: none)
 //! arrival[n]      rank r's last epoch waited for (timeout diagnostics, written when a wait
 //!                 outlasts its spin phase)
 //! exchange[n]     rank r's words for allgather (one line each)
@@ -53,6 +54,7 @@ pub(crate) struct RegionLayout {
     central_count: usize,
     central_release: usize,
     tourn_release: usize,
+    fault: usize,
     arrival: usize,
     exchange: usize,
     diss: usize,
@@ -77,6 +79,7 @@ impl RegionLayout {
         let central_count = take(1);
         let central_release = take(1);
         let tourn_release = take(1);
+        let fault = take(1);
         let arrival = take(n);
         let exchange = take(n);
         let diss = take(n * r);
@@ -92,6 +95,7 @@ impl RegionLayout {
             central_count,
             central_release,
             tourn_release,
+            fault,
             arrival,
             exchange,
             diss,
@@ -205,6 +209,11 @@ impl Region {
     pub fn tourn_release(&self) -> &Flag {
         self.flag(self.layout.tourn_release)
     }
+    /// Raised (to the epoch at which it happened) by any rank that saw its hardware module fail;
+    /// from then on every rank of the communicator completes barriers in software.
+    pub fn fault(&self) -> &Flag {
+        self.flag(self.layout.fault)
+    }
     pub fn arrivals(&self) -> &[Flag] {
         self.flags(self.layout.arrival, self.layout.n)
     }
@@ -260,6 +269,7 @@ mod tests {
                 (l.central_count, 1),
                 (l.central_release, 1),
                 (l.tourn_release, 1),
+                (l.fault, 1),
                 (l.arrival, n),
                 (l.exchange, n),
                 (l.diss, n * r),

@@ -27,7 +27,7 @@ static SOFTWARE: Software = Software;
 
 /// Every backend this build knows, in registry order.
 pub fn backends() -> Vec<&'static dyn Backend> {
-    vec![&SOFTWARE]
+    vec![&crate::backends::hw::GBA, &crate::backends::hw::SWITCH, &SOFTWARE]
 }
 
 /// What happened to one backend during selection.

@@ -38,7 +38,7 @@ const MAGIC: u64 = u64::from_le_bytes(*b"BARRIER1");
 /// Layout version of the header and regions: bumped whenever either changes, so that a launcher
 /// and a program built from different versions fail with a clear message instead of misreading
 /// each other's memory.
-const LAYOUT_VERSION: u64 = 2;
+const LAYOUT_VERSION: u64 = 3;
 /// Bytes reserved for the header at the start of the segment.
 const HEADER_BYTES: usize = 4096;
 /// Default bytes of the pool for communicators and windows beyond the world region.

@@ -277,6 +277,8 @@ pub enum WaitError {
     Timeout(Duration),
     /// The job was aborted because this world rank failed.
     Aborted(usize),
+    /// The caller's recheck interval passed; call again after re-examining the module.
+    Recheck,
 }
 
 /// Something that says whether the job has been aborted (world rank that failed).
@@ -299,6 +301,20 @@ impl WaitConfig {
         abort: &dyn AbortCheck,
         mark: Option<(&Flag, u64)>,
     ) -> Result<(), WaitError> {
+        self.wait_or_recheck(flag, epoch, abort, mark, None)
+    }
+
+    /// [`WaitConfig::wait`] that also returns [`WaitError::Recheck`] once `recheck` has passed
+    /// (hardware modules look at their device between slices).
+    #[inline(always)]
+    pub fn wait_or_recheck(
+        &self,
+        flag: &Flag,
+        epoch: u64,
+        abort: &dyn AbortCheck,
+        mark: Option<(&Flag, u64)>,
+        recheck: Option<Duration>,
+    ) -> Result<(), WaitError> {
         // A few checks inline: at 2 spinning ranks the partner's store usually lands within
         // them, and an out-of-line call on every barrier is measurable latency.
         for _ in 0..INLINE_SPINS {
@@ -307,7 +323,7 @@ impl WaitConfig {
             }
             std::hint::spin_loop();
         }
-        self.wait_slow(flag, epoch, abort, mark)
+        self.wait_slow(flag, epoch, abort, mark, recheck)
     }
 
     #[cold]
@@ -318,6 +334,7 @@ impl WaitConfig {
         epoch: u64,
         abort: &dyn AbortCheck,
         mark: Option<(&Flag, u64)>,
+        recheck: Option<Duration>,
     ) -> Result<(), WaitError> {
         // Spin phase: no clock reads, no stores.
         for _ in 0..self.spin {
@@ -340,6 +357,9 @@ impl WaitConfig {
                     return Err(WaitError::Timeout(waited));
                 }
             }
+            if recheck.is_some_and(|r| start.elapsed() >= r) {
+                return Err(WaitError::Recheck);
+            }
             Ok(())
         };
         let mut yields: u32 = 0;
@@ -353,7 +373,7 @@ impl WaitConfig {
             }
             yield_now();
             yields = yields.wrapping_add(1);
-            if yields.is_multiple_of(64) {
+            if yields.is_multiple_of(if recheck.is_some() { 8 } else { 64 }) {
                 check(start)?;
             }
         }
@@ -363,10 +383,13 @@ impl WaitConfig {
                 return Ok(());
             }
             check(start)?;
-            let slice = match self.timeout {
+            let mut slice = match self.timeout {
                 Some(limit) => limit.saturating_sub(start.elapsed()).clamp(Duration::from_micros(100), PARK_SLICE),
                 None => PARK_SLICE,
             };
+            if let Some(r) = recheck {
+                slice = slice.min(r.saturating_sub(start.elapsed()).max(Duration::from_micros(50)));
+            }
             flag.park(epoch, slice);
         }
     }

@@ -1,4 +1,6 @@
-//! The backends. Each hardware family gets its own module; the software barrier that works
-//! everywhere is [`software`], named `dissemination` in parameters and reports.
+//! The backends. Each hardware family gets its own module ([`hw`] drives the switch offload and
+//! the Global Barrier Accelerator); the software barrier that works everywhere is [`software`],
+//! named `dissemination` in parameters and reports.
 
+pub mod hw;
 pub mod software;

@@ -315,12 +315,12 @@ impl Module for SoftwareModule {
                     self.phase = Phase::Done;
                     return Ok(Poll::Ready);
                 }
-                Ok(Poll::Pending { flag, target: epoch })
+                Ok(Poll::Pending { flag, target: epoch, recheck: None })
             }
             Algorithm::Dissemination => {
                 while self.step < self.inbox.len() {
                     if !self.inbox[self.step].reached(epoch) {
-                        return Ok(Poll::Pending { flag: &self.inbox[self.step], target: epoch });
+                        return Ok(Poll::Pending { flag: &self.inbox[self.step], target: epoch, recheck: None });
                     }
                     self.step += 1;
                     if let Some(next) = self.outbox.get(self.step) {
@@ -334,7 +334,7 @@ impl Module for SoftwareModule {
                 if self.phase == Phase::Gather {
                     while self.step < self.inbox.len() {
                         if !self.inbox[self.step].reached(epoch) {
-                            return Ok(Poll::Pending { flag: &self.inbox[self.step], target: epoch });
+                            return Ok(Poll::Pending { flag: &self.inbox[self.step], target: epoch, recheck: None });
                         }
                         self.step += 1;
                     }
@@ -345,7 +345,7 @@ impl Module for SoftwareModule {
                 }
                 if let Some(down) = self.down.as_deref() {
                     if !down.reached(epoch) {
-                        return Ok(Poll::Pending { flag: down, target: epoch });
+                        return Ok(Poll::Pending { flag: down, target: epoch, recheck: None });
                     }
                 }
                 for flag in &self.outbox {

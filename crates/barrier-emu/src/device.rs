@@ -1,0 +1,138 @@
+//! The device file: a shared mapping of a device's size that drivers map as MMIO.
+//!
+//! * **Private to one job** ([`DeviceFile::create_private`]): created in `/dev/shm` with a unique
+//!   name, unlinked at once, and reached through `/proc/<pid>/fd/<fd>` of the process that holds
+//!   it. Nothing is left behind whatever dies; used by `barrier run --emulate` and tests.
+//! * **Named** ([`DeviceFile::create_at`]): a path several jobs open (the `barrier emu` daemon);
+//!   removed when the daemon stops.
+
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use barrier::mmio::Mmio;
+use barrier_hw::{global, DeviceMap};
+
+/// A mapped device file.
+#[derive(Debug)]
+pub struct DeviceFile {
+    map: &'static DeviceMap,
+    mmio: Mmio,
+    path: PathBuf,
+    remove_on_drop: bool,
+    _fd: OwnedFd,
+}
+
+fn create_file(path: &Path, len: u64) -> std::io::Result<OwnedFd> {
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "path contains NUL"))?;
+    // SAFETY: `c` is a valid NUL-terminated path; flags and mode are integers.
+    let fd = unsafe { libc::open(c.as_ptr(), libc::O_CREAT | libc::O_EXCL | libc::O_RDWR | libc::O_CLOEXEC, 0o600) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `open` returned a new descriptor nothing else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: `fd` is open; ftruncate only sizes the file.
+    if unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) } != 0 {
+        let e = std::io::Error::last_os_error();
+        let _ = std::fs::remove_file(path);
+        return Err(e);
+    }
+    Ok(fd)
+}
+
+impl DeviceFile {
+    /// A device private to this process and its children, reachable at the returned path.
+    pub fn create_private(map: &'static DeviceMap) -> std::io::Result<DeviceFile> {
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+        let tmp = PathBuf::from(format!("/dev/shm/barrier-emu-{}-{}-{nanos:x}", map.kind, std::process::id()));
+        let fd = create_file(&tmp, map.size)?;
+        std::fs::remove_file(&tmp)?;
+        let path = PathBuf::from(format!("/proc/{}/fd/{}", std::process::id(), fd.as_raw_fd()));
+        Self::finish(map, fd, path, false)
+    }
+
+    /// A named device at `path` (fails if it exists), removed when this value is dropped.
+    pub fn create_at(map: &'static DeviceMap, path: &Path) -> std::io::Result<DeviceFile> {
+        let fd = create_file(path, map.size)?;
+        Self::finish(map, fd, path.to_path_buf(), true)
+    }
+
+    fn finish(
+        map: &'static DeviceMap,
+        fd: OwnedFd,
+        path: PathBuf,
+        remove_on_drop: bool,
+    ) -> std::io::Result<DeviceFile> {
+        let mmio = Mmio::from_fd(fd.as_raw_fd(), map.size)?;
+        let dev = DeviceFile { map, mmio, path, remove_on_drop, _fd: fd };
+        dev.power_on();
+        Ok(dev)
+    }
+
+    fn power_on(&self) {
+        let m = self.map;
+        self.word(global::VERSION.offset).store(m.version, Ordering::Relaxed);
+        self.word(global::NETWORK_ADDR.offset).store(0x0A00_0000 | m.max_groups as u64, Ordering::Relaxed);
+        for g in 0..m.max_groups {
+            self.store_reg(m.group_reg(g, &m.group.group_id), m.group.group_id.bytes, g as u64);
+            self.word(m.group_reg(g, &m.group.arrival_addr))
+                .store(m.group_reg(g, &m.group.arrival_slots), Ordering::Relaxed);
+            if m.kind == "switch" {
+                let net = self.word(global::NETWORK_ADDR.offset).load(Ordering::Relaxed);
+                self.word(m.group_reg(g, &barrier_hw::SWITCH_GROUP_NETWORK_ADDR)).store(net, Ordering::Relaxed);
+            }
+        }
+        self.word(global::DEVICE_STATUS.offset).store(1, Ordering::Relaxed);
+        self.word(global::MAGIC.offset).store(m.magic, Ordering::Release);
+    }
+
+    /// The register map this device serves.
+    pub fn map(&self) -> &'static DeviceMap {
+        self.map
+    }
+
+    /// Where drivers open it.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The device's registers.
+    pub fn mmio(&self) -> &Mmio {
+        &self.mmio
+    }
+
+    /// The 64-bit register at `offset`.
+    pub fn word(&self, offset: u64) -> &AtomicU64 {
+        self.mmio.word(offset)
+    }
+
+    /// The 32-bit register at `offset`.
+    pub fn word32(&self, offset: u64) -> &AtomicU32 {
+        self.mmio.word32(offset)
+    }
+
+    /// Reads a register of `bytes` (4 or 8) width.
+    pub fn load_reg(&self, offset: u64, bytes: u64) -> u64 {
+        self.mmio.load(offset, bytes)
+    }
+
+    /// Writes a register of `bytes` (4 or 8) width.
+    pub fn store_reg(&self, offset: u64, bytes: u64, value: u64) {
+        self.mmio.store(offset, bytes, value)
+    }
+
+    /// A flag-shaped line: a release flag in DMA memory, or the doorbell.
+    pub fn flag(&self, offset: u64) -> &barrier::wait::Flag {
+        self.mmio.flag(offset)
+    }
+}
+
+impl Drop for DeviceFile {
+    fn drop(&mut self) {
+        if self.remove_on_drop {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}

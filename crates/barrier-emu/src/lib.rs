@@ -1,0 +1,604 @@
+//! Software-emulated barrier devices that serve the real register maps of `barrier-hw`.
+//!
+//! An [`Emulator`] is a real agent: a thread that owns a [`DeviceFile`] and runs the device's
+//! protocol against it, independently of the ranks. Drivers map the same file and speak to it
+//! only through registers, arrival messages and the DMA memory the device writes releases into.
+//!
+//! # The engine
+//!
+//! * **Groups**: a driver claims a free group by compare-and-swap of its id into OWNER, writes
+//!   MEMBER_COUNT, MEMBER_MASK and EPOCH_BASE, and sets CONTROL = ENABLE | ARM. On ENABLE the
+//!   engine checks the configuration and translates every member's RELEASE_TABLE entry through
+//!   the IOMMU; it then reports STATUS.READY, or STATUS.ERROR with ERROR_CODE. RESET clears the
+//!   barrier state (the engine clears the bit when done). Clearing OWNER frees the group.
+//! * **IOMMU**: a table of `[iova, len, host_offset, state]` entries in device memory. Members map
+//!   their release-flag line (state VALID with their pid) and unmap it on detach; the engine
+//!   writes releases only through VALID entries and re-checks the entry before every write.
+//! * **Arrivals**: each member's arrival remote store lands in its own slot (one writer per
+//!   line, so no arrival can overwrite another); the engine decodes the arrival word with the
+//!   map's encoding, expands the 32-bit sequence to a 64-bit epoch around the epoch it expects,
+//!   and sets the member's bit in ARRIVED_MASK.
+//! * **Release**: when ARRIVED_MASK equals MEMBER_MASK the engine records COMPLETED_EPOCH and
+//!   stores the 64-bit epoch into every member's release flag (the remote-store broadcast),
+//!   waking parked waiters when INTERRUPT_EN is set (the emulated completion interrupt).
+//! * **Doorbell**: drivers bump DOORBELL after each arrival or configuration change; an idle
+//!   engine sleeps on it (futex) instead of burning a core.
+//! * **Cleanup**: every second the engine frees groups and IOMMU entries whose owning process
+//!   is gone, so a job killed with `kill -9` does not leak groups in a shared daemon.
+//!
+//! The [`Latency`] model delays releases; the [`Faults`] model drops or duplicates messages,
+//! sticks the ERROR bit, makes the device vanish (every register reads all ones) or slows the
+//! engine. Counters live in the global window (`barrier info` and tests read them).
+
+mod device;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use barrier::wait::{AbortCheck, WaitConfig, WaitPolicy};
+use barrier_hw::{
+    control, error_code, expand_sequence, global, status, DeviceMap, FLAG_BYTES, IOMMU_ENTRIES, IOMMU_VALID,
+};
+
+pub use device::DeviceFile;
+
+/// Delays added by the device.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Latency {
+    /// Per network hop of a release store (every member is one hop away here).
+    pub per_hop: Duration,
+    /// Per member released.
+    pub per_member: Duration,
+}
+
+/// Injected faults. Probabilities are per event (per arrival, per release store).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Faults {
+    /// Lose an arrival message.
+    pub drop_arrival: f64,
+    /// Lose a release store to one member.
+    pub drop_release: f64,
+    /// Write a release store twice (the second time after the next barrier starts).
+    pub duplicate_release: f64,
+    /// Set STATUS.ERROR for good after this many completed barriers (device-wide).
+    pub stick_error_after: Option<u64>,
+    /// Vanish (every register reads all ones, nothing is served) after this many barriers.
+    pub vanish_after: Option<u64>,
+    /// Sleep this long before serving each barrier.
+    pub slow_engine: Duration,
+    /// Seed of the fault model's random numbers.
+    pub seed: u64,
+}
+
+/// How to run an emulated device.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Which device.
+    pub map: &'static DeviceMap,
+    /// Delays.
+    pub latency: Latency,
+    /// Faults.
+    pub faults: Faults,
+}
+
+impl Config {
+    /// A fault-free, zero-latency device.
+    pub fn new(map: &'static DeviceMap) -> Self {
+        Config { map, latency: Latency::default(), faults: Faults::default() }
+    }
+}
+
+/// The device's counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Arrival messages accepted.
+    pub arrivals: u64,
+    /// Release stores written.
+    pub releases: u64,
+    /// Errors raised.
+    pub errors: u64,
+    /// Groups allocated now.
+    pub groups_in_use: u64,
+    /// Barriers completed.
+    pub barriers: u64,
+    /// Engine time spent serving, ns.
+    pub busy_ns: u64,
+}
+
+impl Counters {
+    /// Reads the counters of a device file.
+    pub fn read(dev: &DeviceFile) -> Counters {
+        let r = |reg: &barrier_hw::Register| dev.word(reg.offset).load(Ordering::Relaxed);
+        Counters {
+            arrivals: r(&global::ARRIVALS),
+            releases: r(&global::RELEASES),
+            errors: r(&global::ERRORS),
+            groups_in_use: r(&global::GROUPS_IN_USE),
+            barriers: r(&global::BARRIERS),
+            busy_ns: r(&global::ENGINE_BUSY_NS),
+        }
+    }
+}
+
+/// A running emulated device. Dropping it stops the engine and removes the device.
+#[derive(Debug)]
+pub struct Emulator {
+    device: Arc<DeviceFile>,
+    stop: Arc<AtomicBool>,
+    engine: Option<JoinHandle<()>>,
+}
+
+impl Emulator {
+    /// Starts a device private to this process tree (see [`DeviceFile::create_private`]).
+    pub fn start(config: Config) -> std::io::Result<Emulator> {
+        let device = Arc::new(DeviceFile::create_private(config.map)?);
+        Ok(Self::run(device, config))
+    }
+
+    /// Starts a device at a named path (the `barrier emu` daemon).
+    pub fn start_at(config: Config, path: &std::path::Path) -> std::io::Result<Emulator> {
+        let device = Arc::new(DeviceFile::create_at(config.map, path)?);
+        Ok(Self::run(device, config))
+    }
+
+    fn run(device: Arc<DeviceFile>, config: Config) -> Emulator {
+        let stop = Arc::new(AtomicBool::new(false));
+        let engine = {
+            let device = device.clone();
+            let stop = stop.clone();
+            std::thread::Builder::new()
+                .name(format!("emu-{}", config.map.kind))
+                .spawn(move || Engine::new(device, config, stop).run())
+                .expect("spawning the emulator thread")
+        };
+        Emulator { device, stop, engine: Some(engine) }
+    }
+
+    /// The path drivers open.
+    pub fn path(&self) -> &std::path::Path {
+        self.device.path()
+    }
+
+    /// The device file (tests inspect registers).
+    pub fn device(&self) -> &DeviceFile {
+        &self.device
+    }
+
+    /// The counters now.
+    pub fn counters(&self) -> Counters {
+        Counters::read(&self.device)
+    }
+}
+
+impl Drop for Emulator {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        bump_doorbell(&self.device);
+        if let Some(t) = self.engine.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn doorbell(dev: &DeviceFile) -> &barrier::wait::Flag {
+    dev.flag(global::DOORBELL.offset)
+}
+
+fn bump_doorbell(dev: &DeviceFile) {
+    let bell = doorbell(dev);
+    bell.raise(bell.load() + 1, true);
+}
+
+struct NoAbort;
+impl AbortCheck for NoAbort {
+    fn aborted(&self) -> Option<usize> {
+        None
+    }
+}
+
+/// Per-group engine state.
+#[derive(Clone, Debug, Default)]
+struct Group {
+    enabled: bool,
+    members: Vec<usize>,
+    mask: Vec<u64>,
+    /// DMA offset of each member's release flag and the IOMMU entry that maps it.
+    release: Vec<(u64, usize)>,
+    arrived: Vec<u64>,
+    expected: u64,
+    /// Duplicate releases to send at the next pass: (dma offset, epoch).
+    duplicates: Vec<(u64, u64)>,
+}
+
+struct Engine {
+    dev: Arc<DeviceFile>,
+    map: &'static DeviceMap,
+    config: Config,
+    stop: Arc<AtomicBool>,
+    groups: Vec<Group>,
+    active: Vec<usize>,
+    rng: u64,
+    vanished: bool,
+    error_stuck: bool,
+    last_gc: Instant,
+}
+
+impl Engine {
+    fn new(dev: Arc<DeviceFile>, config: Config, stop: Arc<AtomicBool>) -> Self {
+        let map = config.map;
+        let rng = config.faults.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        Engine {
+            dev,
+            map,
+            config,
+            stop,
+            groups: vec![Group::default(); map.max_groups],
+            active: Vec::new(),
+            rng,
+            vanished: false,
+            error_stuck: false,
+            last_gc: Instant::now(),
+        }
+    }
+
+    fn chance(&mut self, p: f64) -> bool {
+        if p <= 0.0 {
+            return false;
+        }
+        let mut x = self.rng;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.rng = x;
+        (x >> 11) as f64 / (1u64 << 53) as f64 <= p
+    }
+
+    fn reg(&self, g: usize, r: &barrier_hw::Register) -> u64 {
+        self.dev.load_reg(self.map.group_reg(g, r), r.bytes)
+    }
+
+    fn set_reg(&self, g: usize, r: &barrier_hw::Register, v: u64) {
+        self.dev.store_reg(self.map.group_reg(g, r), r.bytes, v)
+    }
+
+    fn count(&self, reg: &barrier_hw::Register, n: u64) {
+        self.dev.word(reg.offset).fetch_add(n, Ordering::Relaxed);
+    }
+
+    fn run(mut self) {
+        let mut seen = doorbell(&self.dev).load();
+        let config_seq = |dev: &DeviceFile| dev.word(global::CONFIG_SEQ.offset).load(Ordering::Acquire);
+        let mut config_seen = config_seq(&self.dev);
+        self.refresh();
+        let idle_wait =
+            WaitConfig { policy: WaitPolicy::Park, spin: 2000, yields: 8, timeout: Some(Duration::from_millis(200)) };
+        while !self.stop.load(Ordering::Acquire) {
+            if !self.vanished {
+                let start = Instant::now();
+                seen = doorbell(&self.dev).load();
+                let config = config_seq(&self.dev);
+                if config != config_seen {
+                    config_seen = config;
+                    self.refresh();
+                }
+                let worked = self.serve();
+                if worked {
+                    self.count(&global::ENGINE_BUSY_NS, start.elapsed().as_nanos() as u64);
+                    continue;
+                }
+                if self.last_gc.elapsed() > Duration::from_secs(1) {
+                    self.collect_garbage();
+                }
+            }
+            // Idle: sleep until a doorbell (or 200 ms, to notice `stop` and collect garbage).
+            let _ = idle_wait.wait(doorbell(&self.dev), seen + 1, &NoAbort, None);
+        }
+    }
+
+    /// Re-reads which groups are owned and (re)configures groups whose CONTROL changed.
+    fn refresh(&mut self) {
+        self.active.clear();
+        let mut in_use = 0;
+        for g in 0..self.map.max_groups {
+            let owner = self.reg(g, &self.map.group.owner);
+            if owner != 0 {
+                in_use += 1;
+            }
+            let ctl = self.reg(g, &self.map.group.control);
+            if ctl & control::RESET != 0 {
+                self.reset(g);
+            }
+            if owner != 0 && ctl & control::ENABLE != 0 {
+                if !self.groups[g].enabled {
+                    self.configure(g);
+                }
+                if self.groups[g].enabled {
+                    self.active.push(g);
+                }
+            } else if self.groups[g].enabled || owner == 0 {
+                self.groups[g] = Group::default();
+                if !self.error_stuck {
+                    self.set_reg(g, &self.map.group.status, 0);
+                }
+            }
+        }
+        self.dev.word(global::GROUPS_IN_USE.offset).store(in_use, Ordering::Relaxed);
+    }
+
+    fn reset(&mut self, g: usize) {
+        self.groups[g] = Group::default();
+        let words = barrier_hw::mask_words(self.map.max_members);
+        for w in 0..words {
+            self.dev
+                .word(self.map.group_reg(g, &self.map.group.arrived_mask) + 8 * w as u64)
+                .store(0, Ordering::Relaxed);
+        }
+        self.set_reg(g, &self.map.group.arrival_count, 0);
+        self.set_reg(g, &self.map.group.completed_epoch, 0);
+        self.set_reg(g, &self.map.group.error_code, error_code::NONE);
+        self.set_reg(g, &self.map.group.status, 0);
+        self.dev.word(self.map.group_reg(g, &self.map.group.control)).fetch_and(!control::RESET, Ordering::AcqRel);
+    }
+
+    fn fail(&mut self, g: usize, code: u64) {
+        self.set_reg(g, &self.map.group.error_code, code);
+        let st = self.reg(g, &self.map.group.status);
+        self.set_reg(g, &self.map.group.status, st | status::ERROR);
+        self.count(&global::ERRORS, 1);
+        self.groups[g].enabled = false;
+        tracing::debug!(device = self.map.kind, group = g, code, "emulated device raised ERROR");
+    }
+
+    /// Checks a group's configuration and translates its release addresses.
+    fn configure(&mut self, g: usize) {
+        let m = self.map;
+        let count = self.reg(g, &m.group.member_count) as usize;
+        let words = barrier_hw::mask_words(m.max_members);
+        let mask: Vec<u64> = (0..words)
+            .map(|w| self.dev.word(m.group_reg(g, &m.group.member_mask) + 8 * w as u64).load(Ordering::Acquire))
+            .collect();
+        let members: Vec<usize> = (0..m.max_members).filter(|i| mask[i / 64] >> (i % 64) & 1 == 1).collect();
+        if count == 0 || count > m.max_members || members.len() != count {
+            self.fail(g, error_code::BAD_CONFIG);
+            return;
+        }
+        let mut release = Vec::with_capacity(members.len());
+        for &member in &members {
+            let iova =
+                self.dev.word(m.group_reg(g, &m.group.release_table) + 8 * member as u64).load(Ordering::Acquire);
+            match self.translate(iova) {
+                Some(t) => release.push(t),
+                None => {
+                    self.fail(g, error_code::IOMMU_FAULT);
+                    return;
+                }
+            }
+        }
+        let base = self.reg(g, &m.group.epoch_base);
+        self.groups[g] = Group {
+            enabled: true,
+            arrived: vec![0; words],
+            mask,
+            members,
+            release,
+            expected: base + 1,
+            duplicates: Vec::new(),
+        };
+        self.set_reg(g, &m.group.completed_epoch, base);
+        self.set_reg(g, &m.group.status, status::READY);
+    }
+
+    /// IOVA → (DMA offset, IOMMU entry), through VALID entries only, inside DMA memory.
+    fn translate(&self, iova: u64) -> Option<(u64, usize)> {
+        (0..IOMMU_ENTRIES as usize).find_map(|i| {
+            let e = self.map.iommu_entry(i);
+            let state = self.dev.word(e + 24).load(Ordering::Acquire);
+            if state & 0xff != IOMMU_VALID {
+                return None;
+            }
+            let (start, len, host) = (
+                self.dev.word(e).load(Ordering::Relaxed),
+                self.dev.word(e + 8).load(Ordering::Relaxed),
+                self.dev.word(e + 16).load(Ordering::Relaxed),
+            );
+            if iova < start || iova + FLAG_BYTES > start + len {
+                return None;
+            }
+            let off = host + (iova - start);
+            (off >= self.map.dma_base && off + FLAG_BYTES <= self.map.size && off % FLAG_BYTES == 0).then_some((off, i))
+        })
+    }
+
+    /// One pass over the active groups; true if anything happened.
+    fn serve(&mut self) -> bool {
+        let mut worked = false;
+        for idx in 0..self.active.len() {
+            let g = self.active[idx];
+            if !self.groups[g].enabled {
+                continue;
+            }
+            if self.reg(g, &self.map.group.control) & control::ARM == 0 {
+                continue;
+            }
+            worked |= self.collect_arrivals(g);
+            if self.groups[g].enabled && self.groups[g].arrived == self.groups[g].mask {
+                self.release(g);
+                worked = true;
+            }
+        }
+        worked
+    }
+
+    fn collect_arrivals(&mut self, g: usize) -> bool {
+        let m = self.map;
+        let mut new = 0u64;
+        let expected = self.groups[g].expected;
+        for i in 0..self.groups[g].members.len() {
+            let member = self.groups[g].members[i];
+            if self.groups[g].arrived[member / 64] >> (member % 64) & 1 == 1 {
+                continue;
+            }
+            let slot = m.arrival_slot(g, member);
+            let value = self.dev.word(slot + 32).load(Ordering::Acquire);
+            if value == 0 {
+                continue;
+            }
+            let (who, seq) = m.encoding.decode(value);
+            let epoch = expand_sequence(expected, seq);
+            if epoch < expected {
+                continue; // an old arrival (or one this engine already dropped)
+            }
+            let header = self.dev.word(slot).load(Ordering::Relaxed);
+            if who as usize != member
+                || (header >> 32) as usize != g
+                || header & 0xff != barrier_hw::MessageType::Arrive as u64
+                || epoch > expected
+            {
+                self.fail(g, error_code::BAD_MESSAGE);
+                return true;
+            }
+            if self.chance(self.config.faults.drop_arrival) {
+                // Lost on the wire: overwrite the slot so this arrival is never seen again.
+                self.dev
+                    .word(slot + 32)
+                    .store(m.encoding.encode(member as u32, expected.wrapping_sub(1) as u32), Ordering::Relaxed);
+                tracing::debug!(device = m.kind, group = g, member, epoch, "fault: arrival dropped");
+                continue;
+            }
+            self.groups[g].arrived[member / 64] |= 1 << (member % 64);
+            new += 1;
+        }
+        if new > 0 {
+            let words = self.groups[g].arrived.clone();
+            for (w, bits) in words.iter().enumerate() {
+                self.dev.word(m.group_reg(g, &m.group.arrived_mask) + 8 * w as u64).store(*bits, Ordering::Release);
+            }
+            self.dev.word(m.group_reg(g, &m.group.arrival_count)).fetch_add(new, Ordering::Relaxed);
+            self.count(&global::ARRIVALS, new);
+            let st = self.reg(g, &m.group.status);
+            self.set_reg(g, &m.group.status, (st | status::ACTIVE) & !status::COMPLETE);
+        }
+        new > 0
+    }
+
+    fn release(&mut self, g: usize) {
+        let m = self.map;
+        let faults = self.config.faults;
+        if !faults.slow_engine.is_zero() {
+            std::thread::sleep(faults.slow_engine);
+        }
+        let epoch = self.groups[g].expected;
+        let interrupt = self.reg(g, &m.group.control) & control::INTERRUPT_EN != 0;
+        // Late duplicates of the previous barrier's releases go out first (harmless by design:
+        // a flag never moves backwards and never past what the device completed).
+        for (off, e) in std::mem::take(&mut self.groups[g].duplicates) {
+            self.dev.flag(off).raise(e, interrupt);
+        }
+        self.set_reg(g, &m.group.completed_epoch, epoch);
+        self.set_reg(g, &m.group.status, status::READY | status::COMPLETE);
+        let delay = self.config.latency.per_hop;
+        let mut sent = 0;
+        for i in 0..self.groups[g].release.len() {
+            let (off, entry) = self.groups[g].release[i];
+            if !self.config.latency.per_member.is_zero() || !delay.is_zero() {
+                spin_for(delay + self.config.latency.per_member);
+            }
+            // Re-check the IOMMU entry: an unmapped flag must never be written.
+            let state = self.dev.word(m.iommu_entry(entry) + 24).load(Ordering::Acquire);
+            if state & 0xff != IOMMU_VALID {
+                self.fail(g, error_code::IOMMU_FAULT);
+                return;
+            }
+            if self.chance(faults.drop_release) {
+                tracing::debug!(
+                    device = m.kind,
+                    group = g,
+                    member = self.groups[g].members[i],
+                    epoch,
+                    "fault: release dropped"
+                );
+                continue;
+            }
+            self.dev.flag(off).raise(epoch, interrupt);
+            sent += 1;
+            if self.chance(faults.duplicate_release) {
+                self.groups[g].duplicates.push((off, epoch));
+            }
+        }
+        self.count(&global::RELEASES, sent);
+        self.count(&global::BARRIERS, 1);
+        let grp = &mut self.groups[g];
+        grp.arrived.iter_mut().for_each(|w| *w = 0);
+        grp.expected += 1;
+        for w in 0..grp.arrived.len() {
+            self.dev.word(m.group_reg(g, &m.group.arrived_mask) + 8 * w as u64).store(0, Ordering::Release);
+        }
+        self.set_reg(g, &m.group.arrival_count, 0);
+        let barriers = self.dev.word(global::BARRIERS.offset).load(Ordering::Relaxed);
+        if faults.stick_error_after.is_some_and(|n| barriers >= n) {
+            self.error_stuck = true;
+            for &g in &self.active.clone() {
+                self.fail(g, error_code::INJECTED);
+            }
+        }
+        if faults.vanish_after.is_some_and(|n| barriers >= n) {
+            self.vanish();
+        }
+    }
+
+    /// Every register reads all ones from now on; nothing is served.
+    fn vanish(&mut self) {
+        self.vanished = true;
+        self.dev.word(global::DEVICE_STATUS.offset).store(status::GONE, Ordering::Release);
+        for g in 0..self.map.max_groups {
+            self.dev.word(self.map.group_reg(g, &self.map.group.status)).store(status::GONE, Ordering::Release);
+            self.dev
+                .word(self.map.group_reg(g, &self.map.group.completed_epoch))
+                .store(status::GONE, Ordering::Release);
+        }
+        tracing::debug!(device = self.map.kind, "fault: device vanished");
+    }
+
+    /// Frees groups and IOMMU entries whose owning process is gone.
+    fn collect_garbage(&mut self) {
+        self.last_gc = Instant::now();
+        let mut changed = false;
+        for g in 0..self.map.max_groups {
+            let owner = self.reg(g, &self.map.group.owner);
+            if owner != 0 && !process_alive(owner >> 32) {
+                self.set_reg(g, &self.map.group.control, 0);
+                self.set_reg(g, &self.map.group.refs, 0);
+                self.set_reg(g, &self.map.group.owner, 0);
+                changed = true;
+            }
+        }
+        for i in 0..IOMMU_ENTRIES as usize {
+            let state = self.dev.word(self.map.iommu_entry(i) + 24);
+            let s = state.load(Ordering::Acquire);
+            if s != 0 && !process_alive(s >> 32) {
+                state.store(0, Ordering::Release);
+            }
+        }
+        if changed {
+            self.refresh();
+        }
+    }
+}
+
+fn process_alive(pid: u64) -> bool {
+    if pid == 0 || pid > i32::MAX as u64 {
+        return true; // not a pid we can check: keep it
+    }
+    // SAFETY: kill with signal 0 only checks for existence.
+    let rc = unsafe { libc::kill(pid as libc::pid_t, 0) };
+    rc == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+}
+
+fn spin_for(d: Duration) {
+    let until = Instant::now() + d;
+    while Instant::now() < until {
+        std::hint::spin_loop();
+    }
+}

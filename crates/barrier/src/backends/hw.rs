@@ -1,0 +1,550 @@
+//! The hardware barrier backends: switch offload (`switch`) and the Global Barrier Accelerator
+//! (`gba`). One driver serves both; the register map (`barrier-hw`) is the only difference.
+//!
+//! # Control plane (collective, when a communicator is created)
+//!
+//! 1. Every rank maps the device (`BARRIER_<NAME>_DEVICE_PATH`) and checks MAGIC, VERSION and
+//!    DEVICE_STATUS.
+//! 2. Rank 0 claims a free group (compare-and-swap of its owner id into OWNER), resets it
+//!    (CONTROL.RESET, which the device clears when done) and writes MEMBER_COUNT and MEMBER_MASK.
+//! 3. Every rank attaches: clears its arrival slot, maps its release-flag line through the IOMMU
+//!    (an entry VALID with its pid), writes its IOVA into the release table and its node into
+//!    the network-address table, and counts itself in REFS.
+//! 4. Rank 0 sets EPOCH_BASE to the highest value any member's release flag already holds (flags
+//!    are never reset, so a reused group continues from there) and CONTROL = ENABLE | ARM, plus
+//!    INTERRUPT_EN when the communicator's ranks park; it waits for STATUS.READY.
+//!
+//! Every rank runs every step even after a local failure, carrying an ok bit, so that a failure
+//! is agreed and nobody waits in a collective that another rank skipped. A communicator that is
+//! dropped detaches (unmap, clear its table entry, REFS - 1); the last member frees the group.
+//! Groups of a process that died are freed by the device (the emulator checks owners' pids).
+//!
+//! # Data plane (every barrier)
+//!
+//! `arrive(e)` records the arrival in the communicator's arrival flag (for the fallback and for
+//! timeout reports), writes the remote-store message into its arrival slot with the arrival word
+//! (`store_value`) last, and rings the doorbell. `progress(e)` is ready when the release flag
+//! holds `EPOCH_BASE + e` or more (64-bit, so nothing wraps); otherwise it asks to be called again
+//! every few milliseconds to watch the device.
+//!
+//! # Faults and the fallback
+//!
+//! A rank that sees STATUS.ERROR, a vanished device (registers read all ones), or, after
+//! `BARRIER_<NAME>_WATCHDOG`, a release that the device completed but never delivered or an
+//! arrival the device never counted, raises the communicator's shared fault flag. Every rank
+//! looks at that flag on each arrival and on each recheck, so all of them leave the hardware.
+//! From then on barriers complete in software on the **flat** barrier: a rank passes epoch `e`
+//! once every rank's arrival flag holds at least `e`. Each rank stores its arrival before waiting
+//! for anything, so ranks may switch at different epochs (one still finishing `e` while another,
+//! released by the device, is already at `e + 1`) without a hang and without an early release:
+//! an arrival flag at `e + 1` can only exist once its rank passed `e`, which needed everyone at `e`.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use barrier_hw::{
+    control, global, status, DeviceMap, MessageType, FLAG_BYTES, IOMMU_CLAIMED, IOMMU_ENTRIES, IOMMU_FREE, IOMMU_VALID,
+    IOVA_BASE,
+};
+
+use crate::backend::{Backend, Decline, EnableContext, Module, Poll, QueryContext};
+use crate::error::Error;
+use crate::mmio::Mmio;
+use crate::params::{ParamInfo, Params};
+use crate::shm::Shared;
+use crate::wait::Flag;
+
+/// How often a waiting rank looks at the device and the fault flag.
+const RECHECK: Duration = Duration::from_millis(5);
+/// How long the control plane waits for the device to answer RESET or ENABLE.
+const DEVICE_ANSWER: Duration = Duration::from_secs(3);
+
+const NO_GROUP: u64 = u64::MAX;
+const NO_ANSWER: u64 = u64::MAX - 1;
+
+/// A hardware barrier backend over one register map.
+#[derive(Debug)]
+pub struct HwBackend {
+    /// The device's register map.
+    pub map: &'static DeviceMap,
+    /// Backend name.
+    pub name: &'static str,
+    /// Default priority.
+    pub priority: i32,
+    /// Device path when `BARRIER_<NAME>_DEVICE_PATH` is unset.
+    pub default_path: &'static str,
+}
+
+/// The switch-offload backend (128 members, 256 groups, priority 90).
+pub static SWITCH: HwBackend =
+    HwBackend { map: &barrier_hw::SWITCH, name: "switch", priority: 90, default_path: "/dev/switch0" };
+/// The Global Barrier Accelerator backend (708 members, 32 groups, priority 100).
+pub static GBA: HwBackend = HwBackend { map: &barrier_hw::GBA, name: "gba", priority: 100, default_path: "/dev/gba0" };
+
+impl HwBackend {
+    fn param(&self, what: &str) -> String {
+        format!("BARRIER_{}_{what}", self.name.to_ascii_uppercase())
+    }
+
+    /// The device path from the parameters.
+    pub fn device_path(&self, params: &Params) -> PathBuf {
+        PathBuf::from(params.get(&self.param("DEVICE_PATH")).unwrap_or_else(|| self.default_path.into()))
+    }
+
+    fn watchdog(&self, params: &Params) -> Duration {
+        params.duration(&self.param("WATCHDOG")).ok().flatten().unwrap_or(Duration::from_millis(100))
+    }
+
+    /// Maps the device and checks that it is the device this backend drives and that it is up.
+    pub fn open(&self, params: &Params) -> Result<Arc<Device>, String> {
+        let path = self.device_path(params);
+        if !path.exists() {
+            return Err(format!(
+                "no device at {} (set {} or run under `barrier run --emulate {}`)",
+                path.display(),
+                self.param("DEVICE_PATH"),
+                self.name
+            ));
+        }
+        let mmio = Mmio::open(&path, self.map.size).map_err(|e| format!("cannot map {}: {e}", path.display()))?;
+        let dev = Device { mmio, map: self.map, path };
+        let magic = dev.mmio.word(global::MAGIC.offset).load(Ordering::Acquire);
+        if magic != self.map.magic {
+            return Err(format!("{} is not a {} device (MAGIC {magic:#x})", dev.path.display(), self.name));
+        }
+        let version = dev.mmio.word(global::VERSION.offset).load(Ordering::Relaxed);
+        if version != self.map.version {
+            return Err(format!(
+                "{} speaks register-map version {version}, this driver {}",
+                dev.path.display(),
+                self.map.version
+            ));
+        }
+        match dev.mmio.word(global::DEVICE_STATUS.offset).load(Ordering::Acquire) {
+            1 => Ok(Arc::new(dev)),
+            status::GONE => {
+                Err(format!("the {} device at {} is gone (registers read all ones)", self.name, dev.path.display()))
+            }
+            other => Err(format!(
+                "the {} device at {} is not ready (DEVICE_STATUS {other:#x})",
+                self.name,
+                dev.path.display()
+            )),
+        }
+    }
+}
+
+/// A mapped barrier device.
+#[derive(Debug)]
+pub struct Device {
+    mmio: Mmio,
+    map: &'static DeviceMap,
+    path: PathBuf,
+}
+
+impl Device {
+    fn reg(&self, g: usize, r: &barrier_hw::Register) -> u64 {
+        self.mmio.load(self.map.group_reg(g, r), r.bytes)
+    }
+
+    fn set_reg(&self, g: usize, r: &barrier_hw::Register, v: u64) {
+        self.mmio.store(self.map.group_reg(g, r), r.bytes, v)
+    }
+
+    fn group_word(&self, g: usize, r: &barrier_hw::Register, index: usize) -> &AtomicU64 {
+        self.mmio.word(self.map.group_reg(g, r) + 8 * index as u64)
+    }
+
+    /// Rings the doorbell (the device, or its emulator, looks for new work).
+    fn ring(&self) {
+        let bell = self.mmio.flag(global::DOORBELL.offset);
+        bell.raise(bell.load() + 1, true);
+    }
+
+    fn config_changed(&self) {
+        self.mmio.word(global::CONFIG_SEQ.offset).fetch_add(1, Ordering::AcqRel);
+        self.ring();
+    }
+
+    fn wait_for(&self, what: impl Fn() -> bool) -> bool {
+        let start = Instant::now();
+        while start.elapsed() < DEVICE_ANSWER {
+            if what() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_micros(50));
+        }
+        what()
+    }
+
+    /// Claims, resets and sizes a free group; `NO_GROUP` if all are taken, `NO_ANSWER` if the
+    /// device did not acknowledge the reset.
+    fn claim(&self, owner: u64, members: usize) -> u64 {
+        let m = self.map;
+        let Some(g) = (0..m.max_groups).find(|&g| {
+            self.group_word(g, &m.group.owner, 0)
+                .compare_exchange(0, owner, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+        }) else {
+            return NO_GROUP;
+        };
+        self.set_reg(g, &m.group.control, control::RESET);
+        self.config_changed();
+        if !self.wait_for(|| self.reg(g, &m.group.control) & control::RESET == 0) {
+            self.set_reg(g, &m.group.control, 0);
+            self.set_reg(g, &m.group.owner, 0);
+            self.config_changed();
+            return NO_ANSWER;
+        }
+        self.set_reg(g, &m.group.refs, 0);
+        self.set_reg(g, &m.group.member_count, members as u64);
+        for w in 0..barrier_hw::mask_words(m.max_members) {
+            let bits = (0..64).filter(|b| w * 64 + b < members).fold(0u64, |acc, b| acc | 1 << b);
+            self.group_word(g, &m.group.member_mask, w).store(bits, Ordering::Release);
+        }
+        g as u64
+    }
+
+    /// Attaches member `member` of group `g`: slot cleared, flag mapped through the IOMMU,
+    /// tables written.
+    fn attach(&self, g: usize, member: usize, node: u64) -> Result<Attachment, String> {
+        let m = self.map;
+        let slot = m.arrival_slot(g, member);
+        for w in 0..5 {
+            self.mmio.word(slot + 8 * w).store(0, Ordering::Relaxed);
+        }
+        let flag_off = m.release_flag(g, member);
+        let pid = (std::process::id() as u64) << 32;
+        let entry = (0..IOMMU_ENTRIES as usize)
+            .find(|&i| {
+                self.mmio
+                    .word(m.iommu_entry(i) + 24)
+                    .compare_exchange(IOMMU_FREE, IOMMU_CLAIMED | pid, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+            })
+            .ok_or_else(|| format!("the IOMMU table of {} is full ({IOMMU_ENTRIES} mappings)", self.path.display()))?;
+        let e = m.iommu_entry(entry);
+        let iova = IOVA_BASE + flag_off;
+        self.mmio.word(e).store(iova, Ordering::Relaxed);
+        self.mmio.word(e + 8).store(FLAG_BYTES, Ordering::Relaxed);
+        self.mmio.word(e + 16).store(flag_off, Ordering::Relaxed);
+        self.mmio.word(e + 24).store(IOMMU_VALID | pid, Ordering::Release);
+        self.group_word(g, &m.group.release_table, member).store(iova, Ordering::Release);
+        self.group_word(g, &m.group.netaddr_table, member).store(node, Ordering::Release);
+        self.group_word(g, &m.group.refs, 0).fetch_add(1, Ordering::AcqRel);
+        Ok(Attachment { group: g, member, entry, flag_off, slot })
+    }
+
+    /// Undoes `attach`; the last member frees the group.
+    fn detach(&self, a: &Attachment) {
+        let m = self.map;
+        self.group_word(a.group, &m.group.release_table, a.member).store(0, Ordering::Release);
+        self.mmio.word(m.iommu_entry(a.entry) + 24).store(IOMMU_FREE, Ordering::Release);
+        if self.group_word(a.group, &m.group.refs, 0).fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.set_reg(a.group, &m.group.control, 0);
+            self.set_reg(a.group, &m.group.owner, 0);
+            self.config_changed();
+        }
+    }
+
+    /// Starts the group at `base` and waits until the device reports READY (or ERROR).
+    fn enable(&self, g: usize, base: u64, interrupts: bool) -> Result<(), String> {
+        let m = self.map;
+        self.set_reg(g, &m.group.epoch_base, base);
+        let irq = if interrupts { control::INTERRUPT_EN } else { 0 };
+        self.set_reg(g, &m.group.control, control::ENABLE | control::ARM | irq);
+        self.config_changed();
+        let answered = self.wait_for(|| self.reg(g, &m.group.status) & (status::READY | status::ERROR) != 0);
+        let st = self.reg(g, &m.group.status);
+        if !answered {
+            Err(format!("group {g} of {} did not become READY within {DEVICE_ANSWER:?}", self.path.display()))
+        } else if st & status::ERROR != 0 {
+            Err(format!(
+                "group {g} of {} reported ERROR code {} when enabled",
+                self.path.display(),
+                self.reg(g, &m.group.error_code)
+            ))
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// One member's hold on a group.
+#[derive(Debug, Clone, Copy)]
+struct Attachment {
+    group: usize,
+    member: usize,
+    entry: usize,
+    flag_off: u64,
+    slot: u64,
+}
+
+fn owner_id() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    (std::process::id() as u64) << 32 | (NEXT.fetch_add(1, Ordering::Relaxed) & 0xffff_ffff)
+}
+
+impl Backend for HwBackend {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn default_priority(&self) -> i32 {
+        self.priority
+    }
+
+    fn description(&self) -> &'static str {
+        match self.name {
+            "switch" => "switch barrier offload: remote-store arrivals, release-flag polling (128 members, 256 groups)",
+            _ => "Global Barrier Accelerator: remote-store arrivals, release-flag polling (708 members, 32 groups)",
+        }
+    }
+
+    fn params(&self) -> Vec<ParamInfo> {
+        vec![
+            ParamInfo::new(self.param("DEVICE_PATH"), self.default_path, format!("The {} device file to map.", self.name)),
+            ParamInfo::new(
+                self.param("WATCHDOG"),
+                "100ms",
+                "How long a rank waits for a release before checking the device for a lost release or arrival (then all ranks fall back to software).",
+            ),
+        ]
+    }
+
+    fn query(&self, ctx: &QueryContext<'_>) -> Result<(), Decline> {
+        if ctx.size > self.map.max_members {
+            return Err(Decline::new(format!(
+                "{} members > {} (the {} limit per group)",
+                ctx.size, self.map.max_members, self.name
+            )));
+        }
+        self.open(ctx.params).map(|_| ()).map_err(Decline::new)
+    }
+
+    fn enable(&self, ctx: &EnableContext<'_>) -> Result<Box<dyn Module>, Decline> {
+        let q = &ctx.query;
+        let coll = |e: Error| Decline::new(e.to_string());
+        let dev = self.open(q.params);
+        if !ctx.all_agree(dev.is_ok()).map_err(coll)? {
+            return Err(Decline::new(
+                dev.err().unwrap_or_else(|| "the device could not be mapped on another rank".into()),
+            ));
+        }
+        let dev = dev.map_err(Decline::new)?;
+        let claimed = if q.rank == 0 { dev.claim(owner_id(), q.size) } else { 0 };
+        let group = ctx.broadcast(0, claimed).map_err(coll)?;
+        match group {
+            NO_GROUP => {
+                return Err(Decline::new(format!(
+                    "all {} {} groups at {} are in use",
+                    self.map.max_groups,
+                    self.name,
+                    dev.path.display()
+                )))
+            }
+            NO_ANSWER => {
+                return Err(Decline::new(format!(
+                    "the {} device at {} did not answer a group reset",
+                    self.name,
+                    dev.path.display()
+                )))
+            }
+            _ => {}
+        }
+        let g = group as usize;
+        let attached = dev.attach(g, q.rank, q.node as u64);
+        let current = attached.as_ref().map_or(0, |a| dev.mmio.flag(a.flag_off).load());
+        let all = ctx.allgather(&[attached.is_ok() as u64, current]).map_err(coll)?;
+        let base = all.iter().map(|w| w[1]).max().unwrap_or(0);
+        let region = ctx.region;
+        let mut module = HwModule {
+            dev: dev.clone(),
+            attachment: attached.as_ref().ok().copied(),
+            n: q.size,
+            base,
+            wake: ctx.policy.wakes(),
+            watchdog: self.watchdog(q.params),
+            pending_since: None,
+            suspect: false,
+            fault: region.shared_flag(region.fault()),
+            arrivals: region.arrivals().iter().map(|f| region.shared_flag(f)).collect(),
+            rank: q.rank,
+            degraded: None,
+            flat_next: 0,
+            algorithm: String::from("offload"),
+        };
+        if all.iter().any(|w| w[0] == 0) {
+            return Err(Decline::new(
+                attached.err().unwrap_or_else(|| format!("attaching to group {g} failed on another rank")),
+            ));
+        }
+        let ready = if q.rank == 0 { dev.enable(g, base, ctx.policy.wakes()) } else { Ok(()) };
+        if ctx.broadcast(0, ready.is_ok() as u64).map_err(coll)? != 1 {
+            let code = dev.reg(g, &self.map.group.error_code);
+            return Err(Decline::new(
+                ready.err().unwrap_or_else(|| format!("group {g} did not become ready (ERROR_CODE {code})")),
+            ));
+        }
+        module.algorithm = format!("offload group {g}");
+        tracing::debug!(backend = self.name, group = g, base, "hardware barrier group enabled");
+        Ok(Box::new(module))
+    }
+}
+
+/// One rank's hardware barrier on one communicator.
+#[derive(Debug)]
+pub struct HwModule {
+    dev: Arc<Device>,
+    attachment: Option<Attachment>,
+    n: usize,
+    rank: usize,
+    /// Device epoch = base + communicator epoch.
+    base: u64,
+    wake: bool,
+    watchdog: Duration,
+    pending_since: Option<Instant>,
+    /// The watchdog found this rank's arrival uncounted once; twice in a row is a lost arrival.
+    suspect: bool,
+    fault: Shared<Flag>,
+    arrivals: Vec<Shared<Flag>>,
+    degraded: Option<String>,
+    flat_next: usize,
+    algorithm: String,
+}
+
+impl HwModule {
+    fn attachment(&self) -> Attachment {
+        self.attachment.expect("an enabled module is attached")
+    }
+
+    /// Leaves the hardware for good; `raise` tells every other rank to do the same from `epoch`.
+    fn degrade(&mut self, epoch: u64, reason: String, raise: bool) {
+        if raise {
+            self.fault.raise(epoch, true);
+        }
+        tracing::warn!(device = self.dev.map.kind, rank = self.rank, epoch, %reason, "hardware barrier failed; completing barriers in software (flat)");
+        self.algorithm = format!("fallback: flat ({reason})");
+        self.degraded = Some(reason);
+    }
+
+    fn flat(&mut self, epoch: u64) -> Poll<'_> {
+        while self.flat_next < self.n {
+            if !self.arrivals[self.flat_next].reached(epoch) {
+                return Poll::Pending { flag: &self.arrivals[self.flat_next], target: epoch, recheck: None };
+            }
+            self.flat_next += 1;
+        }
+        Poll::Ready
+    }
+
+    /// Looks at the device while waiting; returns why the hardware cannot finish `epoch`.
+    fn inspect(&mut self, epoch: u64) -> Option<String> {
+        let map = self.dev.map;
+        let a = self.attachment();
+        let st = self.dev.reg(a.group, &map.group.status);
+        if st == status::GONE
+            || self.dev.mmio.word(global::DEVICE_STATUS.offset).load(Ordering::Acquire) == status::GONE
+        {
+            return Some("the device vanished (registers read all ones)".into());
+        }
+        if st & status::ERROR != 0 {
+            return Some(format!("the device reported ERROR code {}", self.dev.reg(a.group, &map.group.error_code)));
+        }
+        let since = *self.pending_since.get_or_insert_with(Instant::now);
+        if since.elapsed() < self.watchdog {
+            return None;
+        }
+        self.pending_since = Some(Instant::now());
+        let target = self.base + epoch;
+        let completed = self.dev.reg(a.group, &map.group.completed_epoch);
+        if completed >= target {
+            return Some(format!("the device completed epoch {epoch} but its release never reached this rank"));
+        }
+        let counted = self.dev.group_word(a.group, &map.group.arrived_mask, a.member / 64).load(Ordering::Acquire)
+            >> (a.member % 64)
+            & 1
+            == 1;
+        if completed + 1 == target && !counted {
+            if self.suspect {
+                return Some(format!("the device never counted this rank's arrival at epoch {epoch}"));
+            }
+            self.suspect = true;
+        } else {
+            self.suspect = false;
+        }
+        None
+    }
+}
+
+impl Module for HwModule {
+    fn algorithm(&self) -> &str {
+        &self.algorithm
+    }
+
+    fn arrive(&mut self, epoch: u64) -> Result<(), Error> {
+        // Recorded first: the fallback and timeout reports rely on it.
+        self.arrivals[self.rank].raise(epoch, self.wake);
+        self.pending_since = None;
+        self.suspect = false;
+        self.flat_next = 0;
+        if self.degraded.is_none() && self.fault.load() != 0 {
+            self.degrade(epoch, "another rank's hardware barrier failed".into(), false);
+        }
+        if self.degraded.is_some() {
+            return Ok(());
+        }
+        let a = self.attachment();
+        let map = self.dev.map;
+        let target = self.base + epoch;
+        let msg = barrier_hw::Message {
+            msg_type: MessageType::Arrive,
+            group_id: a.group as u32,
+            member_id: a.member as u32,
+            sequence: target as u32,
+            timestamp: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64),
+            target_addr: self.dev.reg(a.group, &map.group.arrival_addr),
+            store_value: map.encoding.encode(a.member as u32, target as u32),
+        };
+        let words = msg.to_words();
+        for (i, w) in words.iter().enumerate().take(4) {
+            self.dev.mmio.word(a.slot + 8 * i as u64).store(*w, Ordering::Relaxed);
+        }
+        // The arrival word last, with release: the device reads it first, with acquire.
+        self.dev.mmio.word(a.slot + 32).store(words[4], Ordering::Release);
+        self.dev.ring();
+        Ok(())
+    }
+
+    fn progress(&mut self, epoch: u64) -> Result<Poll<'_>, Error> {
+        if self.degraded.is_none() {
+            let a = self.attachment();
+            if self.dev.mmio.flag(a.flag_off).reached(self.base + epoch) {
+                return Ok(Poll::Ready);
+            }
+            if self.fault.load() != 0 {
+                self.degrade(epoch, "another rank's hardware barrier failed".into(), false);
+            } else if let Some(reason) = self.inspect(epoch) {
+                self.degrade(epoch, reason, true);
+            } else {
+                let flag = self.dev.mmio.flag(a.flag_off);
+                return Ok(Poll::Pending { flag, target: self.base + epoch, recheck: Some(RECHECK) });
+            }
+        }
+        Ok(self.flat(epoch))
+    }
+}
+
+impl Drop for HwModule {
+    fn drop(&mut self) {
+        if let Some(a) = self.attachment.take() {
+            if self.dev.mmio.word(global::DEVICE_STATUS.offset).load(Ordering::Acquire) != status::GONE {
+                self.dev.detach(&a);
+            }
+        }
+    }
+}

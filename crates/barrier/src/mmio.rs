@@ -1,0 +1,97 @@
+//! Memory-mapped device registers: the one place that turns device offsets into references.
+//!
+//! Used by the hardware drivers (over a real device file or the emulator's) and by the emulator
+//! itself, so both sides access registers the same way. Every accessor checks bounds and
+//! alignment; registers are read and written only through atomics (a device may change them at
+//! any time).
+
+use std::os::fd::AsRawFd;
+use std::path::Path;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use crate::sys::{self, Mapping};
+use crate::wait::Flag;
+
+/// A mapped device.
+#[derive(Debug)]
+pub struct Mmio {
+    mapping: Mapping,
+}
+
+impl Mmio {
+    /// Maps `len` bytes of the device file at `path`.
+    pub fn open(path: &Path, len: u64) -> std::io::Result<Mmio> {
+        let file = std::fs::OpenOptions::new().read(true).write(true).open(path)?;
+        let have = sys::fd_len(file.as_raw_fd())? as u64;
+        if have < len {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("{} is {have} bytes, smaller than the device's {len}", path.display()),
+            ));
+        }
+        Ok(Mmio { mapping: Mapping::map_fd(file.as_raw_fd(), len as usize)? })
+    }
+
+    /// Maps `len` bytes of an open descriptor.
+    pub fn from_fd(fd: std::os::fd::RawFd, len: u64) -> std::io::Result<Mmio> {
+        Ok(Mmio { mapping: Mapping::map_fd(fd, len as usize)? })
+    }
+
+    /// Bytes mapped.
+    pub fn len(&self) -> u64 {
+        self.mapping.len() as u64
+    }
+
+    /// Never true for a mapped device.
+    pub fn is_empty(&self) -> bool {
+        self.mapping.is_empty()
+    }
+
+    fn at<T>(&self, offset: u64, align: u64) -> *const T {
+        let size = std::mem::size_of::<T>() as u64;
+        assert!(
+            offset % align == 0 && offset + size <= self.len(),
+            "device offset {offset:#x} out of range or misaligned"
+        );
+        // The pointer stays inside the mapping (checked above).
+        self.mapping.as_ptr().wrapping_add(offset as usize) as *const T
+    }
+
+    /// The 64-bit register at `offset`.
+    pub fn word(&self, offset: u64) -> &AtomicU64 {
+        // SAFETY: `at` checked bounds and alignment; the mapping outlives `&self`; an atomic is
+        // valid for any bits.
+        unsafe { &*self.at::<AtomicU64>(offset, 8) }
+    }
+
+    /// The 32-bit register at `offset`.
+    pub fn word32(&self, offset: u64) -> &AtomicU32 {
+        // SAFETY: as for `word`.
+        unsafe { &*self.at::<AtomicU32>(offset, 4) }
+    }
+
+    /// Reads a register of `bytes` (4 or 8).
+    pub fn load(&self, offset: u64, bytes: u64) -> u64 {
+        if bytes == 4 {
+            self.word32(offset).load(Ordering::Acquire) as u64
+        } else {
+            self.word(offset).load(Ordering::Acquire)
+        }
+    }
+
+    /// Writes a register of `bytes` (4 or 8).
+    pub fn store(&self, offset: u64, bytes: u64, value: u64) {
+        if bytes == 4 {
+            self.word32(offset).store(value as u32, Ordering::Release)
+        } else {
+            self.word(offset).store(value, Ordering::Release)
+        }
+    }
+
+    /// A flag-shaped line (epoch word and waiter count) at `offset`: release flags in DMA
+    /// memory, the doorbell.
+    pub fn flag(&self, offset: u64) -> &Flag {
+        // SAFETY: bounds and line alignment checked by `at`; a Flag is atomics only.
+        unsafe { &*self.at::<Flag>(offset, crate::pad::CACHE_LINE.min(128) as u64) }
+    }
+}
