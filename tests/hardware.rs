@@ -1,31 +1,286 @@
-//! The correctness suite on the hardware backends, driven against the emulated devices.
+//! The correctness suite on the hardware backends (`switch`, `gba`), driven against emulated
+//! devices: as threads and as processes, with split communicators in separate groups, injected
+//! faults, group exhaustion, sequence wrap-around and dead owners.
+
+mod common;
+
+use std::time::Duration;
 
 use barrier::{threads::Job, Params};
-use barrier_emu::{Config, Emulator};
+use barrier_emu::{Config, Emulator, Faults};
+use barrier_hw::DeviceMap;
 use barrier_suite::{stress, StressOptions};
+use proptest::prelude::*;
+
+const DEVICES: [(&str, &DeviceMap); 2] = [("switch", &barrier_hw::SWITCH), ("gba", &barrier_hw::GBA)];
+
+fn path_param(kind: &str) -> String {
+    format!("BARRIER_{}_DEVICE_PATH", kind.to_ascii_uppercase())
+}
 
 fn params(kind: &str, emu: &Emulator) -> Params {
     Params::defaults_only()
         .set("BARRIER_BACKEND", kind)
-        .set(format!("BARRIER_{}_DEVICE_PATH", kind.to_ascii_uppercase()), emu.path().display().to_string())
+        .set(path_param(kind), emu.path().display().to_string())
         .set("BARRIER_TIMEOUT", "60s")
+        .set(format!("BARRIER_{}_WATCHDOG", kind.to_ascii_uppercase()), "20ms")
+}
+
+fn job(n: usize) -> Job {
+    Job::new(n).busy_threads(1)
 }
 
 #[test]
-fn smoke() {
-    for (kind, map) in [("switch", &barrier_hw::SWITCH), ("gba", &barrier_hw::GBA)] {
+fn hardware_backends_are_correct_as_threads() {
+    for (kind, map) in DEVICES {
         let emu = Emulator::start(Config::new(map)).unwrap();
-        for n in [1, 2, 3, 5] {
-            let opts = StressOptions { iterations: 300, ..Default::default() };
-            let out = Job::new(n)
+        for n in [2, 3, 8, 13] {
+            let opts = StressOptions { iterations: 400, seed: n as u64, ..Default::default() };
+            let out = job(n)
                 .params(params(kind, &emu))
-                .run(|w| (w.backend().to_string(), w.algorithm(), stress(&w, &opts).map_err(|e| e.to_string())))
+                .run(|w| {
+                    let result = stress(&w, &opts).map_err(|e| e.to_string());
+                    (w.backend().to_string(), w.algorithm(), result)
+                })
                 .unwrap();
-            for (b, a, r) in out {
-                assert_eq!(b, kind);
-                assert_eq!(r, Ok(300), "{kind} {a} n={n}");
+            for (backend, algorithm, result) in out {
+                assert_eq!(backend, kind);
+                assert!(algorithm.starts_with("offload"), "{kind} at {n}: fell back: {algorithm}");
+                assert_eq!(result, Ok(400), "{kind} at {n}");
             }
         }
-        println!("{kind}: {:?}", emu.counters());
+        emu.quiesce(Duration::from_secs(2));
+        let c = emu.counters();
+        assert_eq!((c.errors, c.groups_in_use), (0, 0), "{kind}: {c:?}");
+        assert!(c.barriers >= 4 * 400, "{kind}: {c:?}");
     }
+}
+
+#[test]
+fn split_communicators_use_separate_groups_concurrently() {
+    for (kind, map) in DEVICES {
+        let emu = Emulator::start(Config::new(map)).unwrap();
+        let out = job(8)
+            .params(params(kind, &emu))
+            .run(|w| {
+                let sub = w.split(w.rank() as u32 % 3, 0).unwrap().unwrap();
+                let opts = StressOptions { iterations: 300, ..Default::default() };
+                stress(&sub, &opts).unwrap();
+                stress(&w, &StressOptions { iterations: 100, ..opts }).unwrap();
+                (w.rank() % 3, sub.backend().to_string(), sub.algorithm(), w.algorithm())
+            })
+            .unwrap();
+        let mut groups: Vec<(usize, String)> = out.iter().map(|(c, _, a, _)| (*c, a.clone())).collect();
+        groups.sort();
+        groups.dedup();
+        assert_eq!(groups.len(), 3, "{kind}: one group per color: {groups:?}");
+        let mut names: Vec<&String> = groups.iter().map(|(_, a)| a).collect();
+        names.push(&out[0].3);
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), 4, "{kind}: colors and world use four different groups: {out:?}");
+        assert!(out.iter().all(|(_, b, _, _)| b == kind));
+    }
+}
+
+#[test]
+fn hardware_backends_are_correct_as_processes_under_the_launcher() {
+    for (kind, map) in DEVICES {
+        for (n, args) in [(2, &["800"][..]), (3, &["800"][..]), (8, &["400"][..]), (13, &["300", "--split"][..])] {
+            let _machine = common::one_job_at_a_time();
+            let mut spec = barrier_cli::launch::JobSpec::new(n, common::example("correctness"));
+            spec.args = args.iter().map(|a| a.into()).collect();
+            spec.env = vec![("BARRIER_BACKEND".into(), kind.into()), ("BARRIER_TIMEOUT".into(), "60s".into())];
+            spec.emulate = vec![Config::new(map)];
+            spec.capture_stdout = true;
+            spec.capture_stderr = true;
+            let report = barrier_cli::launch::launch(&spec).unwrap();
+            assert!(report.success(), "{kind} at {n}: {:?} {:?}", report.describe(n), report.stderr);
+            assert!(report.stdout[0].contains(&format!("({kind}, offload")), "{:?}", report.stdout);
+            let (_, c) = report.devices[0];
+            assert_eq!((c.errors, c.groups_in_use), (0, 0), "{kind}: {c:?}");
+        }
+    }
+}
+
+#[test]
+fn group_exhaustion_declines_and_falls_back() {
+    for (kind, map) in DEVICES {
+        let emu = Emulator::start(Config::new(map)).unwrap();
+        let limit = map.max_groups;
+        let p = params(kind, &emu).set("BARRIER_BACKEND", format!("{kind},dissemination"));
+        let out = job(2)
+            .params(p)
+            .run(|w| {
+                // `w` holds one group: limit - 1 duplicates fill the device, the last must fall back.
+                let comms: Vec<_> = (0..limit).map(|_| w.dup().unwrap()).collect();
+                for c in &comms {
+                    c.barrier().unwrap();
+                }
+                let last = comms.last().unwrap();
+                let why =
+                    last.selection().candidates.iter().find(|c| c.name == kind).map(|c| c.outcome.to_string()).unwrap();
+                (comms.iter().filter(|c| c.backend() == kind).count(), last.backend().to_string(), why)
+            })
+            .unwrap();
+        let (on_hw, last, why) = &out[0];
+        assert_eq!(*on_hw, limit - 1, "{kind}");
+        assert_eq!(last, "dissemination");
+        assert!(why.contains(&format!("all {limit} {kind} groups")) && why.contains("in use"), "{why}");
+        emu.quiesce(Duration::from_secs(2));
+        assert_eq!(emu.counters().groups_in_use, 0, "every group is freed when the communicators are dropped");
+    }
+}
+
+#[test]
+fn a_forced_backend_without_a_device_fails_loudly_and_auto_falls_back() {
+    let p = Params::defaults_only()
+        .set("BARRIER_BACKEND", "switch")
+        .set("BARRIER_SWITCH_DEVICE_PATH", "/nonexistent/switch0");
+    let err = Job::new(2).params(p).run(|_| ()).unwrap_err().to_string();
+    assert!(err.contains("no device at /nonexistent/switch0") && err.contains("BARRIER_SWITCH_DEVICE_PATH"), "{err}");
+    let p = Params::defaults_only()
+        .set("BARRIER_SWITCH_DEVICE_PATH", "/nonexistent/switch0")
+        .set("BARRIER_GBA_DEVICE_PATH", "/nonexistent/gba0");
+    let out = Job::new(2).params(p).run(|w| (w.backend().to_string(), w.selection().to_string())).unwrap();
+    assert_eq!(out[0].0, "dissemination");
+    assert!(out[0].1.contains("gba") && out[0].1.contains("no device at /nonexistent/gba0"), "{}", out[0].1);
+}
+
+#[test]
+fn a_communicator_larger_than_a_group_is_declined_with_the_limit() {
+    let emu = Emulator::start(Config::new(&barrier_hw::SWITCH)).unwrap();
+    let p = params("switch", &emu).set("BARRIER_BACKEND", "switch,dissemination").set("BARRIER_TIMEOUT", "120s");
+    let out = Job::new(129).params(p).run(|w| (w.backend().to_string(), w.selection().to_string())).unwrap();
+    assert_eq!(out[0].0, "dissemination");
+    assert!(out[0].1.contains("129 members > 128"), "{}", out[0].1);
+}
+
+#[test]
+fn sequences_wrap_past_32_bits() {
+    // Every release flag already holds an epoch just below 2^32: the group's epochs continue
+    // from there, so the 32-bit sequence in the arrival word wraps during the run. With 2^32 - 1
+    // the very first expected sequence is 0, the value of a slot nobody has written yet: the
+    // device must still wait for real arrivals (the stress check catches an early release).
+    for (kind, map) in DEVICES {
+        for below in [5u64, 1] {
+            run_across_the_wrap(kind, map, (1 << 32) - below);
+        }
+    }
+}
+
+fn run_across_the_wrap(kind: &str, map: &'static DeviceMap, start: u64) {
+    let emu = Emulator::start(Config::new(map)).unwrap();
+    for g in 0..map.max_groups {
+        for m in 0..4 {
+            emu.device().flag(map.release_flag(g, m)).raise(start, false);
+        }
+    }
+    let out = job(4)
+        .params(params(kind, &emu))
+        .run(|w| {
+            let result = stress(&w, &StressOptions { iterations: 50, ..Default::default() }).map_err(|e| e.to_string());
+            (w.algorithm(), result)
+        })
+        .unwrap();
+    for (algorithm, r) in out {
+        assert!(algorithm.starts_with("offload"), "{kind} from {start:#x}: {algorithm}");
+        assert_eq!(r, Ok(50), "{kind} from {start:#x}");
+    }
+    assert_eq!(emu.counters().errors, 0);
+}
+
+fn fault_strategy() -> impl Strategy<Value = (&'static str, Faults)> {
+    let p = 0.001f64..0.05;
+    prop_oneof![
+        p.clone().prop_map(|x| ("drop_arrival", Faults { drop_arrival: x, ..Faults::default() })),
+        p.clone().prop_map(|x| ("drop_release", Faults { drop_release: x, ..Faults::default() })),
+        (0.01f64..0.5).prop_map(|x| ("duplicate_release", Faults { duplicate_release: x, ..Faults::default() })),
+        (1u64..300).prop_map(|n| ("stick_error", Faults { stick_error_after: Some(n), ..Faults::default() })),
+        (1u64..300).prop_map(|n| ("vanish", Faults { vanish_after: Some(n), ..Faults::default() })),
+        (0u64..300)
+            .prop_map(|us| ("slow_engine", Faults { slow_engine: Duration::from_micros(us), ..Faults::default() })),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    /// Every fault, at random points of long runs: the run completes with every barrier correct
+    /// (the ranks fall back to software together), or fails with a clear error; it never hangs
+    /// (BARRIER_TIMEOUT bounds every wait) and never releases a rank early (the stress check).
+    #[test]
+    fn injected_faults_never_hang_and_never_release_early(
+        device in 0usize..2,
+        (name, faults) in fault_strategy(),
+        seed in any::<u64>(),
+        n in 2usize..6,
+        iterations in 100u64..400,
+    ) {
+        let (kind, map) = DEVICES[device];
+        let emu = Emulator::start(Config { faults: Faults { seed, ..faults }, ..Config::new(map) }).unwrap();
+        let p = params(kind, &emu).set("BARRIER_TIMEOUT", "30s");
+        let opts = StressOptions { iterations, seed, sleep_one_in: 0, ..Default::default() };
+        let out = job(n)
+            .params(p)
+            .run(|w| {
+                let result = stress(&w, &opts).map_err(|e| e.to_string());
+                (w.algorithm(), result)
+            })
+            .unwrap();
+        for (algorithm, result) in &out {
+            prop_assert_eq!(result, &Ok(iterations), "{} on {} ({}), n={}", name, kind, algorithm, n);
+        }
+        // A fault that stops the device must have moved everyone to the fallback.
+        if faults.vanish_after.is_some_and(|k| k < iterations / 2) || faults.stick_error_after.is_some_and(|k| k < iterations / 2) {
+            prop_assert!(out.iter().all(|(a, _)| a.starts_with("fallback")), "{} on {}: {:?}", name, kind, out);
+        }
+    }
+}
+
+#[test]
+fn groups_of_a_killed_job_are_reclaimed_by_a_shared_device() {
+    let _machine = common::one_job_at_a_time();
+    let dir = std::env::temp_dir().join(format!("barrier-emu-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("switch0");
+    let emu = Emulator::start_at(Config::new(&barrier_hw::SWITCH), &path).unwrap();
+    let mut spec = barrier_cli::launch::JobSpec::new(4, common::example("correctness"));
+    spec.args = vec!["100000000".into(), "--die".into(), "1:300".into()];
+    spec.env = vec![
+        ("BARRIER_BACKEND".into(), "switch".into()),
+        ("BARRIER_SWITCH_DEVICE_PATH".into(), path.display().to_string()),
+    ];
+    spec.capture_stderr = true;
+    let report = barrier_cli::launch::launch(&spec).unwrap();
+    assert_eq!(report.failure.as_ref().map(|f| f.rank), Some(1));
+    assert!(emu.counters().barriers >= 299);
+    let start = std::time::Instant::now();
+    while emu.counters().groups_in_use != 0 && start.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(emu.counters().groups_in_use, 0, "the dead job's group was not reclaimed");
+    drop(emu);
+    assert!(!path.exists(), "the daemon's device file must be removed when it stops");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn the_gba_serves_more_members_than_a_switch_group_holds() {
+    let emu = Emulator::start(Config::new(&barrier_hw::GBA)).unwrap();
+    let p = params("gba", &emu).set("BARRIER_TIMEOUT", "120s");
+    let opts =
+        StressOptions { iterations: 40, spin_one_in: 0, sleep_one_in: 0, split_phase: false, ..Default::default() };
+    let out = job(130)
+        .params(p)
+        .run(|w| {
+            let result = stress(&w, &opts).map_err(|e| e.to_string());
+            (w.algorithm(), result)
+        })
+        .unwrap();
+    for (algorithm, r) in &out {
+        assert!(algorithm.starts_with("offload"), "{algorithm}");
+        assert_eq!(r, &Ok(40));
+    }
+    assert_eq!(emu.counters().errors, 0);
 }

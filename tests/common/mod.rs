@@ -19,9 +19,14 @@ pub fn example(name: &str) -> PathBuf {
 /// forcing the spin policy next to another job would measure the scheduler, not the barrier).
 static ONE_JOB_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
+/// Holds the machine for one launched job.
+pub fn one_job_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_JOB_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// Runs `example` with `args` on `n` ranks, capturing output, with a timeout for every barrier.
 pub fn run_example(n: usize, name: &str, args: &[&str], env: &[(&str, &str)]) -> JobReport {
-    let _machine = ONE_JOB_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let _machine = one_job_at_a_time();
     let mut spec = JobSpec::new(n, example(name));
     spec.args = args.iter().map(|a| a.into()).collect();
     spec.env = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();

@@ -364,7 +364,13 @@ pub fn launch(spec: &JobSpec) -> Result<JobReport, LaunchError> {
     let _ = reaper.join();
     let stdout = readers.into_iter().map(|h| h.join().unwrap_or_default()).collect();
     let stderr = err_readers.into_iter().map(|h| h.join().unwrap_or_default()).collect();
-    let devices = emulators.iter().map(|e| (e.device().map().kind, e.counters())).collect();
+    let devices = emulators
+        .iter()
+        .map(|e| {
+            e.quiesce(Duration::from_secs(2));
+            (e.device().map().kind, e.counters())
+        })
+        .collect();
     Ok(JobReport { failure, interrupted, stdout, stderr, elapsed: start.elapsed(), devices })
 }
 

@@ -170,6 +170,23 @@ impl Emulator {
     pub fn counters(&self) -> Counters {
         Counters::read(&self.device)
     }
+
+    /// Waits (up to `limit`) until the engine has processed every configuration change made so
+    /// far, so that counters such as `groups_in_use` are up to date.
+    pub fn quiesce(&self, limit: Duration) -> bool {
+        let target = self.device.word(global::CONFIG_SEQ.offset).load(Ordering::Acquire);
+        let start = Instant::now();
+        loop {
+            bump_doorbell(&self.device);
+            if self.device.word(global::CONFIG_SEEN.offset).load(Ordering::Acquire) >= target {
+                return true;
+            }
+            if start.elapsed() > limit {
+                return false;
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
 }
 
 impl Drop for Emulator {
@@ -202,6 +219,8 @@ impl AbortCheck for NoAbort {
 #[derive(Clone, Debug, Default)]
 struct Group {
     enabled: bool,
+    /// ERROR was raised; the group stays failed until RESET or until it is freed.
+    failed: bool,
     members: Vec<usize>,
     mask: Vec<u64>,
     /// DMA offset of each member's release flag and the IOMMU entry that maps it.
@@ -283,6 +302,7 @@ impl Engine {
                     config_seen = config;
                     self.refresh();
                 }
+                self.dev.word(global::CONFIG_SEEN.offset).store(config_seen, Ordering::Release);
                 let worked = self.serve();
                 if worked {
                     self.count(&global::ENGINE_BUSY_NS, start.elapsed().as_nanos() as u64);
@@ -311,7 +331,7 @@ impl Engine {
                 self.reset(g);
             }
             if owner != 0 && ctl & control::ENABLE != 0 {
-                if !self.groups[g].enabled {
+                if !self.groups[g].enabled && !self.groups[g].failed {
                     self.configure(g);
                 }
                 if self.groups[g].enabled {
@@ -348,12 +368,17 @@ impl Engine {
         self.set_reg(g, &self.map.group.status, st | status::ERROR);
         self.count(&global::ERRORS, 1);
         self.groups[g].enabled = false;
+        self.groups[g].failed = true;
         tracing::debug!(device = self.map.kind, group = g, code, "emulated device raised ERROR");
     }
 
     /// Checks a group's configuration and translates its release addresses.
     fn configure(&mut self, g: usize) {
         let m = self.map;
+        if self.error_stuck {
+            self.fail(g, error_code::INJECTED);
+            return;
+        }
         let count = self.reg(g, &m.group.member_count) as usize;
         let words = barrier_hw::mask_words(m.max_members);
         let mask: Vec<u64> = (0..words)
@@ -379,6 +404,7 @@ impl Engine {
         let base = self.reg(g, &m.group.epoch_base);
         self.groups[g] = Group {
             enabled: true,
+            failed: false,
             arrived: vec![0; words],
             mask,
             members,
@@ -407,7 +433,8 @@ impl Engine {
                 return None;
             }
             let off = host + (iova - start);
-            (off >= self.map.dma_base && off + FLAG_BYTES <= self.map.size && off % FLAG_BYTES == 0).then_some((off, i))
+            (off >= self.map.dma_base && off + FLAG_BYTES <= self.map.size && off.is_multiple_of(FLAG_BYTES))
+                .then_some((off, i))
         })
     }
 
@@ -441,16 +468,24 @@ impl Engine {
                 continue;
             }
             let slot = m.arrival_slot(g, member);
+            // A message is present once its header is non-zero (slots are zeroed on attach), and
+            // complete when the arrival word agrees with the member/sequence word: the sender
+            // writes the arrival word last, so a disagreement is a message still in flight. A
+            // zero arrival word is legal (member 0 at a sequence that wrapped to 0).
             let value = self.dev.word(slot + 32).load(Ordering::Acquire);
-            if value == 0 {
+            let header = self.dev.word(slot).load(Ordering::Acquire);
+            let ident = self.dev.word(slot + 8).load(Ordering::Acquire);
+            if header == 0 {
                 continue;
             }
             let (who, seq) = m.encoding.decode(value);
+            if ident != (who as u64 | (seq as u64) << 32) {
+                continue;
+            }
             let epoch = expand_sequence(expected, seq);
             if epoch < expected {
                 continue; // an old arrival (or one this engine already dropped)
             }
-            let header = self.dev.word(slot).load(Ordering::Relaxed);
             if who as usize != member
                 || (header >> 32) as usize != g
                 || header & 0xff != barrier_hw::MessageType::Arrive as u64

@@ -125,6 +125,8 @@ pub mod global {
     /// so the device re-reads group configuration only when something changed.
     pub const CONFIG_SEQ: Register =
         reg("CONFIG_SEQ", 0x130, 8, ReadWrite, "bumped by drivers after any group configuration change");
+    /// The CONFIG_SEQ value the device has finished processing.
+    pub const CONFIG_SEEN: Register = reg("CONFIG_SEEN", 0x138, 8, ReadOnly, "last CONFIG_SEQ the device has applied");
     /// Every global register.
     pub const ALL: &[Register] = &[
         MAGIC,
@@ -139,6 +141,7 @@ pub mod global {
         BARRIERS,
         ENGINE_BUSY_NS,
         CONFIG_SEQ,
+        CONFIG_SEEN,
     ];
 }
 
@@ -277,7 +280,7 @@ pub static SWITCH: DeviceMap = {
     DeviceMap {
         kind: "switch",
         magic: u64::from_le_bytes(*b"SWBARACC"),
-        version: 1,
+        version: 2,
         max_members: MEMBERS,
         max_groups: GROUPS,
         encoding: ArrivalEncoding::MemberHigh,
@@ -342,18 +345,19 @@ pub const SWITCH_GROUP_NETWORK_ADDR: Register = reg("NETWORK_ADDR", 0x0000, 8, R
 /// The seed's map puts a 708-entry release-address table at 0x0080 (708 × 8 B = 0x1620 bytes,
 /// ending at 0x16A0) and CONTROL at 0x1000, inside that table, in a 4 KiB group window. Here
 /// the table keeps its seed offset, CONTROL and STATUS move to 0x1800/0x1808 after it, and the
-/// group window is 64 KiB. GROUP_ID and MEMBER_COUNT keep their seed offsets and 32-bit width.
+/// group window is 128 KiB (it also holds 708 arrival slots of 128 bytes). GROUP_ID and
+/// MEMBER_COUNT keep their seed offsets and 32-bit width.
 pub static GBA: DeviceMap = {
     const MEMBERS: usize = 708;
     const GROUPS: usize = 32;
-    const STRIDE: u64 = 0x10000;
+    const STRIDE: u64 = 0x20000;
     const GROUP_BASE: u64 = 0x10000;
     const DMA_BASE: u64 = GROUP_BASE + GROUPS as u64 * STRIDE;
     const MASK_BYTES: u64 = mask_words(MEMBERS) as u64 * 8;
     DeviceMap {
         kind: "gba",
         magic: u64::from_le_bytes(*b"GBARACC1"),
-        version: 1,
+        version: 2,
         max_members: MEMBERS,
         max_groups: GROUPS,
         encoding: ArrivalEncoding::SequenceHigh,

@@ -170,6 +170,11 @@ impl Communicator {
         })
     }
 
+    /// The parameters communicators split from this one are created with.
+    pub(crate) fn set_params(&mut self, params: Params) {
+        self.params = params;
+    }
+
     fn ctrl(&self) -> Ctrl<'_> {
         Ctrl::new(&self.region, self.rank, &self.ctrl_epoch, self.wait.timeout)
     }

@@ -50,7 +50,7 @@ impl Mmio {
     fn at<T>(&self, offset: u64, align: u64) -> *const T {
         let size = std::mem::size_of::<T>() as u64;
         assert!(
-            offset % align == 0 && offset + size <= self.len(),
+            offset.is_multiple_of(align) && offset + size <= self.len(),
             "device offset {offset:#x} out of range or misaligned"
         );
         // The pointer stays inside the mapping (checked above).

@@ -80,7 +80,14 @@ impl Universe {
         let size = seg.shape().world_size;
         let region = Region::attach(&seg, seg.world_region(), size)?;
         seg.mark_attached();
-        let base = Communicator::create(seg, region, rank, (0..size).collect(), params)?;
+        // The base communicator only creates other communicators: it stays on the software
+        // backend so that it never holds one of a device's scarce groups.
+        let base_params = params
+            .clone()
+            .set("BARRIER_BACKEND", crate::backends::software::NAME)
+            .set("BARRIER_DISSEMINATION_DISABLE", "0");
+        let mut base = Communicator::create(seg, region, rank, (0..size).collect(), base_params)?;
+        base.set_params(params);
         Ok(Universe { base })
     }
 
@@ -117,18 +124,26 @@ pub mod threads {
     pub struct Job {
         ranks: usize,
         nodes: usize,
+        busy_threads: usize,
         params: Params,
     }
 
     impl Job {
         /// A job of `ranks` threads on one node, with parameters from the environment.
         pub fn new(ranks: usize) -> Self {
-            Job { ranks, nodes: 1, params: Params::from_env() }
+            Job { ranks, nodes: 1, busy_threads: 0, params: Params::from_env() }
         }
 
         /// Spreads the ranks over `nodes` simulated nodes (contiguous blocks).
         pub fn nodes(mut self, nodes: usize) -> Self {
             self.nodes = nodes;
+            self
+        }
+
+        /// Counts `k` more threads that need a core while barriers run (an in-process device
+        /// emulator), so the automatic wait policy parks when they would oversubscribe the cores.
+        pub fn busy_threads(mut self, k: usize) -> Self {
+            self.busy_threads = k;
             self
         }
 
@@ -148,7 +163,8 @@ pub mod threads {
             if self.ranks == 0 {
                 return Err(Error::InvalidArgument("a job needs at least one rank".into()));
             }
-            let shape = JobShape::local(self.ranks, self.nodes);
+            let mut shape = JobShape::local(self.ranks, self.nodes);
+            shape.ranks_on_machine += self.busy_threads;
             let seg = Segment::anonymous(shape, pool_bytes(&self.params)?)?;
             let outcomes: Vec<std::thread::Result<Result<T>>> = std::thread::scope(|s| {
                 let handles: Vec<_> = (0..self.ranks)

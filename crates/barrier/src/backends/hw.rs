@@ -512,9 +512,10 @@ impl Module for HwModule {
         };
         let words = msg.to_words();
         for (i, w) in words.iter().enumerate().take(4) {
-            self.dev.mmio.word(a.slot + 8 * i as u64).store(*w, Ordering::Relaxed);
+            self.dev.mmio.word(a.slot + 8 * i as u64).store(*w, Ordering::Release);
         }
-        // The arrival word last, with release: the device reads it first, with acquire.
+        // The arrival word last: the device takes the message as complete only when it agrees
+        // with the member/sequence word written above.
         self.dev.mmio.word(a.slot + 32).store(words[4], Ordering::Release);
         self.dev.ring();
         Ok(())
