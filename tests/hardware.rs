@@ -148,15 +148,6 @@ fn a_forced_backend_without_a_device_fails_loudly_and_auto_falls_back() {
 }
 
 #[test]
-fn a_communicator_larger_than_a_group_is_declined_with_the_limit() {
-    let emu = Emulator::start(Config::new(&barrier_hw::SWITCH)).unwrap();
-    let p = params("switch", &emu).set("BARRIER_BACKEND", "switch,dissemination").set("BARRIER_TIMEOUT", "120s");
-    let out = Job::new(129).params(p).run(|w| (w.backend().to_string(), w.selection().to_string())).unwrap();
-    assert_eq!(out[0].0, "dissemination");
-    assert!(out[0].1.contains("129 members > 128"), "{}", out[0].1);
-}
-
-#[test]
 fn sequences_wrap_past_32_bits() {
     // Every release flag already holds an epoch just below 2^32: the group's epochs continue
     // from there, so the 32-bit sequence in the arrival word wraps during the run. With 2^32 - 1
@@ -283,4 +274,40 @@ fn the_gba_serves_more_members_than_a_switch_group_holds() {
         assert_eq!(r, &Ok(40));
     }
     assert_eq!(emu.counters().errors, 0);
+}
+
+fn run_tree(n: usize, faults: Faults, iterations: u64) -> Vec<(String, Result<u64, String>)> {
+    let emu = Emulator::start(Config { faults, ..Config::new(&barrier_hw::SWITCH) }).unwrap();
+    let p = params("switch", &emu).set("BARRIER_TIMEOUT", "120s");
+    let opts = StressOptions { iterations, spin_one_in: 0, sleep_one_in: 0, split_phase: false, ..Default::default() };
+    let out = job(n)
+        .params(p)
+        .run(|w| {
+            let result = stress(&w, &opts).map_err(|e| e.to_string());
+            (w.algorithm(), result)
+        })
+        .unwrap();
+    emu.quiesce(Duration::from_secs(2));
+    assert_eq!(emu.counters().groups_in_use, 0, "the tree's groups are freed");
+    out
+}
+
+#[test]
+fn communicators_larger_than_a_group_run_on_a_tree_of_groups() {
+    for (n, groups) in [(300, 7), (1000, 17)] {
+        let out = run_tree(n, Faults::default(), 20);
+        for (algorithm, r) in &out {
+            assert_eq!(algorithm, &format!("offload tree of {groups} groups ({} chunks)", groups / 2), "n={n}");
+            assert_eq!(r, &Ok(20), "n={n}");
+        }
+    }
+}
+
+#[test]
+fn a_tree_falls_back_together_when_releases_are_lost() {
+    let out = run_tree(200, Faults { drop_release: 0.01, seed: 7, ..Faults::default() }, 200);
+    for (_, r) in &out {
+        assert_eq!(r, &Ok(200));
+    }
+    assert!(out.iter().all(|(a, _)| a.starts_with("fallback")), "a lost release must move every rank to the fallback");
 }

@@ -10,7 +10,7 @@
 //! ```text
 //! 0x0000_0000  global window      identification, doorbell, counters          (GLOBAL_BYTES)
 //! 0x0000_1000  IOMMU table        IOMMU_ENTRIES entries of IOMMU_ENTRY_BYTES
-//! group_base   group windows      max_groups windows of group_stride bytes
+//! 0x0010_0000  group windows      max_groups windows of group_stride bytes
 //! dma_base     DMA memory         host memory the device may write (release flags), one
 //!                                 FLAG_BYTES line per (group, member)
 //! ```
@@ -150,7 +150,7 @@ pub const GLOBAL_BYTES: u64 = 0x1000;
 /// Offset of the IOMMU table.
 pub const IOMMU_BASE: u64 = 0x1000;
 /// Entries in the IOMMU table.
-pub const IOMMU_ENTRIES: u64 = 1024;
+pub const IOMMU_ENTRIES: u64 = 8192;
 /// Bytes per IOMMU entry: `[iova, len, host_offset, state]` as four u64 words.
 pub const IOMMU_ENTRY_BYTES: u64 = 32;
 /// IOMMU entry state: free.
@@ -275,12 +275,12 @@ pub static SWITCH: DeviceMap = {
     const MEMBERS: usize = 128;
     const GROUPS: usize = 256;
     const STRIDE: u64 = 0x8000;
-    const GROUP_BASE: u64 = 0x10000;
+    const GROUP_BASE: u64 = 0x100000;
     const DMA_BASE: u64 = GROUP_BASE + GROUPS as u64 * STRIDE;
     DeviceMap {
         kind: "switch",
         magic: u64::from_le_bytes(*b"SWBARACC"),
-        version: 2,
+        version: 3,
         max_members: MEMBERS,
         max_groups: GROUPS,
         encoding: ArrivalEncoding::MemberHigh,
@@ -351,13 +351,13 @@ pub static GBA: DeviceMap = {
     const MEMBERS: usize = 708;
     const GROUPS: usize = 32;
     const STRIDE: u64 = 0x20000;
-    const GROUP_BASE: u64 = 0x10000;
+    const GROUP_BASE: u64 = 0x100000;
     const DMA_BASE: u64 = GROUP_BASE + GROUPS as u64 * STRIDE;
     const MASK_BYTES: u64 = mask_words(MEMBERS) as u64 * 8;
     DeviceMap {
         kind: "gba",
         magic: u64::from_le_bytes(*b"GBARACC1"),
-        version: 2,
+        version: 3,
         max_members: MEMBERS,
         max_groups: GROUPS,
         encoding: ArrivalEncoding::SequenceHigh,

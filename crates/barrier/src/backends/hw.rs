@@ -237,6 +237,13 @@ impl Device {
         Ok(Attachment { group: g, member, entry, flag_off, slot })
     }
 
+    /// Frees a group this rank claimed but nobody attached to.
+    fn free_unattached(&self, g: usize) {
+        self.set_reg(g, &self.map.group.control, 0);
+        self.set_reg(g, &self.map.group.owner, 0);
+        self.config_changed();
+    }
+
     /// Undoes `attach`; the last member frees the group.
     fn detach(&self, a: &Attachment) {
         let m = self.map;
@@ -315,12 +322,7 @@ impl Backend for HwBackend {
     }
 
     fn query(&self, ctx: &QueryContext<'_>) -> Result<(), Decline> {
-        if ctx.size > self.map.max_members {
-            return Err(Decline::new(format!(
-                "{} members > {} (the {} limit per group)",
-                ctx.size, self.map.max_members, self.name
-            )));
-        }
+        TreeShape::new(ctx.size, self.map.max_members).fits(self.map, self.name).map_err(Decline::new)?;
         self.open(ctx.params).map(|_| ()).map_err(Decline::new)
     }
 
@@ -334,16 +336,36 @@ impl Backend for HwBackend {
             ));
         }
         let dev = dev.map_err(Decline::new)?;
-        let claimed = if q.rank == 0 { dev.claim(owner_id(), q.size) } else { 0 };
-        let group = ctx.broadcast(0, claimed).map_err(coll)?;
-        match group {
+        let shape = TreeShape::new(q.size, self.map.max_members);
+        // Rank 0 claims every group the shape needs (all or none) and tells everyone which.
+        let mut claimed: Vec<u64> = Vec::new();
+        let mut status = 0u64;
+        if q.rank == 0 {
+            let owner = owner_id();
+            for k in 0..shape.groups() {
+                match dev.claim(owner, shape.members_of(k)) {
+                    g if g == NO_GROUP || g == NO_ANSWER => {
+                        status = g;
+                        for &c in &claimed {
+                            dev.free_unattached(c as usize);
+                        }
+                        claimed.clear();
+                        break;
+                    }
+                    g => claimed.push(g),
+                }
+            }
+        }
+        match ctx.broadcast(0, status).map_err(coll)? {
             NO_GROUP => {
+                let free = (0..self.map.max_groups).filter(|&g| dev.reg(g, &self.map.group.owner) == 0).count();
                 return Err(Decline::new(format!(
-                    "all {} {} groups at {} are in use",
+                    "all {} {} groups at {} are in use ({} needed, {free} free)",
                     self.map.max_groups,
                     self.name,
-                    dev.path.display()
-                )))
+                    dev.path.display(),
+                    shape.groups()
+                )));
             }
             NO_ANSWER => {
                 return Err(Decline::new(format!(
@@ -354,17 +376,44 @@ impl Backend for HwBackend {
             }
             _ => {}
         }
-        let g = group as usize;
-        let attached = dev.attach(g, q.rank, q.node as u64);
-        let current = attached.as_ref().map_or(0, |a| dev.mmio.flag(a.flag_off).load());
-        let all = ctx.allgather(&[attached.is_ok() as u64, current]).map_err(coll)?;
-        let base = all.iter().map(|w| w[1]).max().unwrap_or(0);
+        let mut groups = Vec::with_capacity(shape.groups());
+        for k in 0..shape.groups() {
+            groups.push(ctx.broadcast(0, claimed.get(k).copied().unwrap_or(0)).map_err(coll)? as usize);
+        }
+        // Every rank attaches to the groups it belongs to and reports the flags it found.
+        let roles = shape.roles(q.rank);
+        let mut stages = Vec::new();
+        let mut error = None;
+        for &(k, member) in &roles {
+            match dev.attach(groups[k], member, q.node as u64) {
+                Ok(a) => stages.push(Stage { group_index: k, a, base: 0 }),
+                Err(e) => error = Some(e),
+            }
+        }
+        // Fixed width (ok + three roles at most) so every rank reads every rank's report whole.
+        let mut report = [error.is_none() as u64, 0, 0, 0];
+        for (i, &(k, _)) in roles.iter().enumerate() {
+            report[1 + i] =
+                stages.iter().find(|s| s.group_index == k).map_or(0, |s| dev.mmio.flag(s.a.flag_off).load());
+        }
+        let all = ctx.allgather(&report).map_err(coll)?;
+        // Each group starts after the highest epoch any of its members' flags already holds.
+        let mut bases = vec![0u64; shape.groups()];
+        for (rank, words) in all.iter().enumerate() {
+            for (i, &(k, _)) in shape.roles(rank).iter().enumerate() {
+                bases[k] = bases[k].max(words[1 + i]);
+            }
+        }
+        for st in &mut stages {
+            st.base = bases[st.group_index];
+        }
         let region = ctx.region;
         let mut module = HwModule {
             dev: dev.clone(),
-            attachment: attached.as_ref().ok().copied(),
+            plan: shape.plan(q.rank),
+            stages,
+            step: 0,
             n: q.size,
-            base,
             wake: ctx.policy.wakes(),
             watchdog: self.watchdog(q.params),
             pending_since: None,
@@ -378,31 +427,160 @@ impl Backend for HwBackend {
         };
         if all.iter().any(|w| w[0] == 0) {
             return Err(Decline::new(
-                attached.err().unwrap_or_else(|| format!("attaching to group {g} failed on another rank")),
+                error.unwrap_or_else(|| "attaching to the device's groups failed on another rank".into()),
             ));
         }
-        let ready = if q.rank == 0 { dev.enable(g, base, ctx.policy.wakes()) } else { Ok(()) };
+        let ready = if q.rank == 0 {
+            groups.iter().enumerate().try_for_each(|(k, &g)| dev.enable(g, bases[k], ctx.policy.wakes()))
+        } else {
+            Ok(())
+        };
         if ctx.broadcast(0, ready.is_ok() as u64).map_err(coll)? != 1 {
-            let code = dev.reg(g, &self.map.group.error_code);
             return Err(Decline::new(
-                ready.err().unwrap_or_else(|| format!("group {g} did not become ready (ERROR_CODE {code})")),
+                ready.err().unwrap_or_else(|| "a group did not become ready (see rank 0)".into()),
             ));
         }
-        module.algorithm = format!("offload group {g}");
-        tracing::debug!(backend = self.name, group = g, base, "hardware barrier group enabled");
+        module.algorithm = if shape.chunks == 1 {
+            format!("offload group {}", groups[0])
+        } else {
+            format!("offload tree of {} groups ({} chunks)", shape.groups(), shape.chunks)
+        };
+        tracing::debug!(backend = self.name, groups = ?groups, "hardware barrier groups enabled");
         Ok(Box::new(module))
     }
+}
+
+/// How a communicator maps onto groups: one group when it fits, otherwise a tree.
+///
+/// With `c` chunks (contiguous blocks of at most `max` ranks), group `2i` gathers chunk `i`,
+/// group `2i + 1` broadcasts to it, and group `2c` (the root) holds the chunk leaders (each
+/// chunk's first rank). A non-leader arrives at its gather and broadcast groups and waits for
+/// the broadcast release; a leader waits for its gather group, arrives at the root, waits for
+/// it, then arrives at its broadcast group and waits for it. The broadcast group completes only
+/// once its leader has passed the root, which needed every leader to have seen its whole chunk
+/// arrive: nobody leaves before everybody arrived.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TreeShape {
+    /// Ranks.
+    pub n: usize,
+    /// Chunks (1: a single group, no tree).
+    pub chunks: usize,
+}
+
+/// One step of a rank's barrier.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Step {
+    /// Send the arrival for stage `.0`.
+    Arrive(usize),
+    /// Wait for stage `.0`'s release.
+    Wait(usize),
+}
+
+impl TreeShape {
+    /// The shape for `n` ranks and groups of at most `max` members.
+    pub fn new(n: usize, max: usize) -> Self {
+        TreeShape { n, chunks: n.div_ceil(max.max(1)).max(1) }
+    }
+
+    /// Whether `map`'s device can hold this shape; the reason if not.
+    pub fn fits(&self, map: &DeviceMap, name: &str) -> Result<(), String> {
+        if self.chunks > map.max_members {
+            return Err(format!(
+                "{} members > {} (a tree of {name} groups would need {} leaders in its root group of at most {})",
+                self.n,
+                map.max_members * map.max_members,
+                self.chunks,
+                map.max_members
+            ));
+        }
+        if self.groups() > map.max_groups {
+            return Err(format!(
+                "{} members need {} {name} groups as a tree, the device has {}",
+                self.n,
+                self.groups(),
+                map.max_groups
+            ));
+        }
+        Ok(())
+    }
+
+    /// Groups needed.
+    pub fn groups(&self) -> usize {
+        if self.chunks == 1 {
+            1
+        } else {
+            2 * self.chunks + 1
+        }
+    }
+
+    fn chunk_of(&self, rank: usize) -> usize {
+        rank * self.chunks / self.n
+    }
+
+    fn first_of(&self, chunk: usize) -> usize {
+        (chunk * self.n).div_ceil(self.chunks)
+    }
+
+    /// Members of group `k`.
+    pub fn members_of(&self, k: usize) -> usize {
+        if self.chunks == 1 {
+            self.n
+        } else if k == 2 * self.chunks {
+            self.chunks
+        } else {
+            let chunk = k / 2;
+            self.first_of(chunk + 1) - self.first_of(chunk)
+        }
+    }
+
+    /// The groups `rank` belongs to, as (group index, member index), in plan order.
+    fn roles(&self, rank: usize) -> Vec<(usize, usize)> {
+        if self.chunks == 1 {
+            return vec![(0, rank)];
+        }
+        let chunk = self.chunk_of(rank);
+        let local = rank - self.first_of(chunk);
+        let mut r = vec![(2 * chunk, local), (2 * chunk + 1, local)];
+        if local == 0 {
+            r.push((2 * self.chunks, chunk));
+        }
+        r
+    }
+
+    /// The steps of `rank`'s barrier, over the stages in `roles` order.
+    fn plan(&self, rank: usize) -> Vec<Step> {
+        if self.chunks == 1 {
+            return vec![Step::Arrive(0), Step::Wait(0)];
+        }
+        let leader = rank == self.first_of(self.chunk_of(rank));
+        if leader {
+            // stages: 0 gather, 1 broadcast, 2 root
+            vec![Step::Arrive(0), Step::Wait(0), Step::Arrive(2), Step::Wait(2), Step::Arrive(1), Step::Wait(1)]
+        } else {
+            vec![Step::Arrive(0), Step::Arrive(1), Step::Wait(1)]
+        }
+    }
+}
+
+/// One group this rank belongs to.
+#[derive(Debug, Clone, Copy)]
+struct Stage {
+    group_index: usize,
+    a: Attachment,
+    /// Device epoch = base + communicator epoch.
+    base: u64,
 }
 
 /// One rank's hardware barrier on one communicator.
 #[derive(Debug)]
 pub struct HwModule {
     dev: Arc<Device>,
-    attachment: Option<Attachment>,
+    stages: Vec<Stage>,
+    plan: Vec<Step>,
+    /// Next step of the plan for the current epoch.
+    step: usize,
     n: usize,
     rank: usize,
-    /// Device epoch = base + communicator epoch.
-    base: u64,
     wake: bool,
     watchdog: Duration,
     pending_since: Option<Instant>,
@@ -416,10 +594,6 @@ pub struct HwModule {
 }
 
 impl HwModule {
-    fn attachment(&self) -> Attachment {
-        self.attachment.expect("an enabled module is attached")
-    }
-
     /// Leaves the hardware for good; `raise` tells every other rank to do the same from `epoch`.
     fn degrade(&mut self, epoch: u64, reason: String, raise: bool) {
         if raise {
@@ -440,10 +614,36 @@ impl HwModule {
         Poll::Ready
     }
 
-    /// Looks at the device while waiting; returns why the hardware cannot finish `epoch`.
-    fn inspect(&mut self, epoch: u64) -> Option<String> {
+    /// Sends this rank's arrival at `epoch` to stage `s`.
+    fn send(&self, s: usize, epoch: u64) {
+        let Stage { a, base, .. } = self.stages[s];
         let map = self.dev.map;
-        let a = self.attachment();
+        let target = base + epoch;
+        let msg = barrier_hw::Message {
+            msg_type: MessageType::Arrive,
+            group_id: a.group as u32,
+            member_id: a.member as u32,
+            sequence: target as u32,
+            timestamp: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64),
+            target_addr: self.dev.reg(a.group, &map.group.arrival_addr),
+            store_value: map.encoding.encode(a.member as u32, target as u32),
+        };
+        let words = msg.to_words();
+        for (i, w) in words.iter().enumerate().take(4) {
+            self.dev.mmio.word(a.slot + 8 * i as u64).store(*w, Ordering::Release);
+        }
+        // The arrival word last: the device takes the message as complete only when it agrees
+        // with the member/sequence word written above.
+        self.dev.mmio.word(a.slot + 32).store(words[4], Ordering::Release);
+        self.dev.ring();
+    }
+
+    /// Looks at stage `s`'s group while waiting; returns why the hardware cannot finish.
+    fn inspect(&mut self, s: usize, epoch: u64) -> Option<String> {
+        let map = self.dev.map;
+        let Stage { a, base, .. } = self.stages[s];
         let st = self.dev.reg(a.group, &map.group.status);
         if st == status::GONE
             || self.dev.mmio.word(global::DEVICE_STATUS.offset).load(Ordering::Acquire) == status::GONE
@@ -451,17 +651,24 @@ impl HwModule {
             return Some("the device vanished (registers read all ones)".into());
         }
         if st & status::ERROR != 0 {
-            return Some(format!("the device reported ERROR code {}", self.dev.reg(a.group, &map.group.error_code)));
+            return Some(format!(
+                "the device reported ERROR code {} in group {}",
+                self.dev.reg(a.group, &map.group.error_code),
+                a.group
+            ));
         }
         let since = *self.pending_since.get_or_insert_with(Instant::now);
         if since.elapsed() < self.watchdog {
             return None;
         }
         self.pending_since = Some(Instant::now());
-        let target = self.base + epoch;
+        let target = base + epoch;
         let completed = self.dev.reg(a.group, &map.group.completed_epoch);
         if completed >= target {
-            return Some(format!("the device completed epoch {epoch} but its release never reached this rank"));
+            return Some(format!(
+                "the device completed epoch {epoch} in group {} but its release never reached this rank",
+                a.group
+            ));
         }
         let counted = self.dev.group_word(a.group, &map.group.arrived_mask, a.member / 64).load(Ordering::Acquire)
             >> (a.member % 64)
@@ -469,7 +676,10 @@ impl HwModule {
             == 1;
         if completed + 1 == target && !counted {
             if self.suspect {
-                return Some(format!("the device never counted this rank's arrival at epoch {epoch}"));
+                return Some(format!(
+                    "the device never counted this rank's arrival at epoch {epoch} in group {}",
+                    a.group
+                ));
             }
             self.suspect = true;
         } else {
@@ -490,50 +700,43 @@ impl Module for HwModule {
         self.pending_since = None;
         self.suspect = false;
         self.flat_next = 0;
+        self.step = 0;
         if self.degraded.is_none() && self.fault.load() != 0 {
             self.degrade(epoch, "another rank's hardware barrier failed".into(), false);
         }
-        if self.degraded.is_some() {
-            return Ok(());
+        // Send every arrival that does not wait for a release first.
+        while let Some(&Step::Arrive(s)) = self.plan.get(self.step).filter(|_| self.degraded.is_none()) {
+            self.send(s, epoch);
+            self.step += 1;
         }
-        let a = self.attachment();
-        let map = self.dev.map;
-        let target = self.base + epoch;
-        let msg = barrier_hw::Message {
-            msg_type: MessageType::Arrive,
-            group_id: a.group as u32,
-            member_id: a.member as u32,
-            sequence: target as u32,
-            timestamp: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos() as u64),
-            target_addr: self.dev.reg(a.group, &map.group.arrival_addr),
-            store_value: map.encoding.encode(a.member as u32, target as u32),
-        };
-        let words = msg.to_words();
-        for (i, w) in words.iter().enumerate().take(4) {
-            self.dev.mmio.word(a.slot + 8 * i as u64).store(*w, Ordering::Release);
-        }
-        // The arrival word last: the device takes the message as complete only when it agrees
-        // with the member/sequence word written above.
-        self.dev.mmio.word(a.slot + 32).store(words[4], Ordering::Release);
-        self.dev.ring();
         Ok(())
     }
 
     fn progress(&mut self, epoch: u64) -> Result<Poll<'_>, Error> {
-        if self.degraded.is_none() {
-            let a = self.attachment();
-            if self.dev.mmio.flag(a.flag_off).reached(self.base + epoch) {
-                return Ok(Poll::Ready);
-            }
-            if self.fault.load() != 0 {
-                self.degrade(epoch, "another rank's hardware barrier failed".into(), false);
-            } else if let Some(reason) = self.inspect(epoch) {
-                self.degrade(epoch, reason, true);
-            } else {
-                let flag = self.dev.mmio.flag(a.flag_off);
-                return Ok(Poll::Pending { flag, target: self.base + epoch, recheck: Some(RECHECK) });
+        while self.degraded.is_none() {
+            match self.plan.get(self.step).copied() {
+                None => return Ok(Poll::Ready),
+                Some(Step::Arrive(s)) => {
+                    self.send(s, epoch);
+                    self.step += 1;
+                }
+                Some(Step::Wait(s)) => {
+                    let Stage { a, base, .. } = self.stages[s];
+                    if self.dev.mmio.flag(a.flag_off).reached(base + epoch) {
+                        self.step += 1;
+                        self.pending_since = None;
+                        self.suspect = false;
+                        continue;
+                    }
+                    if self.fault.load() != 0 {
+                        self.degrade(epoch, "another rank's hardware barrier failed".into(), false);
+                    } else if let Some(reason) = self.inspect(s, epoch) {
+                        self.degrade(epoch, reason, true);
+                    } else {
+                        let flag = self.dev.mmio.flag(a.flag_off);
+                        return Ok(Poll::Pending { flag, target: base + epoch, recheck: Some(RECHECK) });
+                    }
+                }
             }
         }
         Ok(self.flat(epoch))
@@ -542,10 +745,61 @@ impl Module for HwModule {
 
 impl Drop for HwModule {
     fn drop(&mut self) {
-        if let Some(a) = self.attachment.take() {
-            if self.dev.mmio.word(global::DEVICE_STATUS.offset).load(Ordering::Acquire) != status::GONE {
-                self.dev.detach(&a);
+        if self.dev.mmio.word(global::DEVICE_STATUS.offset).load(Ordering::Acquire) != status::GONE {
+            for st in self.stages.drain(..) {
+                self.dev.detach(&st.a);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_communicator_that_fits_uses_one_group() {
+        let t = TreeShape::new(100, 128);
+        assert_eq!((t.chunks, t.groups(), t.members_of(0)), (1, 1, 100));
+        assert_eq!(t.roles(37), vec![(0, 37)]);
+        assert_eq!(t.plan(37), vec![Step::Arrive(0), Step::Wait(0)]);
+    }
+
+    #[test]
+    fn shapes_beyond_a_two_level_tree_are_declined_with_the_limit() {
+        let t = TreeShape::new(128 * 128 + 1, 128);
+        let why = t.fits(&barrier_hw::SWITCH, "switch").unwrap_err();
+        assert!(why.contains("16385 members > 16384") && why.contains("129 leaders"), "{why}");
+        // 128 chunks would need 2 * 128 + 1 = 257 of the switch's 256 groups; 127 chunks fit.
+        let why = TreeShape::new(128 * 128, 128).fits(&barrier_hw::SWITCH, "switch").unwrap_err();
+        assert!(why.contains("257 switch groups"), "{why}");
+        assert!(TreeShape::new(127 * 128, 128).fits(&barrier_hw::SWITCH, "switch").is_ok());
+        // The GBA has only 32 groups: 16 chunks would need 33.
+        let why = TreeShape::new(708 * 16, 708).fits(&barrier_hw::GBA, "gba").unwrap_err();
+        assert!(why.contains("33 gba groups"), "{why}");
+    }
+
+    #[test]
+    fn a_thousand_ranks_form_a_tree_whose_groups_cover_every_rank_once() {
+        let t = TreeShape::new(1000, 128);
+        assert_eq!((t.chunks, t.groups()), (8, 17));
+        let mut seen = vec![Vec::new(); t.groups()];
+        for r in 0..1000 {
+            for (k, m) in t.roles(r) {
+                seen[k].push(m);
+            }
+        }
+        for (k, members) in seen.iter().enumerate() {
+            let expect: Vec<usize> = (0..t.members_of(k)).collect();
+            assert_eq!(members, &expect, "group {k}");
+            assert!(members.len() <= 128);
+        }
+        assert_eq!(t.members_of(16), 8, "the root holds one leader per chunk");
+        // Leaders wait for their chunk, then the root, then release their chunk.
+        assert_eq!(
+            t.plan(0),
+            vec![Step::Arrive(0), Step::Wait(0), Step::Arrive(2), Step::Wait(2), Step::Arrive(1), Step::Wait(1)]
+        );
+        assert_eq!(t.plan(1), vec![Step::Arrive(0), Step::Arrive(1), Step::Wait(1)]);
     }
 }
