@@ -4,10 +4,19 @@ use std::fmt::Write;
 
 use barrier::{threads, Params};
 
-/// The report for a job of `ranks` ranks on `nodes` nodes.
-pub fn report(ranks: usize, nodes: usize) -> Result<String, String> {
+/// The report for a job of `ranks` ranks on `nodes` nodes, with these devices emulated.
+pub fn report(ranks: usize, nodes: usize, emulate: &[&'static barrier_hw::DeviceMap]) -> Result<String, String> {
     let mut out = String::new();
-    let params = Params::from_env();
+    let mut params = Params::from_env();
+    let emulators = emulate
+        .iter()
+        .map(|map| barrier_emu::Emulator::start(barrier_emu::Config::new(map)))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("cannot start an emulated device: {e}"))?;
+    for e in &emulators {
+        let kind = e.device().map().kind;
+        params = params.set(format!("BARRIER_{}_DEVICE_PATH", kind.to_ascii_uppercase()), e.path().display().to_string());
+    }
     let _ = writeln!(out, "barrier {} on {} cores\n", env!("CARGO_PKG_VERSION"), barrier::sys::available_cores());
     let _ = writeln!(out, "Backends (highest priority first is tried first):");
     let mut backends = barrier::backends();
@@ -26,9 +35,33 @@ pub fn report(ranks: usize, nodes: usize) -> Result<String, String> {
         let default = if p.default.is_empty() { "(empty)".to_string() } else { p.default.clone() };
         let _ = writeln!(out, "  {}={}{}\n      {}", p.name, default, current, p.description);
     }
+    let _ = writeln!(out, "\nDevices:");
+    for b in barrier::backends::hw::all() {
+        let path = b.device_path(&params);
+        match b.open(&params) {
+            Ok(dev) => {
+                let c = dev.counters();
+                let emulated = if emulators.iter().any(|e| e.path() == path) { " (emulated for this report)" } else { "" };
+                let _ = writeln!(
+                    out,
+                    "  {:<7} {}{emulated}: {} groups in use of {}, {} barriers, {} errors",
+                    b.name,
+                    path.display(),
+                    c.groups_in_use,
+                    b.map.max_groups,
+                    c.barriers,
+                    c.errors
+                );
+            }
+            Err(why) => {
+                let _ = writeln!(out, "  {:<7} {why}", b.name);
+            }
+        }
+    }
     let _ = writeln!(out, "\nSelection for a job of {ranks} ranks on {nodes} node(s) (run now, as threads):");
     let sel = threads::Job::new(ranks)
         .nodes(nodes)
+        .busy_threads(usize::from(!emulators.is_empty()))
         .params(params)
         .run(|w| (w.selection().clone(), w.wait_policy()))
         .map_err(|e| format!("selection failed: {e}"))?;

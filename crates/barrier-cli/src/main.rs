@@ -81,6 +81,9 @@ enum Cmd {
         /// Simulated nodes.
         #[arg(long, default_value_t = 1)]
         nodes: usize,
+        /// Start emulated devices for the report: switch, gba, or both.
+        #[arg(long, value_delimiter = ',')]
+        emulate: Vec<String>,
     },
     /// Run an emulated device as a daemon that several jobs share, until SIGINT/SIGTERM.
     Emu {
@@ -123,6 +126,19 @@ enum Cmd {
         #[arg(long)]
         batch: u64,
     },
+}
+
+fn info(ranks: usize, nodes: usize, maps: &[&'static barrier_hw::DeviceMap]) -> ExitCode {
+    match barrier_cli::info::report(ranks.max(1), nodes.max(1), maps) {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("barrier info: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 fn main() -> ExitCode {
@@ -186,16 +202,19 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Cmd::Info { ranks, nodes } => match barrier_cli::info::report(ranks.max(1), nodes.max(1)) {
-            Ok(text) => {
-                print!("{text}");
-                ExitCode::SUCCESS
+        Cmd::Info { ranks, nodes, emulate } => {
+            let mut maps = Vec::new();
+            for kind in &emulate {
+                match barrier_cli::device_map(kind) {
+                    Some(m) => maps.push(m),
+                    None => {
+                        eprintln!("barrier info: --emulate {kind}: unknown device; use switch, gba or switch,gba");
+                        return ExitCode::from(2);
+                    }
+                }
             }
-            Err(e) => {
-                eprintln!("barrier info: {e}");
-                ExitCode::FAILURE
-            }
-        },
+            info(ranks, nodes, &maps)
+        }
         Cmd::Emu {
             kind,
             device,

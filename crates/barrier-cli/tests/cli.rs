@@ -125,3 +125,53 @@ fn bench_rejects_an_unknown_backend() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown backend \"warp-drive\""));
 }
+
+fn rank_program() -> Vec<&'static str> {
+    vec![env!("CARGO_BIN_EXE_barrier"), "bench-rank", "--iters", "400", "--batch", "20"]
+}
+
+#[test]
+fn run_with_emulate_gives_the_ranks_a_device() {
+    let mut args = vec!["run", "-n", "3", "--emulate", "switch", "--counters", "--"];
+    args.extend(rank_program());
+    let out = barrier().args(&args).env("BARRIER_BACKEND", "switch").output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("RESULT\tswitch\toffload"), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("emulated switch") && err.contains("errors: 0") && err.contains("groups_in_use: 0"), "{err}");
+}
+
+#[test]
+fn info_with_emulated_devices_chooses_the_gba() {
+    let out = barrier().args(["info", "-n", "4", "--emulate", "switch,gba"]).output().unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("chosen: gba (offload group") && text.contains("BARRIER_SWITCH_WATCHDOG"), "{text}");
+    let none = barrier().args(["info", "-n", "4"]).env("BARRIER_GBA_DEVICE_PATH", "/nonexistent/gba0").env("BARRIER_SWITCH_DEVICE_PATH", "/nonexistent/sw").output().unwrap();
+    let text = String::from_utf8_lossy(&none.stdout);
+    assert!(text.contains("no device at /nonexistent/gba0") && text.contains("chosen: dissemination"), "{text}");
+}
+
+#[test]
+fn the_emu_daemon_serves_several_jobs_and_removes_its_device() {
+    let path = format!("/dev/shm/barrier-cli-test-gba-{}", std::process::id());
+    let daemon = barrier().args(["emu", "--kind", "gba", "--device", &path]).stderr(Stdio::piped()).spawn().unwrap();
+    let start = Instant::now();
+    while !std::path::Path::new(&path).exists() && start.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for _ in 0..2 {
+        let mut args = vec!["run", "-n", "2", "--"];
+        args.extend(rank_program());
+        let out = barrier().args(&args).env("BARRIER_BACKEND", "gba").env("BARRIER_GBA_DEVICE_PATH", &path).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(String::from_utf8_lossy(&out.stdout).contains("RESULT\tgba\toffload"), "{out:?}");
+    }
+    // SAFETY: kill has no memory-safety preconditions.
+    unsafe { libc::kill(daemon.id() as i32, libc::SIGTERM) };
+    let out = daemon.wait_with_output().unwrap();
+    assert!(out.status.success());
+    // Each job: 40 warm-up, 400 timed and 1 closing barrier.
+    assert!(String::from_utf8_lossy(&out.stderr).contains("barriers: 882,"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!std::path::Path::new(&path).exists(), "the daemon must remove its device file");
+}

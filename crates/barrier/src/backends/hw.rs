@@ -136,6 +136,22 @@ impl HwBackend {
     }
 }
 
+/// Every hardware backend.
+pub fn all() -> [&'static HwBackend; 2] {
+    [&GBA, &SWITCH]
+}
+
+/// A device's counters (global window).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DeviceCounters {
+    /// Groups allocated.
+    pub groups_in_use: u64,
+    /// Barriers completed.
+    pub barriers: u64,
+    /// Errors raised.
+    pub errors: u64,
+}
+
 /// A mapped barrier device.
 #[derive(Debug)]
 pub struct Device {
@@ -145,6 +161,12 @@ pub struct Device {
 }
 
 impl Device {
+    /// The device's counters.
+    pub fn counters(&self) -> DeviceCounters {
+        let r = |reg: &barrier_hw::Register| self.mmio.word(reg.offset).load(Ordering::Relaxed);
+        DeviceCounters { groups_in_use: r(&global::GROUPS_IN_USE), barriers: r(&global::BARRIERS), errors: r(&global::ERRORS) }
+    }
+
     fn reg(&self, g: usize, r: &barrier_hw::Register) -> u64 {
         self.mmio.load(self.map.group_reg(g, r), r.bytes)
     }
