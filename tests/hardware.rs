@@ -30,6 +30,17 @@ fn job(n: usize) -> Job {
     Job::new(n).busy_threads(1)
 }
 
+/// Runs the stress check on `n` threads; each rank's algorithm afterwards and its result.
+fn stress_all(n: usize, p: Params, opts: StressOptions) -> Vec<(String, Result<u64, String>)> {
+    job(n)
+        .params(p)
+        .run(|w| {
+            let result = stress(&w, &opts).map_err(|e| e.to_string());
+            (w.algorithm(), result)
+        })
+        .unwrap()
+}
+
 #[test]
 fn hardware_backends_are_correct_as_threads() {
     for (kind, map) in DEVICES {
@@ -167,13 +178,7 @@ fn run_across_the_wrap(kind: &str, map: &'static DeviceMap, start: u64) {
             emu.device().flag(map.release_flag(g, m)).raise(start, false);
         }
     }
-    let out = job(4)
-        .params(params(kind, &emu))
-        .run(|w| {
-            let result = stress(&w, &StressOptions { iterations: 50, ..Default::default() }).map_err(|e| e.to_string());
-            (w.algorithm(), result)
-        })
-        .unwrap();
+    let out = stress_all(4, params(kind, &emu), StressOptions { iterations: 50, ..Default::default() });
     for (algorithm, r) in out {
         assert!(algorithm.starts_with("offload"), "{kind} from {start:#x}: {algorithm}");
         assert_eq!(r, Ok(50), "{kind} from {start:#x}");
@@ -212,13 +217,7 @@ proptest! {
         let emu = Emulator::start(Config { faults: Faults { seed, ..faults }, ..Config::new(map) }).unwrap();
         let p = params(kind, &emu).set("BARRIER_TIMEOUT", "30s");
         let opts = StressOptions { iterations, seed, sleep_one_in: 0, ..Default::default() };
-        let out = job(n)
-            .params(p)
-            .run(|w| {
-                let result = stress(&w, &opts).map_err(|e| e.to_string());
-                (w.algorithm(), result)
-            })
-            .unwrap();
+        let out = stress_all(n, p, opts);
         for (algorithm, result) in &out {
             prop_assert_eq!(result, &Ok(iterations), "{} on {} ({}), n={}", name, kind, algorithm, n);
         }
@@ -262,13 +261,7 @@ fn the_gba_serves_more_members_than_a_switch_group_holds() {
     let p = params("gba", &emu).set("BARRIER_TIMEOUT", "120s");
     let opts =
         StressOptions { iterations: 40, spin_one_in: 0, sleep_one_in: 0, split_phase: false, ..Default::default() };
-    let out = job(130)
-        .params(p)
-        .run(|w| {
-            let result = stress(&w, &opts).map_err(|e| e.to_string());
-            (w.algorithm(), result)
-        })
-        .unwrap();
+    let out = stress_all(130, p, opts);
     for (algorithm, r) in &out {
         assert!(algorithm.starts_with("offload"), "{algorithm}");
         assert_eq!(r, &Ok(40));
@@ -278,15 +271,11 @@ fn the_gba_serves_more_members_than_a_switch_group_holds() {
 
 fn run_tree(n: usize, faults: Faults, iterations: u64) -> Vec<(String, Result<u64, String>)> {
     let emu = Emulator::start(Config { faults, ..Config::new(&barrier_hw::SWITCH) }).unwrap();
-    let p = params("switch", &emu).set("BARRIER_TIMEOUT", "120s");
+    // A long watchdog: 1,000 threads on 2 cores can keep the engine waiting for a while.
+    let watchdog = if faults == Faults::default() { "5s" } else { "50ms" };
+    let p = params("switch", &emu).set("BARRIER_TIMEOUT", "120s").set("BARRIER_SWITCH_WATCHDOG", watchdog);
     let opts = StressOptions { iterations, spin_one_in: 0, sleep_one_in: 0, split_phase: false, ..Default::default() };
-    let out = job(n)
-        .params(p)
-        .run(|w| {
-            let result = stress(&w, &opts).map_err(|e| e.to_string());
-            (w.algorithm(), result)
-        })
-        .unwrap();
+    let out = stress_all(n, p, opts);
     emu.quiesce(Duration::from_secs(2));
     assert_eq!(emu.counters().groups_in_use, 0, "the tree's groups are freed");
     out

@@ -15,7 +15,8 @@ pub fn report(ranks: usize, nodes: usize, emulate: &[&'static barrier_hw::Device
         .map_err(|e| format!("cannot start an emulated device: {e}"))?;
     for e in &emulators {
         let kind = e.device().map().kind;
-        params = params.set(format!("BARRIER_{}_DEVICE_PATH", kind.to_ascii_uppercase()), e.path().display().to_string());
+        params =
+            params.set(format!("BARRIER_{}_DEVICE_PATH", kind.to_ascii_uppercase()), e.path().display().to_string());
     }
     let _ = writeln!(out, "barrier {} on {} cores\n", env!("CARGO_PKG_VERSION"), barrier::sys::available_cores());
     let _ = writeln!(out, "Backends (highest priority first is tried first):");
@@ -41,7 +42,8 @@ pub fn report(ranks: usize, nodes: usize, emulate: &[&'static barrier_hw::Device
         match b.open(&params) {
             Ok(dev) => {
                 let c = dev.counters();
-                let emulated = if emulators.iter().any(|e| e.path() == path) { " (emulated for this report)" } else { "" };
+                let emulated =
+                    if emulators.iter().any(|e| e.path() == path) { " (emulated for this report)" } else { "" };
                 let _ = writeln!(
                     out,
                     "  {:<7} {}{emulated}: {} groups in use of {}, {} barriers, {} errors",

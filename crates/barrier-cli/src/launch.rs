@@ -16,7 +16,6 @@ use std::io::Read;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::{Duration, Instant};
 
 use barrier::shm::{JobShape, Segment};
@@ -159,25 +158,6 @@ impl std::fmt::Display for LaunchError {
 
 impl std::error::Error for LaunchError {}
 
-static RECEIVED_SIGNAL: AtomicI32 = AtomicI32::new(0);
-
-extern "C" fn on_signal(sig: libc::c_int) {
-    RECEIVED_SIGNAL.store(sig, Ordering::SeqCst);
-}
-
-fn install_forwarding() {
-    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-        // SAFETY: the handler only stores to an atomic, which is async-signal-safe; the
-        // sigaction struct is fully initialized before the call.
-        unsafe {
-            let mut sa: libc::sigaction = std::mem::zeroed();
-            sa.sa_sigaction = on_signal as *const () as usize;
-            libc::sigemptyset(&mut sa.sa_mask);
-            libc::sigaction(sig, &sa, std::ptr::null_mut());
-        }
-    }
-}
-
 /// Signals a rank's whole process group (each rank leads its own), so that whatever the rank
 /// started (a shell's children, helpers) stops with it and cannot hold the job's pipes open.
 fn send(pid: u32, sig: i32) {
@@ -208,8 +188,7 @@ pub fn launch(spec: &JobSpec) -> Result<JobReport, LaunchError> {
     let fd = seg.raw_fd().expect("job segment has a descriptor");
     barrier::sys::set_inheritable(fd)
         .map_err(|e| LaunchError(format!("barrier run: making the segment inheritable: {e}")))?;
-    install_forwarding();
-    RECEIVED_SIGNAL.store(0, Ordering::SeqCst);
+    crate::signals::install();
 
     let cores = barrier::sys::affinity_cores();
     // Pin only when every busy thread (ranks and any emulator engine) has a core of its own.
@@ -321,8 +300,7 @@ pub fn launch(spec: &JobSpec) -> Result<JobReport, LaunchError> {
         }
     };
     while live > 0 {
-        let sig = RECEIVED_SIGNAL.swap(0, Ordering::SeqCst);
-        if sig != 0 {
+        if let Some(sig) = crate::signals::take() {
             interrupted.get_or_insert(sig);
             signal_all(&alive, sig);
             stopping_since.get_or_insert_with(Instant::now);

@@ -147,7 +147,12 @@ fn info_with_emulated_devices_chooses_the_gba() {
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("chosen: gba (offload group") && text.contains("BARRIER_SWITCH_WATCHDOG"), "{text}");
-    let none = barrier().args(["info", "-n", "4"]).env("BARRIER_GBA_DEVICE_PATH", "/nonexistent/gba0").env("BARRIER_SWITCH_DEVICE_PATH", "/nonexistent/sw").output().unwrap();
+    let none = barrier()
+        .args(["info", "-n", "4"])
+        .env("BARRIER_GBA_DEVICE_PATH", "/nonexistent/gba0")
+        .env("BARRIER_SWITCH_DEVICE_PATH", "/nonexistent/sw")
+        .output()
+        .unwrap();
     let text = String::from_utf8_lossy(&none.stdout);
     assert!(text.contains("no device at /nonexistent/gba0") && text.contains("chosen: dissemination"), "{text}");
 }
@@ -163,7 +168,8 @@ fn the_emu_daemon_serves_several_jobs_and_removes_its_device() {
     for _ in 0..2 {
         let mut args = vec!["run", "-n", "2", "--"];
         args.extend(rank_program());
-        let out = barrier().args(&args).env("BARRIER_BACKEND", "gba").env("BARRIER_GBA_DEVICE_PATH", &path).output().unwrap();
+        let out =
+            barrier().args(&args).env("BARRIER_BACKEND", "gba").env("BARRIER_GBA_DEVICE_PATH", &path).output().unwrap();
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         assert!(String::from_utf8_lossy(&out.stdout).contains("RESULT\tgba\toffload"), "{out:?}");
     }
@@ -172,6 +178,10 @@ fn the_emu_daemon_serves_several_jobs_and_removes_its_device() {
     let out = daemon.wait_with_output().unwrap();
     assert!(out.status.success());
     // Each job: 40 warm-up, 400 timed and 1 closing barrier.
-    assert!(String::from_utf8_lossy(&out.stderr).contains("barriers: 882,"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("barriers: 882,"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(!std::path::Path::new(&path).exists(), "the daemon must remove its device file");
 }

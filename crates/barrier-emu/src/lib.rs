@@ -440,6 +440,7 @@ impl Engine {
 
     /// One pass over the active groups; true if anything happened.
     fn serve(&mut self) -> bool {
+        self.dev.word(global::HEARTBEAT.offset).fetch_add(1, Ordering::Release);
         let mut worked = false;
         for idx in 0..self.active.len() {
             let g = self.active[idx];

@@ -127,6 +127,9 @@ pub mod global {
         reg("CONFIG_SEQ", 0x130, 8, ReadWrite, "bumped by drivers after any group configuration change");
     /// The CONFIG_SEQ value the device has finished processing.
     pub const CONFIG_SEEN: Register = reg("CONFIG_SEEN", 0x138, 8, ReadOnly, "last CONFIG_SEQ the device has applied");
+    /// Incremented by the device every time it scans its groups for arrivals: a driver that
+    /// suspects a lost arrival first checks that the device has looked since it arrived.
+    pub const HEARTBEAT: Register = reg("HEARTBEAT", 0x140, 8, ReadOnly, "scans of the arrival slots so far");
     /// Every global register.
     pub const ALL: &[Register] = &[
         MAGIC,

@@ -358,7 +358,8 @@ impl Communicator {
         // A request may be tested for ever without waiting: record the arrival now.
         self.arrival.raise(epoch, false);
         self.set_pending(true);
-        Ok(Request { comm: self, epoch, done: false })
+        let started = self.wait.timeout.map(|_| std::time::Instant::now());
+        Ok(Request { comm: self, epoch, done: false, started })
     }
 
     /// Splits into disjoint communicators, one per color, ordered by `key` then by rank
@@ -438,6 +439,8 @@ pub struct Request<'c> {
     comm: &'c Communicator,
     epoch: u64,
     done: bool,
+    /// When the request started, if a timeout applies.
+    started: Option<std::time::Instant>,
 }
 
 impl Request<'_> {
@@ -446,7 +449,9 @@ impl Request<'_> {
         self.epoch
     }
 
-    /// Makes progress; `Ok(true)` once every rank has arrived. Never blocks.
+    /// Makes progress; `Ok(true)` once every rank has arrived. Never blocks. Once the request
+    /// has been pending longer than `BARRIER_TIMEOUT`, returns the timeout error naming the
+    /// ranks that have not arrived (polling for ever would otherwise hang silently).
     pub fn test(&mut self) -> Result<bool> {
         if self.done {
             return Ok(true);
@@ -458,7 +463,17 @@ impl Request<'_> {
                 self.comm.set_pending(false);
                 Ok(true)
             }
-            Ok(Poll::Pending { .. }) => Ok(false),
+            Ok(Poll::Pending { .. }) => {
+                drop(engine);
+                match (self.started, self.comm.wait.timeout) {
+                    (Some(t0), Some(limit)) if t0.elapsed() >= limit => {
+                        self.done = true;
+                        self.comm.set_pending(false);
+                        Err(self.comm.wait_error(WaitError::Timeout(t0.elapsed()), self.epoch))
+                    }
+                    _ => Ok(false),
+                }
+            }
             Err(e) => {
                 self.done = true;
                 drop(engine);

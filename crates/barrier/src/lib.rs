@@ -120,6 +120,30 @@ mod tests {
     }
 
     #[test]
+    fn a_polled_request_times_out_naming_the_missing_rank() {
+        let p = Params::defaults_only().set("BARRIER_TIMEOUT", "200ms");
+        let out = threads::Job::new(2)
+            .params(p)
+            .run(|w| {
+                if w.rank() == 1 {
+                    return Ok(true);
+                }
+                let mut req = w.ibarrier()?;
+                loop {
+                    if req.test()? {
+                        return Ok(true);
+                    }
+                    std::thread::yield_now();
+                }
+            })
+            .unwrap();
+        match &out[0] {
+            Err(Error::Timeout { missing, .. }) => assert_eq!(missing, &vec![1]),
+            other => panic!("expected a timeout naming rank 1, got {other:?}"),
+        }
+    }
+
+    #[test]
     fn ibarrier_completes_only_when_everyone_arrived() {
         let out = job(3)
             .run(|w| {

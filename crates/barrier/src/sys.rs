@@ -87,17 +87,7 @@ pub fn set_affinity(cores: &[usize]) -> io::Result<()> {
 /// Pins the calling thread to one core. Errors are returned, not ignored: a benchmark that
 /// asked for pinning should say that it did not get it.
 pub fn pin_to_core(core: usize) -> io::Result<()> {
-    // SAFETY: cpu_set_t is plain data; zeroed is its empty value.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: CPU_SET writes one bit inside `set`; `core` is bounded by the set's capacity.
-    unsafe { libc::CPU_SET(core % libc::CPU_SETSIZE as usize, &mut set) };
-    // SAFETY: pid 0 means the calling thread; the pointer and size describe `set`.
-    let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    set_affinity(&[core])
 }
 
 /// The cores in this thread's affinity mask, in order.

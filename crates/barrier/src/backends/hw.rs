@@ -164,7 +164,11 @@ impl Device {
     /// The device's counters.
     pub fn counters(&self) -> DeviceCounters {
         let r = |reg: &barrier_hw::Register| self.mmio.word(reg.offset).load(Ordering::Relaxed);
-        DeviceCounters { groups_in_use: r(&global::GROUPS_IN_USE), barriers: r(&global::BARRIERS), errors: r(&global::ERRORS) }
+        DeviceCounters {
+            groups_in_use: r(&global::GROUPS_IN_USE),
+            barriers: r(&global::BARRIERS),
+            errors: r(&global::ERRORS),
+        }
     }
 
     fn reg(&self, g: usize, r: &barrier_hw::Register) -> u64 {
@@ -440,6 +444,7 @@ impl Backend for HwBackend {
             watchdog: self.watchdog(q.params),
             pending_since: None,
             suspect: false,
+            heartbeat: 0,
             fault: region.shared_flag(region.fault()),
             arrivals: region.arrivals().iter().map(|f| region.shared_flag(f)).collect(),
             rank: q.rank,
@@ -606,8 +611,11 @@ pub struct HwModule {
     wake: bool,
     watchdog: Duration,
     pending_since: Option<Instant>,
-    /// The watchdog found this rank's arrival uncounted once; twice in a row is a lost arrival.
+    /// The watchdog found this rank's arrival uncounted after the device had scanned; twice in a
+    /// row is a lost arrival.
     suspect: bool,
+    /// The device's HEARTBEAT at the previous watchdog check.
+    heartbeat: u64,
     fault: Shared<Flag>,
     arrivals: Vec<Shared<Flag>>,
     degraded: Option<String>,
@@ -696,14 +704,22 @@ impl HwModule {
             >> (a.member % 64)
             & 1
             == 1;
+        // Only a device that has scanned since the last check can be said to have lost the
+        // arrival; one that had no chance to look (an emulator starved of CPU) is just slow.
+        // Ring the doorbell so that a live device looks again before the next check.
+        let heartbeat = self.dev.mmio.word(global::HEARTBEAT.offset).load(Ordering::Acquire);
+        let scanned = std::mem::replace(&mut self.heartbeat, heartbeat) != heartbeat;
+        self.dev.ring();
         if completed + 1 == target && !counted {
-            if self.suspect {
-                return Some(format!(
-                    "the device never counted this rank's arrival at epoch {epoch} in group {}",
-                    a.group
-                ));
+            if scanned {
+                if self.suspect {
+                    return Some(format!(
+                        "the device never counted this rank's arrival at epoch {epoch} in group {}",
+                        a.group
+                    ));
+                }
+                self.suspect = true;
             }
-            self.suspect = true;
         } else {
             self.suspect = false;
         }
