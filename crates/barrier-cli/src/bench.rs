@@ -209,6 +209,9 @@ pub struct Row {
     pub stats: Stats,
     /// For emulated hardware: the emulator's busy time per barrier, ns.
     pub emulator_ns: Option<f64>,
+    /// What was asked for: `floor`, `std`, a backend (its automatic choice), or
+    /// `backend/algorithm` (forced); the plot draws one line per label.
+    pub label: String,
 }
 
 impl Row {
@@ -299,7 +302,7 @@ pub fn measure_backend(
     let algorithm = parts.next().unwrap_or_default().to_string();
     let stats = Stats::decode(parts.next().unwrap_or_default()).ok_or("unreadable result line")?;
     let emulator_ns = report.devices.first().map(|(_, c)| c.busy_ns as f64 / c.barriers.max(1) as f64);
-    Ok(Row { backend, algorithm, ranks: n, iters, stats, emulator_ns })
+    Ok(Row { backend, algorithm, ranks: n, iters, stats, emulator_ns, label: String::new() })
 }
 
 /// Runs the whole benchmark and prints it.
@@ -347,6 +350,7 @@ pub fn run(opts: &BenchOptions) -> Result<Vec<Row>, String> {
             iters: opts.iters,
             stats: std_barrier(n, opts.iters, opts.batch),
             emulator_ns: None,
+            label: "std".into(),
         });
         for (label, env) in &configs {
             progress.step(&format!("{label} n={n}"));
@@ -356,7 +360,7 @@ pub fn run(opts: &BenchOptions) -> Result<Vec<Row>, String> {
             let device = crate::device_map(label).filter(|_| opts.emulate);
             let row = measure_backend(n, env, device, opts.iters, opts.batch)
                 .map_err(|e| format!("{label} at {n} ranks: {e}"))?;
-            rows.push(row);
+            rows.push(Row { label: label.clone(), ..row });
         }
     }
     progress.finish();
@@ -370,6 +374,7 @@ pub fn run(opts: &BenchOptions) -> Result<Vec<Row>, String> {
             iters: floor_iters * floor_samples.len() as u64,
             stats: floor_stats,
             emulator_ns: None,
+            label: "floor".into(),
         },
     );
     let floor_ns = floor_stats.median;
@@ -443,6 +448,7 @@ mod tests {
             iters: 10,
             stats: Stats { median: 2.0, p99: 3.0, mean: 2.5, min: 1.0 },
             emulator_ns: None,
+            label: "std".into(),
         };
         let j = r.to_json(Some(1.0));
         for key in [

@@ -5,20 +5,20 @@ use std::fmt::Write;
 
 use crate::bench::Row;
 
-const W: f64 = 760.0;
+const W: f64 = 820.0;
 const H: f64 = 460.0;
 const LEFT: f64 = 70.0;
-const RIGHT: f64 = 200.0;
+const RIGHT: f64 = 250.0;
 const TOP: f64 = 30.0;
 const BOTTOM: f64 = 50.0;
 const COLORS: [&str; 10] =
     ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"];
 
 fn series_name(r: &Row) -> String {
-    if r.algorithm == "-" || r.algorithm.is_empty() {
-        r.backend.clone()
-    } else {
-        format!("{} ({})", r.backend, r.algorithm)
+    match r.label.as_str() {
+        "" => r.backend.clone(),
+        l if l == r.backend && r.backend == barrier::backends::software::NAME => format!("{l} (auto)"),
+        l => l.to_string(),
     }
 }
 
