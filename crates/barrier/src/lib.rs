@@ -22,49 +22,37 @@
 //! See `docs/architecture.md` in the repository for the design, and `barrier info` for every
 //! parameter.
 
-// Under `--cfg loom` only the wait layer is built, on loom's primitives, for model checking
-// (tests/loom.rs); everything else needs real shared memory and system calls.
-#[cfg(not(loom))]
-pub mod backend;
-#[cfg(not(loom))]
-pub mod backends;
-#[cfg(not(loom))]
-mod coll;
-#[cfg(not(loom))]
-mod comm;
-#[cfg(not(loom))]
-mod error;
-#[cfg(not(loom))]
-pub mod mmio;
-pub mod pad;
-#[cfg(not(loom))]
-pub mod params;
-#[cfg(not(loom))]
-mod region;
-#[cfg(not(loom))]
-pub mod selector;
-#[cfg(not(loom))]
-pub mod shm;
-#[cfg(not(loom))]
-pub mod sys;
-#[cfg(not(loom))]
-mod universe;
-pub mod wait;
+/// Items that need real shared memory and system calls: everything but the wait layer. Under
+/// `--cfg loom` only the wait layer is built, on loom's primitives, for model checking
+/// (tests/loom.rs).
+macro_rules! not_under_loom {
+    ($($item:item)*) => { $( #[cfg(not(loom))] $item )* };
+}
 
-#[cfg(not(loom))]
-pub use backend::{Backend, Decline, EnableContext, Module, Poll, QueryContext};
-#[cfg(not(loom))]
-pub use comm::{BackendName, Color, Communicator, Request, SharedWindow};
-#[cfg(not(loom))]
-pub use error::{Error, Result};
-#[cfg(not(loom))]
-pub use params::{ParamInfo, Params};
-#[cfg(not(loom))]
-pub use region::rounds;
-#[cfg(not(loom))]
-pub use selector::{backends, Candidate, Outcome, Selection};
-#[cfg(not(loom))]
-pub use universe::{init, init_with, threads, Universe, ENV_NODES, ENV_RANK, ENV_SHM_FD, ENV_SIZE};
+not_under_loom! {
+    pub mod backend;
+    pub mod backends;
+    mod coll;
+    mod comm;
+    mod error;
+    pub mod mmio;
+    pub mod params;
+    mod region;
+    pub mod selector;
+    pub mod shm;
+    pub mod sys;
+    mod universe;
+
+    pub use backend::{Backend, Decline, EnableContext, Module, Poll, QueryContext};
+    pub use comm::{BackendName, Color, Communicator, Request, SharedWindow};
+    pub use error::{Error, Result};
+    pub use params::{ParamInfo, Params};
+    pub use region::rounds;
+    pub use selector::{backends, Candidate, Outcome, Selection};
+    pub use universe::{init, init_with, threads, Universe, ENV_NODES, ENV_RANK, ENV_SHM_FD, ENV_SIZE};
+}
+pub mod pad;
+pub mod wait;
 pub use wait::WaitPolicy;
 
 #[cfg(all(test, not(loom)))]

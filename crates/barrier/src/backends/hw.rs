@@ -27,11 +27,20 @@
 //! holds `EPOCH_BASE + e` or more (64-bit, so nothing wraps); otherwise it asks to be called again
 //! every few milliseconds to watch the device.
 //!
+//! # Trees of groups
+//!
+//! A communicator larger than one group's member limit becomes a tree (see [`TreeShape`]):
+//! chunk gather groups, chunk broadcast groups and a root group of chunk leaders, 2c + 1 groups
+//! for c chunks, driven by a per-rank plan of arrive/wait steps. 1,000 ranks take 17 switch
+//! groups or 5 GBA groups.
+//!
 //! # Faults and the fallback
 //!
 //! A rank that sees STATUS.ERROR, a vanished device (registers read all ones), or, after
 //! `BARRIER_<NAME>_WATCHDOG`, a release that the device completed but never delivered or an
-//! arrival the device never counted, raises the communicator's shared fault flag. Every rank
+//! arrival the device never counted (twice in a row, and only after the device's HEARTBEAT shows
+//! it has scanned since: a device that is merely slow to look is not faulty), raises the
+//! communicator's shared fault flag. Every rank
 //! looks at that flag on each arrival and on each recheck, so all of them leave the hardware.
 //! From then on barriers complete in software on the **flat** barrier: a rank passes epoch `e`
 //! once every rank's arrival flag holds at least `e`. Each rank stores its arrival before waiting
