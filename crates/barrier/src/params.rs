@@ -128,10 +128,11 @@ impl Params {
         v.filter(|s| !s.trim().is_empty())
     }
 
-    /// Parses `name` as a `T`, or returns `default` when unset.
+    /// Parses `name` as a `T`, or returns `default` when unset or `auto`.
     pub fn parse<T: FromStr>(&self, name: &str, default: T, expected: &str) -> Result<T> {
         match self.get(name) {
             None => Ok(default),
+            Some(v) if v.trim().eq_ignore_ascii_case("auto") => Ok(default),
             Some(v) => v.trim().parse().map_err(|_| Error::InvalidParam {
                 name: name.into(),
                 value: v,
@@ -241,6 +242,15 @@ mod tests {
         let err = p.duration("E").unwrap_err().to_string();
         assert!(err.contains("BARRIER") || err.contains("E"), "{err}");
         assert!(err.contains("30s"), "error should say what is accepted: {err}");
+    }
+
+    #[test]
+    fn auto_means_the_default() {
+        let p = Params::defaults_only().set("BARRIER_SPIN_COUNT", "auto").set("X", "12").set("Y", "lots");
+        assert_eq!(p.parse("BARRIER_SPIN_COUNT", 7u32, "a number").unwrap(), 7);
+        assert_eq!(p.parse("X", 7u32, "a number").unwrap(), 12);
+        let e = p.parse("Y", 7u32, "a non-negative integer").unwrap_err().to_string();
+        assert!(e.contains("\"lots\"") && e.contains("Y") && e.contains("non-negative integer"), "{e}");
     }
 
     #[test]
