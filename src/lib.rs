@@ -150,3 +150,8 @@ pub fn stress(comm: &Communicator, opts: &StressOptions) -> Result<u64, StressEr
     comm.barrier()?;
     Ok(opts.iterations)
 }
+
+/// The README's examples, compiled and run as doctests so they cannot rot.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeExamples;
