@@ -38,7 +38,7 @@ const MAGIC: u64 = u64::from_le_bytes(*b"BARRIER1");
 /// Layout version of the header and regions: bumped whenever either changes, so that a launcher
 /// and a program built from different versions fail with a clear message instead of misreading
 /// each other's memory.
-const LAYOUT_VERSION: u64 = 3;
+const LAYOUT_VERSION: u64 = 4;
 /// Bytes reserved for the header at the start of the segment.
 const HEADER_BYTES: usize = 4096;
 /// Default bytes of the pool for communicators and windows beyond the world region.
@@ -56,7 +56,6 @@ struct Header {
     cores: AtomicU64,
     world_region: AtomicU64,
     bump: CachePadded<AtomicU64>,
-    attached: CachePadded<AtomicU64>,
     abort: CachePadded<AtomicU64>,
 }
 
@@ -245,16 +244,6 @@ impl Segment {
         let base = self.map.as_ptr() as usize;
         assert!(addr >= base && addr < base + self.map.len(), "value outside the segment");
         addr - base
-    }
-
-    /// Counts a rank as attached; returns how many are attached now.
-    pub fn mark_attached(&self) -> usize {
-        self.header().attached.fetch_add(1, Ordering::AcqRel) as usize + 1
-    }
-
-    /// Ranks that have attached so far.
-    pub fn attached(&self) -> usize {
-        self.header().attached.load(Ordering::Acquire) as usize
     }
 
     /// Marks the job as aborted because `world_rank` failed (the first failure wins).

@@ -132,19 +132,6 @@ pub fn shm_create(name: &str, len: usize) -> io::Result<OwnedFd> {
     Ok(fd)
 }
 
-/// Opens an existing shared-memory object read-write.
-pub fn shm_open_existing(name: &str) -> io::Result<OwnedFd> {
-    let cname = std::ffi::CString::new(name)
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "shm name contains NUL"))?;
-    // SAFETY: `cname` is a valid NUL-terminated string.
-    let fd = unsafe { libc::shm_open(cname.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC, 0) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: shm_open returned a new descriptor that nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
 /// Removes a shared-memory name. Existing mappings stay valid.
 pub fn shm_unlink(name: &str) -> io::Result<()> {
     let cname = std::ffi::CString::new(name)

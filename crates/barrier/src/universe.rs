@@ -79,7 +79,6 @@ impl Universe {
     fn attach(seg: Arc<Segment>, rank: usize, params: Params) -> Result<Self> {
         let size = seg.shape().world_size;
         let region = Region::attach(&seg, seg.world_region(), size)?;
-        seg.mark_attached();
         // The base communicator only creates other communicators: it stays on the software
         // backend so that it never holds one of a device's scarce groups.
         let base_params = params
