@@ -8,7 +8,7 @@
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 
 use barrier::mmio::Mmio;
 use barrier_hw::{global, DeviceMap};
@@ -76,12 +76,12 @@ impl DeviceFile {
         self.word(global::VERSION.offset).store(m.version, Ordering::Relaxed);
         self.word(global::NETWORK_ADDR.offset).store(0x0A00_0000 | m.max_groups as u64, Ordering::Relaxed);
         for g in 0..m.max_groups {
-            self.store_reg(m.group_reg(g, &m.group.group_id), m.group.group_id.bytes, g as u64);
-            self.word(m.group_reg(g, &m.group.arrival_addr))
+            self.group_store(m, g, &m.group.group_id, g as u64);
+            self.group_word(m, g, &m.group.arrival_addr, 0)
                 .store(m.group_reg(g, &m.group.arrival_slots), Ordering::Relaxed);
             if m.kind == "switch" {
                 let net = self.word(global::NETWORK_ADDR.offset).load(Ordering::Relaxed);
-                self.word(m.group_reg(g, &barrier_hw::SWITCH_GROUP_NETWORK_ADDR)).store(net, Ordering::Relaxed);
+                self.group_word(m, g, &barrier_hw::SWITCH_GROUP_NETWORK_ADDR, 0).store(net, Ordering::Relaxed);
             }
         }
         self.word(global::DEVICE_STATUS.offset).store(1, Ordering::Relaxed);
@@ -97,35 +97,14 @@ impl DeviceFile {
     pub fn path(&self) -> &Path {
         &self.path
     }
+}
 
-    /// The device's registers.
-    pub fn mmio(&self) -> &Mmio {
+/// Register access is the driver's own (`barrier::mmio::Mmio`): the emulator reads and writes
+/// the device exactly as drivers do.
+impl std::ops::Deref for DeviceFile {
+    type Target = Mmio;
+    fn deref(&self) -> &Mmio {
         &self.mmio
-    }
-
-    /// The 64-bit register at `offset`.
-    pub fn word(&self, offset: u64) -> &AtomicU64 {
-        self.mmio.word(offset)
-    }
-
-    /// The 32-bit register at `offset`.
-    pub fn word32(&self, offset: u64) -> &AtomicU32 {
-        self.mmio.word32(offset)
-    }
-
-    /// Reads a register of `bytes` (4 or 8) width.
-    pub fn load_reg(&self, offset: u64, bytes: u64) -> u64 {
-        self.mmio.load(offset, bytes)
-    }
-
-    /// Writes a register of `bytes` (4 or 8) width.
-    pub fn store_reg(&self, offset: u64, bytes: u64, value: u64) {
-        self.mmio.store(offset, bytes, value)
-    }
-
-    /// A flag-shaped line: a release flag in DMA memory, or the doorbell.
-    pub fn flag(&self, offset: u64) -> &barrier::wait::Flag {
-        self.mmio.flag(offset)
     }
 }
 

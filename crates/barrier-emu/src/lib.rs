@@ -275,11 +275,11 @@ impl Engine {
     }
 
     fn reg(&self, g: usize, r: &barrier_hw::Register) -> u64 {
-        self.dev.load_reg(self.map.group_reg(g, r), r.bytes)
+        self.dev.group_load(self.map, g, r)
     }
 
     fn set_reg(&self, g: usize, r: &barrier_hw::Register, v: u64) {
-        self.dev.store_reg(self.map.group_reg(g, r), r.bytes, v)
+        self.dev.group_store(self.map, g, r, v)
     }
 
     fn count(&self, reg: &barrier_hw::Register, n: u64) {
@@ -351,15 +351,13 @@ impl Engine {
         self.groups[g] = Group::default();
         let words = barrier_hw::mask_words(self.map.max_members);
         for w in 0..words {
-            self.dev
-                .word(self.map.group_reg(g, &self.map.group.arrived_mask) + 8 * w as u64)
-                .store(0, Ordering::Relaxed);
+            self.dev.group_word(self.map, g, &self.map.group.arrived_mask, w).store(0, Ordering::Relaxed);
         }
         self.set_reg(g, &self.map.group.arrival_count, 0);
         self.set_reg(g, &self.map.group.completed_epoch, 0);
         self.set_reg(g, &self.map.group.error_code, error_code::NONE);
         self.set_reg(g, &self.map.group.status, 0);
-        self.dev.word(self.map.group_reg(g, &self.map.group.control)).fetch_and(!control::RESET, Ordering::AcqRel);
+        self.dev.group_word(self.map, g, &self.map.group.control, 0).fetch_and(!control::RESET, Ordering::AcqRel);
     }
 
     fn fail(&mut self, g: usize, code: u64) {
@@ -381,9 +379,8 @@ impl Engine {
         }
         let count = self.reg(g, &m.group.member_count) as usize;
         let words = barrier_hw::mask_words(m.max_members);
-        let mask: Vec<u64> = (0..words)
-            .map(|w| self.dev.word(m.group_reg(g, &m.group.member_mask) + 8 * w as u64).load(Ordering::Acquire))
-            .collect();
+        let mask: Vec<u64> =
+            (0..words).map(|w| self.dev.group_word(m, g, &m.group.member_mask, w).load(Ordering::Acquire)).collect();
         let members: Vec<usize> = (0..m.max_members).filter(|i| mask[i / 64] >> (i % 64) & 1 == 1).collect();
         if count == 0 || count > m.max_members || members.len() != count {
             self.fail(g, error_code::BAD_CONFIG);
@@ -391,8 +388,7 @@ impl Engine {
         }
         let mut release = Vec::with_capacity(members.len());
         for &member in &members {
-            let iova =
-                self.dev.word(m.group_reg(g, &m.group.release_table) + 8 * member as u64).load(Ordering::Acquire);
+            let iova = self.dev.group_word(m, g, &m.group.release_table, member).load(Ordering::Acquire);
             match self.translate(iova) {
                 Some(t) => release.push(t),
                 None => {
@@ -509,9 +505,9 @@ impl Engine {
         if new > 0 {
             let words = self.groups[g].arrived.clone();
             for (w, bits) in words.iter().enumerate() {
-                self.dev.word(m.group_reg(g, &m.group.arrived_mask) + 8 * w as u64).store(*bits, Ordering::Release);
+                self.dev.group_word(m, g, &m.group.arrived_mask, w).store(*bits, Ordering::Release);
             }
-            self.dev.word(m.group_reg(g, &m.group.arrival_count)).fetch_add(new, Ordering::Relaxed);
+            self.dev.group_word(m, g, &m.group.arrival_count, 0).fetch_add(new, Ordering::Relaxed);
             self.count(&global::ARRIVALS, new);
             let st = self.reg(g, &m.group.status);
             self.set_reg(g, &m.group.status, (st | status::ACTIVE) & !status::COMPLETE);
@@ -569,7 +565,7 @@ impl Engine {
         grp.arrived.iter_mut().for_each(|w| *w = 0);
         grp.expected += 1;
         for w in 0..grp.arrived.len() {
-            self.dev.word(m.group_reg(g, &m.group.arrived_mask) + 8 * w as u64).store(0, Ordering::Release);
+            self.dev.group_word(m, g, &m.group.arrived_mask, w).store(0, Ordering::Release);
         }
         self.set_reg(g, &m.group.arrival_count, 0);
         let barriers = self.dev.word(global::BARRIERS.offset).load(Ordering::Relaxed);
@@ -589,10 +585,8 @@ impl Engine {
         self.vanished = true;
         self.dev.word(global::DEVICE_STATUS.offset).store(status::GONE, Ordering::Release);
         for g in 0..self.map.max_groups {
-            self.dev.word(self.map.group_reg(g, &self.map.group.status)).store(status::GONE, Ordering::Release);
-            self.dev
-                .word(self.map.group_reg(g, &self.map.group.completed_epoch))
-                .store(status::GONE, Ordering::Release);
+            self.dev.group_word(self.map, g, &self.map.group.status, 0).store(status::GONE, Ordering::Release);
+            self.dev.group_word(self.map, g, &self.map.group.completed_epoch, 0).store(status::GONE, Ordering::Release);
         }
         tracing::debug!(device = self.map.kind, "fault: device vanished");
     }

@@ -88,6 +88,21 @@ impl Mmio {
         }
     }
 
+    /// Reads register `r` of group `g` of a device laid out by `map`.
+    pub fn group_load(&self, map: &barrier_hw::DeviceMap, g: usize, r: &barrier_hw::Register) -> u64 {
+        self.load(map.group_reg(g, r), r.bytes)
+    }
+
+    /// Writes register `r` of group `g`.
+    pub fn group_store(&self, map: &barrier_hw::DeviceMap, g: usize, r: &barrier_hw::Register, value: u64) {
+        self.store(map.group_reg(g, r), r.bytes, value)
+    }
+
+    /// The `index`-th 64-bit word of register (or table) `r` of group `g`.
+    pub fn group_word(&self, map: &barrier_hw::DeviceMap, g: usize, r: &barrier_hw::Register, index: usize) -> &AtomicU64 {
+        self.word(map.group_reg(g, r) + 8 * index as u64)
+    }
+
     /// A flag-shaped line (epoch word and waiter count) at `offset`: release flags in DMA
     /// memory, the doorbell.
     pub fn flag(&self, offset: u64) -> &Flag {

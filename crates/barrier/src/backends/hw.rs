@@ -181,15 +181,15 @@ impl Device {
     }
 
     fn reg(&self, g: usize, r: &barrier_hw::Register) -> u64 {
-        self.mmio.load(self.map.group_reg(g, r), r.bytes)
+        self.mmio.group_load(self.map, g, r)
     }
 
     fn set_reg(&self, g: usize, r: &barrier_hw::Register, v: u64) {
-        self.mmio.store(self.map.group_reg(g, r), r.bytes, v)
+        self.mmio.group_store(self.map, g, r, v)
     }
 
     fn group_word(&self, g: usize, r: &barrier_hw::Register, index: usize) -> &AtomicU64 {
-        self.mmio.word(self.map.group_reg(g, r) + 8 * index as u64)
+        self.mmio.group_word(self.map, g, r, index)
     }
 
     /// Rings the doorbell (the device, or its emulator, looks for new work).
