@@ -79,5 +79,5 @@ fn a_missing_rank_is_named_when_the_barrier_times_out() {
     let failure = report.failure.as_ref().expect("the job must fail");
     assert!(failure.rank < 2, "rank 2 skipped the barrier; rank {} failed", failure.rank);
     let err = &report.stderr[failure.rank];
-    assert!(err.contains("have not arrived: [2]"), "rank {} stderr: {err}", failure.rank);
+    assert!(err.contains("have not arrived: world ranks [2]"), "rank {} stderr: {err}", failure.rank);
 }

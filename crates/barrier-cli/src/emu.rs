@@ -11,7 +11,7 @@ use std::time::Duration;
 
 /// Serves the device until a terminating signal arrives.
 pub fn serve(config: barrier_emu::Config, path: &Path) -> Result<(), String> {
-    crate::signals::install();
+    let _signals = crate::signals::install();
     let kind = config.map.kind;
     let emu =
         barrier_emu::Emulator::start_at(config, path).map_err(|e| format!("cannot create {}: {e}", path.display()))?;

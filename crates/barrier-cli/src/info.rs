@@ -6,6 +6,11 @@ use barrier::{threads, Params};
 
 /// The report for a job of `ranks` ranks on `nodes` nodes, with these devices emulated.
 pub fn report(ranks: usize, nodes: usize, emulate: &[&'static barrier_hw::DeviceMap]) -> Result<String, String> {
+    // The selection runs for real, one thread per rank.
+    let (limit, why) = crate::proc::max_ranks();
+    if ranks > limit {
+        return Err(format!("-n {ranks} is more ranks than this machine can hold at once: at most {limit} ({why})"));
+    }
     let mut out = String::new();
     let mut params = Params::from_env();
     let emulators = emulate
@@ -26,12 +31,7 @@ pub fn report(ranks: usize, nodes: usize, emulate: &[&'static barrier_hw::Device
         let _ = writeln!(out, "  {:<14} default priority {:>4}  {}", b.name(), b.default_priority(), b.description());
     }
     let _ = writeln!(out, "\nParameters (environment variables; current value in brackets when set):");
-    let mut all = barrier::params::core_params();
-    for b in &backends {
-        all.extend(barrier::params::backend_params(b.name(), b.default_priority()));
-        all.extend(b.params());
-    }
-    for p in &all {
+    for p in &barrier::params::all_params() {
         let current = params.get(&p.name).map(|v| format!(" [{v}]")).unwrap_or_default();
         let default = if p.default.is_empty() { "(empty)".to_string() } else { p.default.clone() };
         let _ = writeln!(out, "  {}={}{}\n      {}", p.name, default, current, p.description);

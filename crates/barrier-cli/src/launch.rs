@@ -6,19 +6,30 @@
 //! 2. Spawns `n` copies of the program with `BARRIER_RANK`, `BARRIER_SIZE`, `BARRIER_NODES`. Each
 //!    child asks the kernel to kill it if the launcher dies (`PR_SET_PDEATHSIG`) and runs in its
 //!    own process group, so a terminal's Ctrl-C reaches the launcher once and is forwarded.
-//! 3. Waits. SIGINT/SIGTERM to the launcher are forwarded to every rank (its process group). When a rank dies from a
-//!    signal or exits non-zero, the launcher marks the job aborted in the segment (ranks waiting
-//!    in a barrier stop at once with an error), sends SIGTERM to the others, SIGKILL after a
-//!    grace period, and reports which rank failed and how.
+//!    Only the ranks inherit the segment and the read end of a lifeline pipe (the launcher keeps
+//!    both close-on-exec and clears the flag in each child): if the launcher dies, the ranks see
+//!    the pipe close and end themselves, even behind a wrapper script. Rank 0 gets the standard
+//!    input (forwarded through a pipe from a terminal); the other ranks get an empty one.
+//! 3. Waits, on a process descriptor per rank, and reaps exactly its ranks (never another
+//!    child of the calling program). SIGINT/SIGTERM/SIGHUP to the launcher, also during
+//!    start-up, are forwarded to every rank (its process group). A rank that exits with status
+//!    0 is marked in the segment, so ranks still waiting for it stop with an error naming it.
+//!    When a rank dies from a signal or exits non-zero, the launcher marks the job aborted in
+//!    the segment (ranks waiting in a barrier stop at once with an error), sends SIGTERM to the
+//!    others, SIGKILL after a grace period, and reports which rank failed and how.
+//! 4. Refuses a job of more ranks than the machine can hold at once ([`proc::max_ranks`]).
+//!    The signal handlers it installs are removed again when it returns.
 
 use std::ffi::OsString;
 use std::io::Read;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use barrier::shm::{JobShape, Segment};
+use barrier::shm::{JobShape, RankExit, Segment};
+
+use crate::proc;
 
 /// How long ranks get between SIGTERM and SIGKILL.
 pub const GRACE: Duration = Duration::from_secs(2);
@@ -158,23 +169,22 @@ impl std::fmt::Display for LaunchError {
 
 impl std::error::Error for LaunchError {}
 
-/// Signals a rank's whole process group (each rank leads its own), so that whatever the rank
-/// started (a shell's children, helpers) stops with it and cannot hold the job's pipes open.
-fn send(pid: u32, sig: i32) {
-    // SAFETY: kill has no memory-safety preconditions. The group id is the pid of a child this
-    // launcher has not reaped yet (callers check), so it cannot have been reused.
-    unsafe {
-        if libc::kill(-(pid as libc::pid_t), sig) != 0 {
-            libc::kill(pid as libc::pid_t, sig);
-        }
-    }
-}
-
 /// Runs a job to completion.
 pub fn launch(spec: &JobSpec) -> Result<JobReport, LaunchError> {
     if spec.ranks == 0 {
         return Err(LaunchError("barrier run: -n must be at least 1".into()));
     }
+    let (limit, why) = proc::max_ranks();
+    if spec.ranks > limit {
+        return Err(LaunchError(format!(
+            "barrier run: -n {} is more ranks than this machine can hold at once: at most {limit} ({why}); \
+             use fewer ranks, or spread the job over nodes with an MPI launcher",
+            spec.ranks
+        )));
+    }
+    // From here on SIGINT/SIGTERM/SIGHUP are noticed, even while ranks are still being started.
+    let signals = crate::signals::install();
+    proc::ensure_open_files(spec.ranks as u64 * 4 + 256);
     let mut shape = JobShape::local(spec.ranks, spec.nodes);
     // An emulated device's engine is one more thread that needs a core while barriers run.
     shape.ranks_on_machine += usize::from(!spec.emulate.is_empty());
@@ -185,10 +195,13 @@ pub fn launch(spec: &JobSpec) -> Result<JobReport, LaunchError> {
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| LaunchError(format!("barrier run: cannot start an emulated device: {e}")))?;
     let seg = Segment::create_for_job(shape, spec.pool_bytes).map_err(|e| LaunchError(format!("barrier run: {e}")))?;
-    let fd = seg.raw_fd().expect("job segment has a descriptor");
-    barrier::sys::set_inheritable(fd)
-        .map_err(|e| LaunchError(format!("barrier run: making the segment inheritable: {e}")))?;
-    crate::signals::install();
+    let seg_fd = seg.raw_fd().expect("job segment has a descriptor");
+    // The lifeline: ranks inherit the read end; only this process holds the write end, so when
+    // it dies the ranks (even behind a wrapper script) see end of file and end themselves.
+    let (lifeline_read, lifeline_write) =
+        proc::pipe().map_err(|e| LaunchError(format!("barrier run: creating the lifeline pipe: {e}")))?;
+    let lifeline_fd = proc::raw(&lifeline_read);
+    let stdin_plan = StdinPlan::new();
 
     let cores = barrier::sys::affinity_cores();
     // Pin only when every busy thread (ranks and any emulator engine) has a core of its own.
@@ -196,14 +209,17 @@ pub fn launch(spec: &JobSpec) -> Result<JobReport, LaunchError> {
     // SAFETY: getpid has no preconditions.
     let launcher_pid = unsafe { libc::getpid() };
     let start = Instant::now();
-    let mut children: Vec<Option<Child>> = Vec::with_capacity(spec.ranks);
-    let mut pids = Vec::with_capacity(spec.ranks);
+    let mut ranks: Vec<RankProcess> = Vec::with_capacity(spec.ranks);
     let mut readers = Vec::new();
     let mut err_readers = Vec::new();
     for rank in 0..spec.ranks {
+        if let Some(sig) = crate::signals::take() {
+            return Ok(abandon_start(ranks, sig, start, &emulators));
+        }
         let mut cmd = Command::new(&spec.program);
         cmd.args(&spec.args)
-            .env(barrier::ENV_SHM_FD, fd.to_string())
+            .env(barrier::ENV_SHM_FD, seg_fd.to_string())
+            .env(barrier::ENV_LIFELINE_FD, lifeline_fd.to_string())
             .env(barrier::ENV_RANK, rank.to_string())
             .env(barrier::ENV_SIZE, spec.ranks.to_string())
             .env(barrier::ENV_NODES, shape.nodes.to_string())
@@ -214,6 +230,7 @@ pub fn launch(spec: &JobSpec) -> Result<JobReport, LaunchError> {
                     e.path().as_os_str().to_owned(),
                 )
             }));
+        cmd.stdin(stdin_plan.for_rank(rank));
         if spec.capture_stdout {
             cmd.stdout(Stdio::piped());
         }
@@ -222,8 +239,8 @@ pub fn launch(spec: &JobSpec) -> Result<JobReport, LaunchError> {
         }
         let core = cores.get(rank).copied().filter(|_| pin);
         // SAFETY: the closure runs in the child between fork and exec and only makes
-        // async-signal-safe system calls (prctl, getppid, setpgid, sched_setaffinity, _exit);
-        // it allocates nothing.
+        // async-signal-safe system calls (prctl, getppid, setpgid, fcntl, sched_setaffinity,
+        // _exit); it allocates nothing.
         unsafe {
             cmd.pre_exec(move || {
                 libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0);
@@ -231,6 +248,12 @@ pub fn launch(spec: &JobSpec) -> Result<JobReport, LaunchError> {
                     libc::_exit(1);
                 }
                 libc::setpgid(0, 0);
+                // The job's descriptors reach the ranks, and only the ranks: they stay
+                // close-on-exec in the launcher, so no other program it runs inherits them.
+                for fd in [seg_fd, lifeline_fd] {
+                    let flags = libc::fcntl(fd, libc::F_GETFD);
+                    libc::fcntl(fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC);
+                }
                 if let Some(core) = core {
                     let mut set: libc::cpu_set_t = std::mem::zeroed();
                     libc::CPU_SET(core, &mut set);
@@ -241,115 +264,200 @@ pub fn launch(spec: &JobSpec) -> Result<JobReport, LaunchError> {
         }
         match cmd.spawn() {
             Ok(mut child) => {
-                pids.push(child.id());
                 if let Some(out) = child.stdout.take() {
                     readers.push(read_all(out));
                 }
                 if let Some(err) = child.stderr.take() {
                     err_readers.push(read_all(err));
                 }
-                children.push(Some(child));
+                let pid = child.id();
+                // Reaped below with waitpid on this pid, never through `Child`.
+                drop(child);
+                ranks.push(RankProcess { pid, pidfd: proc::pidfd_open(pid).ok(), alive: true });
             }
             Err(e) => {
-                for pid in &pids {
-                    send(*pid, libc::SIGKILL);
-                }
-                for c in children.iter_mut().flatten() {
-                    let _ = c.wait();
-                }
+                abandon_start(ranks, libc::SIGKILL, start, &emulators);
                 return Err(LaunchError(format!("barrier run: cannot start {}: {e}", spec.program.display())));
             }
         }
-    }
-
-    // A reaper thread blocks in waitpid(-1) and reports each child's end; the main thread
-    // wakes only for those reports and every few tens of milliseconds to forward signals, so
-    // it never competes with spinning ranks for a core.
-    let (tx, rx) = std::sync::mpsc::channel::<(libc::pid_t, libc::c_int)>();
-    let expected = spec.ranks;
-    let reaper = std::thread::spawn(move || {
-        let mut reaped = 0;
-        while reaped < expected {
-            let mut status: libc::c_int = 0;
-            // SAFETY: `status` is a live local that waitpid writes into.
-            let pid = unsafe { libc::waitpid(-1, &mut status, 0) };
-            if pid > 0 {
-                reaped += 1;
-                if tx.send((pid, status)).is_err() {
-                    break;
-                }
-            } else if std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
-                break;
-            }
+        if rank == 0 {
+            stdin_plan.started_rank0();
         }
-    });
-    // The children are reaped with waitpid above, not through `Child`.
-    drop(children);
+    }
 
     let mut failure: Option<RankFailure> = None;
     let mut interrupted: Option<i32> = None;
     let mut stopping_since: Option<Instant> = None;
     let mut killed = false;
-    let mut alive = vec![true; spec.ranks];
     let mut live = spec.ranks;
-    let signal_all = |alive: &[bool], sig: i32| {
-        for (r, &a) in alive.iter().enumerate() {
-            if a {
-                send(pids[r], sig);
-            }
+    let signal_all = |ranks: &[RankProcess], sig: i32| {
+        for r in ranks.iter().filter(|r| r.alive) {
+            proc::signal_group(r.pid, sig);
         }
     };
     while live > 0 {
         if let Some(sig) = crate::signals::take() {
             interrupted.get_or_insert(sig);
-            signal_all(&alive, sig);
+            signal_all(&ranks, sig);
             stopping_since.get_or_insert_with(Instant::now);
         }
         if let Some(since) = stopping_since {
             if !killed && since.elapsed() > GRACE {
                 killed = true;
-                signal_all(&alive, libc::SIGKILL);
+                signal_all(&ranks, libc::SIGKILL);
             }
         }
         let poll = if stopping_since.is_some() { Duration::from_millis(10) } else { Duration::from_millis(50) };
-        let (pid, status) = match rx.recv_timeout(poll) {
-            Ok(ended) => ended,
-            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => continue,
-            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
-        };
-        let Some(rank) = pids.iter().position(|&p| p as libc::pid_t == pid) else {
-            continue;
-        };
-        if !alive[rank] {
-            continue;
-        }
-        alive[rank] = false;
-        live -= 1;
-        let end = if libc::WIFEXITED(status) {
-            RankEnd::Exited(libc::WEXITSTATUS(status))
-        } else if libc::WIFSIGNALED(status) {
-            RankEnd::Signaled(libc::WTERMSIG(status))
-        } else {
-            RankEnd::Exited(1)
-        };
-        if end != RankEnd::Exited(0) && failure.is_none() && interrupted.is_none() {
-            failure = Some(RankFailure { rank, pid: pids[rank], end, after: start.elapsed() });
-            seg.set_abort(rank);
-            signal_all(&alive, libc::SIGTERM);
-            stopping_since.get_or_insert_with(Instant::now);
+        for (rank, status) in wait_for_ends(&mut ranks, poll) {
+            live -= 1;
+            let end = if libc::WIFEXITED(status) {
+                RankEnd::Exited(libc::WEXITSTATUS(status))
+            } else if libc::WIFSIGNALED(status) {
+                RankEnd::Signaled(libc::WTERMSIG(status))
+            } else {
+                RankEnd::Exited(1)
+            };
+            if end == RankEnd::Exited(0) {
+                // Ranks still waiting for this one learn that it is gone (see barrier's watch).
+                seg.mark_exited(rank, RankExit::Status(0));
+            } else if failure.is_none() && interrupted.is_none() {
+                failure = Some(RankFailure { rank, pid: ranks[rank].pid, end, after: start.elapsed() });
+                seg.set_abort(rank);
+                signal_all(&ranks, libc::SIGTERM);
+                stopping_since.get_or_insert_with(Instant::now);
+            }
         }
     }
-    let _ = reaper.join();
+    drop(lifeline_write);
+    drop(signals);
     let stdout = readers.into_iter().map(|h| h.join().unwrap_or_default()).collect();
     let stderr = err_readers.into_iter().map(|h| h.join().unwrap_or_default()).collect();
-    let devices = emulators
+    let devices = device_counters(&emulators);
+    Ok(JobReport { failure, interrupted, stdout, stderr, elapsed: start.elapsed(), devices })
+}
+
+/// One started rank.
+struct RankProcess {
+    pid: u32,
+    /// Readable once the process ends (None if the kernel could not give one: polled instead).
+    pidfd: Option<std::os::fd::OwnedFd>,
+    alive: bool,
+}
+
+/// Waits up to `poll` for ranks to end; reaps exactly those and returns (rank, wait status).
+fn wait_for_ends(ranks: &mut [RankProcess], poll: Duration) -> Vec<(usize, libc::c_int)> {
+    let watched: Vec<(usize, std::os::fd::RawFd)> = ranks
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.alive)
+        .filter_map(|(i, r)| Some((i, proc::raw(r.pidfd.as_ref()?))))
+        .collect();
+    let unwatched = ranks.iter().any(|r| r.alive && r.pidfd.is_none());
+    let fds: Vec<_> = watched.iter().map(|&(_, fd)| fd).collect();
+    let ready: Vec<usize> = if fds.is_empty() {
+        std::thread::sleep(poll);
+        Vec::new()
+    } else {
+        proc::poll_readable(&fds, if unwatched { poll.min(Duration::from_millis(10)) } else { poll })
+            .into_iter()
+            .map(|i| watched[i].0)
+            .collect()
+    };
+    let mut ended = Vec::new();
+    for (i, r) in ranks.iter_mut().enumerate() {
+        if r.alive && (r.pidfd.is_none() || ready.contains(&i)) {
+            if let Some(status) = proc::try_reap(r.pid) {
+                r.alive = false;
+                r.pidfd = None;
+                ended.push((i, status));
+            }
+        }
+    }
+    ended
+}
+
+/// Stops the ranks started so far (a signal during start-up, or a rank that could not start).
+fn abandon_start(
+    mut ranks: Vec<RankProcess>,
+    sig: i32,
+    start: Instant,
+    emulators: &[barrier_emu::Emulator],
+) -> JobReport {
+    for r in &ranks {
+        proc::signal_group(r.pid, libc::SIGKILL);
+    }
+    for r in &mut ranks {
+        proc::reap(r.pid);
+        r.alive = false;
+    }
+    JobReport {
+        failure: None,
+        interrupted: Some(sig),
+        stdout: Vec::new(),
+        stderr: Vec::new(),
+        elapsed: start.elapsed(),
+        devices: device_counters(emulators),
+    }
+}
+
+fn device_counters(emulators: &[barrier_emu::Emulator]) -> Vec<(&'static str, barrier_emu::Counters)> {
+    emulators
         .iter()
         .map(|e| {
             e.quiesce(Duration::from_secs(2));
             (e.device().map().kind, e.counters())
         })
-        .collect();
-    Ok(JobReport { failure, interrupted, stdout, stderr, elapsed: start.elapsed(), devices })
+        .collect()
+}
+
+/// Who gets the launcher's standard input: rank 0 only, as with `mpirun`; every other rank reads
+/// an empty input. A terminal is never handed to a rank: the ranks run in process groups of
+/// their own (so a signal reaches everything a rank started), and a background group that reads
+/// the terminal is stopped by SIGTTIN. From a terminal the launcher forwards what is typed to
+/// rank 0 through a pipe, and only while the launcher is in the terminal's foreground.
+enum StdinPlan {
+    /// Not a terminal (a file, a pipe, /dev/null): rank 0 inherits it.
+    Inherit,
+    /// A terminal in whose foreground the launcher is: forwarded to rank 0.
+    Forward(std::cell::RefCell<Option<(std::os::fd::OwnedFd, std::os::fd::OwnedFd)>>),
+    /// A terminal the launcher may not read (it runs in the background): nothing.
+    Nothing,
+}
+
+impl StdinPlan {
+    fn new() -> Self {
+        match proc::stdin_terminal() {
+            None => StdinPlan::Inherit,
+            Some(true) => match proc::pipe() {
+                Ok(ends) => StdinPlan::Forward(std::cell::RefCell::new(Some(ends))),
+                Err(_) => StdinPlan::Nothing,
+            },
+            Some(false) => StdinPlan::Nothing,
+        }
+    }
+
+    fn for_rank(&self, rank: usize) -> Stdio {
+        match (rank, self) {
+            (0, StdinPlan::Inherit) => Stdio::inherit(),
+            (0, StdinPlan::Forward(ends)) => match ends.borrow().as_ref().and_then(|(r, _)| r.try_clone().ok()) {
+                Some(read) => Stdio::from(read),
+                None => Stdio::null(),
+            },
+            _ => Stdio::null(),
+        }
+    }
+
+    /// Rank 0 has its copy of the read end: start copying the terminal into the write end.
+    fn started_rank0(&self) {
+        let StdinPlan::Forward(ends) = self else { return };
+        let Some((read, write)) = ends.borrow_mut().take() else { return };
+        drop(read);
+        // The thread ends when rank 0 stops reading (the write fails) or the terminal closes.
+        let _ = std::thread::Builder::new().name("stdin-to-rank0".into()).spawn(move || {
+            let mut to_rank0 = std::fs::File::from(write);
+            let _ = std::io::copy(&mut std::io::stdin().lock(), &mut to_rank0);
+        });
+    }
 }
 
 fn read_all(mut pipe: impl Read + Send + 'static) -> std::thread::JoinHandle<String> {

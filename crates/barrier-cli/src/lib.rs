@@ -6,6 +6,7 @@ pub mod emu;
 pub mod info;
 pub mod launch;
 pub mod plot;
+pub mod proc;
 pub mod signals;
 
 /// The register map of a device kind named on the command line.

@@ -1,7 +1,11 @@
 //! Terminating signals (SIGINT, SIGTERM, SIGHUP) turned into a value the main loop polls.
 //!
 //! The handler only stores the signal number into an atomic, which is async-signal-safe; the
-//! launcher forwards what it finds to the ranks, the emulator daemon stops.
+//! launcher forwards what it finds to the ranks, the emulator daemon stops. [`install`] returns
+//! a guard that puts back whatever handlers were there before (a library function must not
+//! leave its handlers behind), and while the guard lives, SIGCHLD has its default action: a
+//! caller that ignores SIGCHLD would otherwise make the kernel reap the ranks before the
+//! launcher can learn how they ended.
 
 use std::sync::atomic::{AtomicI32, Ordering};
 
@@ -11,19 +15,55 @@ extern "C" fn on_signal(sig: libc::c_int) {
     RECEIVED.store(sig, Ordering::SeqCst);
 }
 
-/// Installs the handler for SIGINT, SIGTERM and SIGHUP and forgets any earlier signal.
-pub fn install() {
-    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-        // SAFETY: the handler only stores to an atomic (async-signal-safe); the sigaction struct
-        // is fully initialized before the call.
-        unsafe {
-            let mut sa: libc::sigaction = std::mem::zeroed();
-            sa.sa_sigaction = on_signal as *const () as usize;
-            libc::sigemptyset(&mut sa.sa_mask);
-            libc::sigaction(sig, &sa, std::ptr::null_mut());
+const TERMINATING: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
+
+/// The handlers in force before [`install`]; dropping this puts them back.
+#[must_use = "the handlers are removed again when the guard is dropped"]
+pub struct Installed {
+    previous: Vec<(libc::c_int, libc::sigaction)>,
+}
+
+impl std::fmt::Debug for Installed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Installed").field("signals", &self.previous.len()).finish()
+    }
+}
+
+fn set(sig: libc::c_int, action: &libc::sigaction) -> libc::sigaction {
+    // SAFETY: sigaction is plain data; zeroed is a valid value to receive the old action into.
+    let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+    // SAFETY: both pointers point to live, fully initialized sigaction structs.
+    unsafe {
+        libc::sigaction(sig, action, &mut old);
+    }
+    old
+}
+
+/// Installs the handler for SIGINT, SIGTERM and SIGHUP, sets SIGCHLD to its default action,
+/// and forgets any earlier signal. The previous state comes back when the guard is dropped.
+pub fn install() -> Installed {
+    // SAFETY: sigaction is plain data; every field used is set below.
+    let mut handler: libc::sigaction = unsafe { std::mem::zeroed() };
+    handler.sa_sigaction = on_signal as *const () as usize;
+    // SAFETY: sa_mask is a live sigset_t inside `handler`.
+    unsafe { libc::sigemptyset(&mut handler.sa_mask) };
+    let mut previous: Vec<_> = TERMINATING.iter().map(|&sig| (sig, set(sig, &handler))).collect();
+    // SAFETY: as above; SIG_DFL with an empty mask.
+    let mut default: libc::sigaction = unsafe { std::mem::zeroed() };
+    default.sa_sigaction = libc::SIG_DFL;
+    // SAFETY: sa_mask is a live sigset_t inside `default`.
+    unsafe { libc::sigemptyset(&mut default.sa_mask) };
+    previous.push((libc::SIGCHLD, set(libc::SIGCHLD, &default)));
+    RECEIVED.store(0, Ordering::SeqCst);
+    Installed { previous }
+}
+
+impl Drop for Installed {
+    fn drop(&mut self) {
+        for (sig, action) in self.previous.drain(..).rev() {
+            set(sig, &action);
         }
     }
-    RECEIVED.store(0, Ordering::SeqCst);
 }
 
 /// The signal received since the last call, if any.

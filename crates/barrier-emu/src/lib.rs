@@ -37,7 +37,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use barrier::wait::{AbortCheck, WaitConfig, WaitPolicy};
+use barrier::wait::{Unwatched, WaitConfig, WaitPolicy};
 use barrier_hw::{
     control, error_code, expand_sequence, global, status, DeviceMap, FLAG_BYTES, IOMMU_ENTRIES, IOMMU_VALID,
 };
@@ -208,13 +208,6 @@ fn bump_doorbell(dev: &DeviceFile) {
     bell.raise(bell.load() + 1, true);
 }
 
-struct NoAbort;
-impl AbortCheck for NoAbort {
-    fn aborted(&self) -> Option<usize> {
-        None
-    }
-}
-
 /// Per-group engine state.
 #[derive(Clone, Debug, Default)]
 struct Group {
@@ -313,7 +306,7 @@ impl Engine {
                 }
             }
             // Idle: sleep until a doorbell (or 200 ms, to notice `stop` and collect garbage).
-            let _ = idle_wait.wait(doorbell(&self.dev), seen + 1, &NoAbort, None);
+            let _ = idle_wait.wait(doorbell(&self.dev), seen + 1, &Unwatched, None);
         }
     }
 

@@ -16,56 +16,48 @@ use std::cell::Cell;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::region::{Region, EXCHANGE_WORDS};
-use crate::wait::{WaitConfig, WaitError, WaitPolicy};
+use crate::wait::{WaitConfig, WaitPolicy};
+use crate::watch::{Need, PeerWatch};
 
 /// Collectives over one communicator region, for one rank.
 #[derive(Debug)]
 pub(crate) struct Ctrl<'a> {
     region: &'a Region,
     rank: usize,
+    /// World rank of each member.
+    members: &'a [usize],
     epoch: &'a Cell<u64>,
     wait: WaitConfig,
+    stall: Option<Duration>,
 }
 
-/// The index of the exchange word that records the control epoch reached.
-const CTRL_EPOCH_WORD: usize = EXCHANGE_WORDS - 1;
-
 impl<'a> Ctrl<'a> {
-    pub fn new(region: &'a Region, rank: usize, epoch: &'a Cell<u64>, timeout: Option<Duration>) -> Self {
+    pub fn new(
+        region: &'a Region,
+        rank: usize,
+        members: &'a [usize],
+        epoch: &'a Cell<u64>,
+        timeout: Option<Duration>,
+        stall: Option<Duration>,
+    ) -> Self {
         // Always able to park: setup may wait for a slow rank for a long time.
         let wait = WaitConfig { policy: WaitPolicy::Park, spin: 256, yields: 8, timeout };
-        Ctrl { region, rank, epoch, wait }
+        Ctrl { region, rank, members, epoch, wait, stall }
     }
 
     pub fn barrier(&self) -> Result<()> {
         let n = self.region.size() as u64;
         let e = self.epoch.get() + 1;
         self.epoch.set(e);
-        self.region.exchange()[self.rank].0[CTRL_EPOCH_WORD].store(e, Ordering::Release);
+        self.region.ctrl_arrive(self.rank, e);
         let arrived = self.region.ctrl_count().fetch_add(1, Ordering::AcqRel) + 1;
         if arrived == n * e {
             self.region.ctrl_release().signal(e, true);
         }
-        self.wait.wait(self.region.ctrl_release(), e, &**self.region.segment(), None).map_err(|w| match w {
-            WaitError::Aborted(r) => Error::Aborted { failed_rank: r },
-            WaitError::Recheck => Error::Broken("control barrier asked for a recheck".into()),
-            WaitError::Timeout(waited) => Error::Timeout {
-                rank: self.rank,
-                size: self.region.size(),
-                epoch: e,
-                waited,
-                missing: self
-                    .region
-                    .exchange()
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, l)| l.0[CTRL_EPOCH_WORD].load(Ordering::Acquire) < e)
-                    .map(|(r, _)| r)
-                    .collect(),
-            },
-        })
+        let watch = PeerWatch::new(self.region, self.members, self.rank, Need::Control(e), self.stall);
+        self.wait.wait(self.region.ctrl_release(), e, &watch, None).map_err(|w| watch.error(w))
     }
 
     /// Every rank's `words` (at most `EXCHANGE_WORDS - 1`), indexed by rank.

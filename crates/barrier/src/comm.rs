@@ -18,7 +18,8 @@ use crate::params::Params;
 use crate::region::Region;
 use crate::selector::{self, Selection};
 use crate::shm::{Segment, Shared};
-use crate::wait::{Flag, WaitConfig, WaitError, WaitPolicy};
+use crate::wait::{Flag, WaitConfig, WaitError, WaitPolicy, Watch};
+use crate::watch::{Need, PeerWatch};
 
 /// The name of the backend a communicator uses. Compares equal to its `&str` name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -60,6 +61,46 @@ impl From<u32> for Color {
 
 const UNDEFINED_COLOR: u64 = u64::MAX;
 const NO_REGION: u64 = u64::MAX;
+/// No invalid parameter (in the settings exchange).
+const NO_PARAM: u64 = u64::MAX;
+
+fn micros(d: Option<Duration>) -> u64 {
+    d.map_or(0, |d| d.as_micros().clamp(1, u64::MAX as u128) as u64)
+}
+
+/// This rank's own reading of the settings that must match across ranks. It never fails:
+/// a bad value is reported through `Params::check_all` and agreed; here it reads as the default.
+struct LocalSettings {
+    policy: WaitPolicy,
+    spin: u32,
+    yields: u32,
+    timeout: Option<Duration>,
+    stall: Option<Duration>,
+}
+
+/// The stall report's default delay (`BARRIER_STALL_REPORT`).
+pub const DEFAULT_STALL_REPORT: Duration = Duration::from_secs(30);
+
+impl LocalSettings {
+    fn load(params: &Params, shape: crate::shm::JobShape) -> Self {
+        let policy = match params.get("BARRIER_WAIT_POLICY").map(|v| v.trim().to_ascii_lowercase()).as_deref() {
+            Some("spin") => WaitPolicy::Spin,
+            Some("park") => WaitPolicy::Park,
+            _ => WaitPolicy::auto(shape.ranks_on_machine, shape.cores),
+        };
+        let default_spin = if policy == WaitPolicy::Spin { 2000 } else { 64 };
+        LocalSettings {
+            policy,
+            spin: params.parse::<u32>("BARRIER_SPIN_COUNT", default_spin, "").unwrap_or(default_spin),
+            yields: params.parse::<u32>("BARRIER_YIELD_COUNT", 4, "").unwrap_or(4),
+            timeout: params.duration("BARRIER_TIMEOUT").unwrap_or(None),
+            stall: match params.get("BARRIER_STALL_REPORT") {
+                None => Some(DEFAULT_STALL_REPORT),
+                Some(_) => params.duration("BARRIER_STALL_REPORT").unwrap_or(Some(DEFAULT_STALL_REPORT)),
+            },
+        }
+    }
+}
 
 const USABLE: u8 = 0;
 const PENDING: u8 = 1;
@@ -74,7 +115,11 @@ pub struct Communicator {
     members: Vec<usize>,
     params: Params,
     wait: WaitConfig,
+    /// Report a wait that lasts this long (BARRIER_STALL_REPORT).
+    stall: Option<Duration>,
     epoch: Cell<u64>,
+    /// The barrier whose failure broke the communicator (it did not complete).
+    failed_epoch: Cell<Option<u64>>,
     ctrl_epoch: Cell<u64>,
     engine: RefCell<Engine>,
     arrival: Shared<Flag>,
@@ -97,7 +142,9 @@ impl fmt::Debug for Communicator {
 }
 
 impl Communicator {
-    /// Builds a communicator over an initialized region (collective over its members).
+    /// Builds a communicator over an initialized region (collective over its members). If it
+    /// fails, this rank is recorded as departed from the region, so that members still waiting
+    /// in its creation learn that this rank will not come.
     pub(crate) fn create(
         seg: Arc<Segment>,
         region: Region,
@@ -105,37 +152,48 @@ impl Communicator {
         members: Vec<usize>,
         params: Params,
     ) -> Result<Self> {
+        let fallback = region.clone();
+        Self::build(seg, region, rank, members, params).inspect_err(|_| fallback.depart(rank, 0, true))
+    }
+
+    fn build(seg: Arc<Segment>, region: Region, rank: usize, members: Vec<usize>, params: Params) -> Result<Self> {
         let size = members.len();
         let ctrl_epoch = Cell::new(0);
-        let local_timeout = params.duration("BARRIER_TIMEOUT")?;
-        let ctrl = Ctrl::new(&region, rank, &ctrl_epoch, local_timeout);
-
-        // Rank 0's wait settings win: signallers and waiters must agree on whether anyone parks.
         let shape = seg.shape();
-        let local_policy = match params.get("BARRIER_WAIT_POLICY").as_deref().map(str::to_ascii_lowercase).as_deref() {
-            None | Some("auto") => WaitPolicy::auto(shape.ranks_on_machine, shape.cores),
-            Some("spin") => WaitPolicy::Spin,
-            Some("park") => WaitPolicy::Park,
-            Some(other) => {
-                return Err(Error::InvalidParam {
-                    name: "BARRIER_WAIT_POLICY".into(),
-                    value: other.into(),
-                    expected: "auto, spin or park".into(),
-                })
-            }
-        };
-        let default_spin = if local_policy == WaitPolicy::Spin { 2000 } else { 64 };
-        let spin = params.parse::<u32>("BARRIER_SPIN_COUNT", default_spin, "a non-negative integer")?;
-        let yields = params.parse::<u32>("BARRIER_YIELD_COUNT", 4, "a non-negative integer")?;
-        let timeout_us = local_timeout.map_or(0, |d| d.as_micros().min(u64::MAX as u128) as u64);
-        let agreed = ctrl.allgather(&[local_policy.code(), spin as u64, yields as u64, timeout_us])?[0].clone();
-        let policy = WaitPolicy::from_code(agreed[0]);
+
+        // Every setting is checked before the first collective, but the verdict is agreed: a
+        // rank with a bad value takes part in the exchange and everybody fails together (a rank
+        // that returned early would leave the others waiting in the exchange for ever). Values
+        // that must match (wait policy, spin counts, timeout, stall report) are rank 0's.
+        let checked = params.check_all();
+        let local = LocalSettings::load(&params, shape);
+        let ctrl = Ctrl::new(&region, rank, &members, &ctrl_epoch, local.timeout, local.stall);
+        let bad = checked.as_ref().err().map_or(NO_PARAM, |b| b.0 as u64);
+        let all = ctrl.allgather(&[
+            bad,
+            local.policy.code(),
+            local.spin as u64,
+            local.yields as u64,
+            micros(local.timeout),
+            micros(local.stall),
+        ])?;
+        if let Err(bad) = checked {
+            return Err(bad.1);
+        }
+        if let Some((r, w)) = all.iter().enumerate().find(|(_, w)| w[0] != NO_PARAM) {
+            let name = crate::params::all_params().get(w[0] as usize).map_or_else(String::new, |p| p.name.clone());
+            return Err(Error::PeerInvalidParam { world_rank: members[r], name });
+        }
+        let agreed = &all[0];
+        let policy = WaitPolicy::from_code(agreed[1]);
         let wait = WaitConfig {
             policy,
-            spin: agreed[1] as u32,
-            yields: agreed[2] as u32,
-            timeout: (agreed[3] > 0).then(|| Duration::from_micros(agreed[3])),
+            spin: agreed[2] as u32,
+            yields: agreed[3] as u32,
+            timeout: (agreed[4] > 0).then(|| Duration::from_micros(agreed[4])),
         };
+        let stall = (agreed[5] > 0).then(|| Duration::from_micros(agreed[5]));
+        let ctrl = Ctrl::new(&region, rank, &members, &ctrl_epoch, wait.timeout, stall);
 
         let nodes = distinct_nodes(&members, shape.world_size, shape.nodes);
         let (engine, selection) = selector::select(selector::SelectInput {
@@ -161,7 +219,9 @@ impl Communicator {
             members,
             params,
             wait,
+            stall,
             epoch: Cell::new(0),
+            failed_epoch: Cell::new(None),
             ctrl_epoch,
             engine: RefCell::new(engine),
             selection,
@@ -176,7 +236,18 @@ impl Communicator {
     }
 
     fn ctrl(&self) -> Ctrl<'_> {
-        Ctrl::new(&self.region, self.rank, &self.ctrl_epoch, self.wait.timeout)
+        Ctrl::new(&self.region, self.rank, &self.members, &self.ctrl_epoch, self.wait.timeout, self.stall)
+    }
+
+    /// A failed control-plane call: this rank's control epoch has moved on without the others
+    /// (or they are gone), so the communicator can never run another collective correctly.
+    #[cold]
+    fn control_failed(&self, err: Error) -> Error {
+        self.fail(err)
+    }
+
+    fn watch(&self, epoch: u64) -> PeerWatch<'_> {
+        PeerWatch::new(&self.region, &self.members, self.rank, Need::Barrier(epoch), self.stall)
     }
 
     /// This rank's number in the communicator, `0..size()`.
@@ -275,18 +346,16 @@ impl Communicator {
         }
     }
 
-    fn wait_error(&self, w: WaitError, epoch: u64) -> Error {
-        self.fail(match w {
-            WaitError::Aborted(r) => Error::Aborted { failed_rank: r },
-            WaitError::Recheck => Error::Broken("a wait asked for a recheck without an interval".into()),
-            WaitError::Timeout(waited) => Error::Timeout {
-                rank: self.rank,
-                size: self.size(),
-                epoch,
-                waited,
-                missing: self.region.missing_at(epoch),
-            },
-        })
+    #[cold]
+    fn wait_error(&self, watch: &PeerWatch<'_>, w: WaitError, epoch: u64) -> Error {
+        self.failed_epoch.set(Some(epoch));
+        self.fail(watch.error(w))
+    }
+
+    #[cold]
+    fn module_error(&self, err: Error, epoch: u64) -> Error {
+        self.failed_epoch.set(Some(epoch));
+        self.fail(err)
     }
 
     #[inline(always)]
@@ -294,7 +363,7 @@ impl Communicator {
         self.check_usable()?;
         let epoch = self.epoch.get() + 1;
         self.epoch.set(epoch);
-        self.engine.borrow_mut().arrive(epoch).map_err(|e| self.fail(e))?;
+        self.engine.borrow_mut().arrive(epoch).map_err(|e| self.module_error(e, epoch))?;
         Ok(epoch)
     }
 
@@ -305,6 +374,7 @@ impl Communicator {
 
     #[inline(always)]
     fn finish_with(&self, engine: &mut Engine, epoch: u64) -> Result<()> {
+        let watch = self.watch(epoch);
         // Time already spent in earlier recheck slices of this barrier (hardware modules).
         let mut waited = Duration::ZERO;
         loop {
@@ -312,22 +382,22 @@ impl Communicator {
                 Ok(Poll::Ready) => return Ok(()),
                 Ok(Poll::Pending { flag, target, recheck: None }) => self
                     .wait
-                    .wait(flag, target, &*self.seg, Some((&self.arrival, epoch)))
-                    .map_err(|w| self.wait_error(w, epoch))?,
+                    .wait(flag, target, &watch, Some((&self.arrival, epoch)))
+                    .map_err(|w| self.wait_error(&watch, w, epoch))?,
                 Ok(Poll::Pending { flag, target, recheck: Some(slice) }) => {
                     let budget =
                         WaitConfig { timeout: self.wait.timeout.map(|t| t.saturating_sub(waited)), ..self.wait };
                     let started = std::time::Instant::now();
-                    match budget.wait_or_recheck(flag, target, &*self.seg, Some((&self.arrival, epoch)), Some(slice)) {
+                    match budget.wait_or_recheck(flag, target, &watch, Some((&self.arrival, epoch)), Some(slice)) {
                         Ok(()) => {}
                         Err(WaitError::Recheck) => waited += started.elapsed(),
                         Err(WaitError::Timeout(d)) => {
-                            return Err(self.wait_error(WaitError::Timeout(waited + d), epoch))
+                            return Err(self.wait_error(&watch, WaitError::Timeout(waited + d), epoch))
                         }
-                        Err(w) => return Err(self.wait_error(w, epoch)),
+                        Err(w) => return Err(self.wait_error(&watch, w, epoch)),
                     }
                 }
-                Err(e) => return Err(self.fail(e)),
+                Err(e) => return Err(self.module_error(e, epoch)),
             }
         }
     }
@@ -345,7 +415,7 @@ impl Communicator {
         self.epoch.set(epoch);
         let mut engine = self.engine.borrow_mut();
         if let Err(e) = engine.arrive(epoch) {
-            return Err(self.fail(e));
+            return Err(self.module_error(e, epoch));
         }
         self.finish_with(&mut engine, epoch)
     }
@@ -359,7 +429,7 @@ impl Communicator {
         self.arrival.raise(epoch, false);
         self.set_pending(true);
         let started = self.wait.timeout.map(|_| std::time::Instant::now());
-        Ok(Request { comm: self, epoch, done: false, started })
+        Ok(Request { comm: self, watch: self.watch(epoch), epoch, done: false, started, polls: 0 })
     }
 
     /// Splits into disjoint communicators, one per color, ordered by `key` then by rank
@@ -372,7 +442,7 @@ impl Communicator {
             Color::Undefined => UNDEFINED_COLOR,
         };
         let ctrl = self.ctrl();
-        let all = ctrl.allgather(&[code, key as i64 as u64])?;
+        let all = ctrl.allgather(&[code, key as i64 as u64]).map_err(|e| self.control_failed(e))?;
         let mut group: Vec<usize> =
             (0..self.size()).filter(|&r| all[r][0] == code && code != UNDEFINED_COLOR).collect();
         group.sort_by_key(|&r| (all[r][1] as i64, r));
@@ -386,7 +456,7 @@ impl Communicator {
                 Err(e) => alloc_err = Some(e),
             }
         }
-        let offers = ctrl.allgather(&[offer])?;
+        let offers = ctrl.allgather(&[offer]).map_err(|e| self.control_failed(e))?;
 
         let Some(leader) = leader else {
             return Ok(None);
@@ -396,7 +466,10 @@ impl Communicator {
         }
         let base = offers[leader][0];
         if base == NO_REGION {
-            return Err(Error::SegmentFull { needed: crate::region::RegionLayout::new(group.len()).total, free: 0 });
+            return Err(Error::SegmentFull {
+                needed: crate::region::RegionLayout::new(group.len()).total,
+                free: self.seg.free_bytes(),
+            });
         }
         let region = Region::attach(&self.seg, base as usize, group.len())?;
         let new_rank = group.iter().position(|&r| r == self.rank).expect("member of own group");
@@ -410,37 +483,76 @@ impl Communicator {
     }
 
     /// Allocates `len` shared 64-bit words that every member can read and write (collective),
-    /// like `MPI_Win_allocate_shared`. Starts zeroed.
+    /// like `MPI_Win_allocate_shared` with one size for all. Starts zeroed. Every rank must pass
+    /// the same `len`; a length that differs between ranks, or does not fit in memory, is an
+    /// error on every rank.
     pub fn shared_window(&self, len: usize) -> Result<SharedWindow> {
         self.check_usable()?;
         let ctrl = self.ctrl();
+        let bytes = len.max(1).checked_mul(8).filter(|&b| b <= isize::MAX as usize);
         let mut offer = NO_REGION;
         let mut err = None;
         if self.rank == 0 {
-            match self.seg.alloc(len.max(1) * 8) {
-                Ok(off) => offer = off as u64,
-                Err(e) => err = Some(e),
+            if let Some(bytes) = bytes {
+                match self.seg.alloc(bytes) {
+                    Ok(off) => offer = off as u64,
+                    Err(e) => err = Some(e),
+                }
             }
         }
-        let offers = ctrl.allgather(&[offer])?;
+        let all = ctrl.allgather(&[offer, len as u64]).map_err(|e| self.control_failed(e))?;
+        if let Some((r, _)) = all.iter().enumerate().find(|(_, w)| w[1] != len as u64) {
+            return Err(Error::InvalidArgument(format!(
+                "shared_window({len}) on world rank {}, but world rank {} passed {}: every rank must pass the \
+                 same length",
+                self.world_rank(),
+                self.members[r],
+                all[r][1]
+            )));
+        }
+        if bytes.is_none() {
+            return Err(Error::InvalidArgument(format!(
+                "shared_window({len}): {len} words of 8 bytes do not fit in this machine's address space"
+            )));
+        }
         if let Some(e) = err {
             return Err(e);
         }
-        if offers[0][0] == NO_REGION {
-            return Err(Error::SegmentFull { needed: len * 8, free: 0 });
+        if all[0][0] == NO_REGION {
+            return Err(Error::SegmentFull { needed: len * 8, free: self.seg.free_bytes() });
         }
-        Ok(SharedWindow { seg: self.seg.clone(), offset: offers[0][0] as usize, len })
+        Ok(SharedWindow { seg: self.seg.clone(), offset: all[0][0] as usize, len })
     }
 }
 
-/// A pending split-phase barrier. Dropping an incomplete request waits for it.
+impl Drop for Communicator {
+    /// Records that this rank left, after the last barrier it completed: members still waiting
+    /// for it in a later barrier or collective stop with [`Error::RankLeft`] instead of hanging.
+    fn drop(&mut self) {
+        let epoch = self.epoch.get();
+        let completed = match (self.state.get(), self.failed_epoch.get()) {
+            (_, Some(failed)) => failed - 1,
+            (PENDING, None) => epoch - 1,
+            _ => epoch,
+        };
+        self.region.depart(self.rank, completed, self.state.get() == BROKEN);
+    }
+}
+
+/// A pending split-phase barrier. Dropping an incomplete request waits for it, except while
+/// the thread panics: then the communicator is marked broken instead (waiting could deadlock a
+/// rank that is unwinding).
 #[derive(Debug)]
 pub struct Request<'c> {
     comm: &'c Communicator,
+    /// Looks for departed or exited peers and reports stalls while the request is polled.
+    watch: PeerWatch<'c>,
     epoch: u64,
     done: bool,
     /// When the request started, if a timeout applies.
     started: Option<std::time::Instant>,
+    /// Calls to `test` so far (the watch runs on every 64th).
+    polls: u32,
 }
 
 impl Request<'_> {
@@ -451,7 +563,8 @@ impl Request<'_> {
 
     /// Makes progress; `Ok(true)` once every rank has arrived. Never blocks. Once the request
     /// has been pending longer than `BARRIER_TIMEOUT`, returns the timeout error naming the
-    /// ranks that have not arrived (polling for ever would otherwise hang silently).
+    /// ranks that have not arrived, and once a rank has left without arriving, the error that
+    /// says so (polling for ever would otherwise hang silently).
     pub fn test(&mut self) -> Result<bool> {
         if self.done {
             return Ok(true);
@@ -465,20 +578,26 @@ impl Request<'_> {
             }
             Ok(Poll::Pending { .. }) => {
                 drop(engine);
-                match (self.started, self.comm.wait.timeout) {
-                    (Some(t0), Some(limit)) if t0.elapsed() >= limit => {
+                self.polls = self.polls.wrapping_add(1);
+                let verdict = match (self.started, self.comm.wait.timeout) {
+                    (Some(t0), Some(limit)) if t0.elapsed() >= limit => Err(WaitError::Timeout(t0.elapsed())),
+                    _ if self.polls.is_multiple_of(64) => self.watch.check(Duration::ZERO),
+                    _ => Ok(()),
+                };
+                match verdict {
+                    Ok(()) => Ok(false),
+                    Err(w) => {
                         self.done = true;
                         self.comm.set_pending(false);
-                        Err(self.comm.wait_error(WaitError::Timeout(t0.elapsed()), self.epoch))
+                        Err(self.comm.wait_error(&self.watch, w, self.epoch))
                     }
-                    _ => Ok(false),
                 }
             }
             Err(e) => {
                 self.done = true;
                 drop(engine);
                 self.comm.set_pending(false);
-                Err(self.comm.fail(e))
+                Err(self.comm.module_error(e, self.epoch))
             }
         }
     }
@@ -501,10 +620,23 @@ impl Request<'_> {
 
 impl Drop for Request<'_> {
     fn drop(&mut self) {
-        if !self.done {
-            if let Err(e) = self.complete() {
-                tracing::warn!(error = %e, "ibarrier request dropped and its completion failed");
-            }
+        if self.done {
+            return;
+        }
+        if std::thread::panicking() {
+            // Waiting here could wait for ranks that are themselves waiting for this one (in
+            // another collective); the panic must reach the job instead.
+            self.done = true;
+            self.comm.set_pending(false);
+            self.comm.failed_epoch.set(Some(self.epoch));
+            self.comm.fail(Error::Broken(format!(
+                "an ibarrier() request for barrier {} was dropped while the thread panicked",
+                self.epoch
+            )));
+            return;
+        }
+        if let Err(e) = self.complete() {
+            tracing::warn!(error = %e, "ibarrier request dropped and its completion failed");
         }
     }
 }

@@ -8,22 +8,29 @@ use std::time::Duration;
 pub enum Error {
     /// A wait passed `BARRIER_TIMEOUT`.
     #[error(
-        "barrier timed out after {waited:?} at epoch {epoch} on rank {rank}: {} of {size} ranks \
-         have not arrived: {missing:?}; check that every rank calls barrier() the same number of \
-         times, or raise BARRIER_TIMEOUT",
+        "{during} timed out after {waited:?} on world rank {world_rank} (rank {rank} of a communicator of \
+         {size}): {} of {size} ranks have not arrived: world ranks {missing_world:?} (communicator ranks \
+         {missing:?}); check that every rank makes the same barrier and collective calls, or raise \
+         BARRIER_TIMEOUT",
         missing.len()
     )]
     Timeout {
         /// The rank (in the communicator) that gave up.
         rank: usize,
+        /// Its world rank.
+        world_rank: usize,
         /// Communicator size.
         size: usize,
-        /// The barrier epoch that did not complete.
+        /// The barrier epoch that did not complete (0 for a collective call).
         epoch: u64,
+        /// The call that did not complete, e.g. "barrier 17".
+        during: String,
         /// How long the rank waited.
         waited: Duration,
-        /// Ranks (in the communicator) whose last arrival is older than `epoch`.
+        /// Ranks (in the communicator) that have not arrived.
         missing: Vec<usize>,
+        /// The same ranks as world ranks.
+        missing_world: Vec<usize>,
     },
     /// Another rank of the job failed, and the job is being torn down.
     #[error(
@@ -33,6 +40,35 @@ pub enum Error {
     Aborted {
         /// World rank that failed.
         failed_rank: usize,
+    },
+    /// A member left the communicator, or exited, before taking part in a call that needs it.
+    #[error(
+        "rank {rank} (world rank {world_rank}) {how}, so {during} can never complete; every rank must make \
+         the same barrier and collective calls before it drops the communicator or exits"
+    )]
+    RankLeft {
+        /// The member, in the communicator.
+        rank: usize,
+        /// Its world rank.
+        world_rank: usize,
+        /// The call that cannot complete, e.g. "barrier 17".
+        during: String,
+        /// What it did, e.g. "exited with status 0 without leaving the communicator".
+        how: String,
+    },
+    /// The launcher of the job died; the ranks end too.
+    #[error("the job's launcher is gone (killed or crashed), so this job has ended; this rank stops waiting")]
+    JobGone,
+    /// Another rank could not parse one of its settings, so the collective call failed everywhere.
+    #[error(
+        "world rank {world_rank} rejected its value of {name} (its own error says which value and what is \
+         accepted), so this collective call failed on every rank; give every rank valid settings"
+    )]
+    PeerInvalidParam {
+        /// The world rank with the bad value.
+        world_rank: usize,
+        /// The parameter.
+        name: String,
     },
     /// A previous barrier on this communicator failed, so its state is no longer consistent.
     #[error("communicator is unusable after an earlier failure: {0}; create a new communicator")]

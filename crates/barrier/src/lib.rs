@@ -42,6 +42,7 @@ not_under_loom! {
     pub mod shm;
     pub mod sys;
     mod universe;
+    mod watch;
 
     pub use backend::{Backend, Decline, EnableContext, Module, Poll, QueryContext};
     pub use comm::{BackendName, Color, Communicator, Request, SharedWindow};
@@ -49,7 +50,9 @@ not_under_loom! {
     pub use params::{ParamInfo, Params};
     pub use region::rounds;
     pub use selector::{backends, Candidate, Outcome, Selection};
-    pub use universe::{init, init_with, threads, Universe, ENV_NODES, ENV_RANK, ENV_SHM_FD, ENV_SIZE};
+    pub use universe::{
+        init, init_with, threads, Universe, ENV_LIFELINE_FD, ENV_NODES, ENV_RANK, ENV_SHM_FD, ENV_SIZE,
+    };
 }
 pub mod pad;
 pub mod wait;
@@ -96,15 +99,54 @@ mod tests {
     #[test]
     fn timeout_names_the_missing_rank() {
         let p = Params::defaults_only().set("BARRIER_TIMEOUT", "200ms");
-        let out = threads::Job::new(3).params(p).run(|w| if w.rank() == 2 { Ok(()) } else { w.barrier() }).unwrap();
+        let out = threads::Job::new(3)
+            .params(p)
+            .run(|w| {
+                if w.rank() == 2 {
+                    // Alive but absent: it arrives only after the others have given up.
+                    std::thread::sleep(std::time::Duration::from_millis(800));
+                    Ok(())
+                } else {
+                    w.barrier()
+                }
+            })
+            .unwrap();
         for r in &out[..2] {
             match r {
-                Err(Error::Timeout { missing, .. }) => assert_eq!(missing, &vec![2]),
+                Err(Error::Timeout { missing, missing_world, .. }) => {
+                    assert_eq!((missing, missing_world), (&vec![2], &vec![2]))
+                }
                 other => panic!("expected a timeout naming rank 2, got {other:?}"),
             }
         }
         let msg = out[0].as_ref().unwrap_err().to_string();
-        assert!(msg.contains("[2]") && msg.contains("BARRIER_TIMEOUT"), "{msg}");
+        assert!(msg.contains("world ranks [2]") && msg.contains("BARRIER_TIMEOUT"), "{msg}");
+    }
+
+    #[test]
+    fn a_rank_that_returns_early_is_named_by_the_ranks_waiting_for_it() {
+        // No timeout: without the departure record the others would wait for ever.
+        let start = std::time::Instant::now();
+        let out = threads::Job::new(3)
+            .params(Params::defaults_only())
+            .run(|w| {
+                w.barrier()?;
+                if w.rank() == 2 {
+                    return Ok(());
+                }
+                w.barrier()
+            })
+            .unwrap();
+        assert!(start.elapsed() < std::time::Duration::from_secs(10));
+        for r in &out[..2] {
+            match r {
+                Err(e @ Error::RankLeft { rank: 2, world_rank: 2, .. }) => {
+                    let msg = e.to_string();
+                    assert!(msg.contains("after barrier 1") && msg.contains("barrier 2"), "{msg}");
+                }
+                other => panic!("expected rank 2 to be named as gone, got {other:?}"),
+            }
+        }
     }
 
     #[test]
@@ -114,6 +156,7 @@ mod tests {
             .params(p)
             .run(|w| {
                 if w.rank() == 1 {
+                    std::thread::sleep(std::time::Duration::from_millis(800));
                     return Ok(true);
                 }
                 let mut req = w.ibarrier()?;

@@ -16,6 +16,46 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 
+/// What values a parameter accepts. Every value is checked against its kind when a
+/// communicator is created, on every rank, and the outcome is agreed: a bad value on one rank
+/// fails the creation on all of them instead of leaving the others waiting.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ParamKind {
+    /// Free text (a path).
+    Text,
+    /// 1/0, true/false, yes/no, on/off.
+    Bool,
+    /// An integer in `min..=max`; `auto` means the default.
+    Int {
+        /// Smallest accepted value.
+        min: i64,
+        /// Largest accepted value.
+        max: i64,
+    },
+    /// A duration (`30s`, `500ms`, `2.5`); `0` or `none` disables.
+    Duration,
+    /// One of these words (case-insensitive).
+    Choice(&'static [&'static str]),
+    /// A comma-separated list of backend names.
+    BackendList,
+}
+
+impl ParamKind {
+    /// What the kind accepts, in words.
+    pub fn expected(&self) -> String {
+        match self {
+            ParamKind::Text => "any text".into(),
+            ParamKind::Bool => "1 or 0 (true/false, yes/no, on/off)".into(),
+            ParamKind::Int { min, max } => format!("an integer from {min} to {max}, or auto"),
+            ParamKind::Duration => {
+                "a duration like 30s, 500ms, 100us, 2m or 2.5 (seconds); 0 or none to disable".into()
+            }
+            ParamKind::Choice(words) => format!("one of {}", words.join(", ")),
+            ParamKind::BackendList => "comma-separated backend names".into(),
+        }
+    }
+}
+
 /// One documented parameter.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ParamInfo {
@@ -25,14 +65,24 @@ pub struct ParamInfo {
     pub default: String,
     /// What it does.
     pub description: String,
+    /// What it accepts.
+    pub kind: ParamKind,
 }
 
 impl ParamInfo {
-    /// A new parameter description.
+    /// A new free-text parameter description (see [`ParamInfo::kind`] to restrict it).
     pub fn new(name: impl Into<String>, default: impl Into<String>, description: impl Into<String>) -> Self {
-        ParamInfo { name: name.into(), default: default.into(), description: description.into() }
+        ParamInfo { name: name.into(), default: default.into(), description: description.into(), kind: ParamKind::Text }
+    }
+
+    /// The same parameter, accepting only values of `kind`.
+    pub fn kind(mut self, kind: ParamKind) -> Self {
+        self.kind = kind;
+        self
     }
 }
+
+const U32_MAX: i64 = u32::MAX as i64;
 
 /// Communicator-wide parameters (not tied to one backend).
 pub fn core_params() -> Vec<ParamInfo> {
@@ -43,30 +93,43 @@ pub fn core_params() -> Vec<ParamInfo> {
             "Comma-separated backend names: only these are tried, in this order, and if none can run \
              the communicator fails with every reason (explicit choices fail loudly). Empty: all \
              backends by priority, falling back automatically.",
-        ),
+        )
+        .kind(ParamKind::BackendList),
         ParamInfo::new(
             "BARRIER_TIMEOUT",
             "0",
             "Give up on a barrier after this long and report the ranks that have not arrived \
              (e.g. 30s, 500ms, 2.5; 0 or none: wait for ever).",
-        ),
+        )
+        .kind(ParamKind::Duration),
+        ParamInfo::new(
+            "BARRIER_STALL_REPORT",
+            "30s",
+            "When a wait has lasted this long, print once which ranks have not arrived (world ranks) \
+             and keep waiting (0 or none: never report).",
+        )
+        .kind(ParamKind::Duration),
         ParamInfo::new(
             "BARRIER_WAIT_POLICY",
             "auto",
             "spin (spin, then yield), park (spin briefly, yield, then sleep on a futex), or auto \
              (park when the job's ranks outnumber the cores).",
-        ),
+        )
+        .kind(ParamKind::Choice(&["auto", "spin", "park"])),
         ParamInfo::new(
             "BARRIER_SPIN_COUNT",
             "auto",
             "Busy-wait rounds before yielding (auto: 2000 with spin, 64 with park).",
-        ),
-        ParamInfo::new("BARRIER_YIELD_COUNT", "auto", "Yields before parking with the park policy (auto: 4)."),
+        )
+        .kind(ParamKind::Int { min: 0, max: U32_MAX }),
+        ParamInfo::new("BARRIER_YIELD_COUNT", "auto", "Yields before parking with the park policy (auto: 4).")
+            .kind(ParamKind::Int { min: 0, max: U32_MAX }),
         ParamInfo::new(
             "BARRIER_SHM_POOL_BYTES",
             crate::shm::DEFAULT_POOL_BYTES.to_string(),
             "Bytes of the job segment for communicators and shared windows beyond the world (sparse).",
-        ),
+        )
+        .kind(ParamKind::Int { min: 0, max: i64::MAX }),
     ]
 }
 
@@ -78,13 +141,16 @@ pub fn backend_params(name: &str, priority: i32) -> Vec<ParamInfo> {
             format!("BARRIER_{up}_PRIORITY"),
             priority.to_string(),
             format!("Priority of the {name} backend (highest usable wins)."),
-        ),
-        ParamInfo::new(format!("BARRIER_{up}_DISABLE"), "0", format!("1: never use the {name} backend.")),
+        )
+        .kind(ParamKind::Int { min: i32::MIN as i64, max: i32::MAX as i64 }),
+        ParamInfo::new(format!("BARRIER_{up}_DISABLE"), "0", format!("1: never use the {name} backend."))
+            .kind(ParamKind::Bool),
         ParamInfo::new(
             format!("BARRIER_{up}_MIN_COMM_SIZE"),
             "1",
             format!("The {name} backend declines communicators smaller than this."),
-        ),
+        )
+        .kind(ParamKind::Int { min: 0, max: i64::MAX }),
     ]
 }
 
@@ -169,6 +235,45 @@ impl Params {
         }
     }
 
+    /// Checks the value of `info` (if set) against its kind.
+    pub fn check(&self, info: &ParamInfo) -> Result<()> {
+        let Some(value) = self.get(&info.name) else { return Ok(()) };
+        let bad = || Error::InvalidParam { name: info.name.clone(), value: value.clone(), expected: info.kind.expected() };
+        let text = value.trim();
+        let ok = match &info.kind {
+            ParamKind::Text => true,
+            ParamKind::Bool => self.flag(&info.name).is_ok(),
+            ParamKind::Int { min, max } => {
+                text.eq_ignore_ascii_case("auto") || text.parse::<i64>().is_ok_and(|v| (*min..=*max).contains(&v))
+            }
+            ParamKind::Duration => self.duration(&info.name).is_ok(),
+            ParamKind::Choice(words) => words.iter().any(|w| w.eq_ignore_ascii_case(text)),
+            ParamKind::BackendList => {
+                let known: Vec<&str> = crate::selector::backends().iter().map(|b| b.name()).collect();
+                for name in text.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+                    if !known.iter().any(|k| k.eq_ignore_ascii_case(name)) {
+                        return Err(Error::UnknownBackend { name: name.into(), known: known.join(", ") });
+                    }
+                }
+                true
+            }
+        };
+        if ok {
+            Ok(())
+        } else {
+            Err(bad())
+        }
+    }
+
+    /// Checks every parameter this build knows ([`all_params`]); the first bad value, with its
+    /// index in that list.
+    pub fn check_all(&self) -> std::result::Result<(), Box<(usize, Error)>> {
+        for (i, info) in all_params().iter().enumerate() {
+            self.check(info).map_err(|e| Box::new((i, e)))?;
+        }
+        Ok(())
+    }
+
     /// The priority, disable and min-size settings of backend `name`.
     pub fn backend_settings(&self, name: &str, default_priority: i32) -> Result<BackendSettings> {
         let up = name.to_ascii_uppercase();
@@ -178,6 +283,17 @@ impl Params {
             min_comm_size: self.parse(&format!("BARRIER_{up}_MIN_COMM_SIZE"), 1usize, "a non-negative integer")?,
         })
     }
+}
+
+/// Every parameter this build knows: the core ones, then each backend's standard three and its
+/// own, in registry order (`barrier info` lists them in this order).
+pub fn all_params() -> Vec<ParamInfo> {
+    let mut all = core_params();
+    for b in crate::selector::backends() {
+        all.extend(backend_params(b.name(), b.default_priority()));
+        all.extend(b.params());
+    }
+    all
 }
 
 /// A backend's selection settings.
@@ -251,6 +367,35 @@ mod tests {
         assert_eq!(p.parse("X", 7u32, "a number").unwrap(), 12);
         let e = p.parse("Y", 7u32, "a non-negative integer").unwrap_err().to_string();
         assert!(e.contains("\"lots\"") && e.contains("Y") && e.contains("non-negative integer"), "{e}");
+    }
+
+    #[test]
+    fn every_known_parameter_is_checked_against_its_kind() {
+        let cases = [
+            ("BARRIER_TIMEOUT", "abc"),
+            ("BARRIER_GBA_DISABLE", "maybe"),
+            ("BARRIER_WAIT_POLICY", "bogus"),
+            ("BARRIER_SPIN_COUNT", "-1"),
+            ("BARRIER_YIELD_COUNT", "many"),
+            ("BARRIER_BACKEND", "dissemination,nonesuch"),
+            ("BARRIER_SW_ALGORITHM", "bubble"),
+            ("BARRIER_TREE_ARITY", "1"),
+            ("BARRIER_SWITCH_WATCHDOG", "soon"),
+            ("BARRIER_STALL_REPORT", "-3s"),
+        ];
+        for (name, value) in cases {
+            let (i, err) = *Params::defaults_only().set(name, value).check_all().unwrap_err();
+            assert_eq!(all_params()[i].name, name);
+            let msg = err.to_string();
+            assert!(msg.contains(name) || msg.contains("nonesuch"), "{name}={value}: {msg}");
+        }
+        let good = Params::defaults_only()
+            .set("BARRIER_TIMEOUT", "2s")
+            .set("BARRIER_WAIT_POLICY", "PARK")
+            .set("BARRIER_SPIN_COUNT", "auto")
+            .set("BARRIER_BACKEND", "gba, dissemination")
+            .set("BARRIER_TREE_ARITY", "64");
+        assert!(good.check_all().is_ok());
     }
 
     #[test]

@@ -12,6 +12,8 @@
 //! central_release central counter: release flag
 //! tourn_release   tournament: champion's release flag
 //! fault           epoch at which a rank saw its hardware module fail (0: none)
+//! departures      how many ranks have left (dropped) the communicator
+//! departed[n]     rank r's last completed epoch + 1 once it left (0: still a member)
 //! arrival[n]      rank r's last epoch waited for (timeout diagnostics, written when a wait
 //!                 outlasts its spin phase)
 //! exchange[n]     rank r's words for allgather (one line each)
@@ -32,6 +34,13 @@ use crate::wait::Flag;
 const REGION_MAGIC: u64 = u64::from_le_bytes(*b"BARREGN1");
 /// Words per exchange line.
 pub(crate) const EXCHANGE_WORDS: usize = CACHE_LINE / 8;
+/// The departed word's flag: the rank left after one of its own calls failed.
+const DEPARTED_AFTER_FAILURE: u64 = 1 << 63;
+/// The departed word's epoch bits (last completed barrier + 1).
+const DEPARTED_EPOCH: u64 = DEPARTED_AFTER_FAILURE - 1;
+/// The exchange word that records the control epoch a rank reached (the others carry
+/// allgather payloads).
+pub(crate) const CTRL_EPOCH_WORD: usize = EXCHANGE_WORDS - 1;
 pub(crate) type ExchangeLine = CachePadded<[AtomicU64; EXCHANGE_WORDS]>;
 
 /// Rounds of a dissemination or tournament barrier over `n` ranks: ⌈log2 n⌉.
@@ -55,6 +64,8 @@ pub(crate) struct RegionLayout {
     central_release: usize,
     tourn_release: usize,
     fault: usize,
+    departures: usize,
+    departed: usize,
     arrival: usize,
     exchange: usize,
     diss: usize,
@@ -80,6 +91,8 @@ impl RegionLayout {
         let central_release = take(1);
         let tourn_release = take(1);
         let fault = take(1);
+        let departures = take(1);
+        let departed = take(n);
         let arrival = take(n);
         let exchange = take(n);
         let diss = take(n * r);
@@ -96,6 +109,8 @@ impl RegionLayout {
             central_release,
             tourn_release,
             fault,
+            departures,
+            departed,
             arrival,
             exchange,
             diss,
@@ -235,9 +250,43 @@ impl Region {
         self.flags(self.layout.tree_down, self.layout.n)
     }
 
-    /// Ranks whose last arrival is older than `epoch`.
-    pub fn missing_at(&self, epoch: u64) -> Vec<usize> {
-        self.arrivals().iter().enumerate().filter(|(_, f)| f.load() < epoch).map(|(r, _)| r).collect()
+    fn departed_words(&self) -> &[CachePadded<AtomicU64>] {
+        self.seg.slice(self.base + self.layout.departed, self.layout.n)
+    }
+
+    /// Records that `rank` left the communicator after completing barrier `completed`: from
+    /// now on members waiting for it at a later barrier, or in a collective it never reached,
+    /// stop waiting (see `watch.rs`). `after_failure`: it left because one of its own calls on
+    /// the communicator had failed (a consequence, not a cause: reports prefer other ranks).
+    pub fn depart(&self, rank: usize, completed: u64, after_failure: bool) {
+        let value = (completed + 1).min(DEPARTED_EPOCH) | if after_failure { DEPARTED_AFTER_FAILURE } else { 0 };
+        if self.departed_words()[rank].compare_exchange(0, value, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+            self.seg.at::<CachePadded<AtomicU64>>(self.base + self.layout.departures).fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
+    /// How many members have left (cheap test before scanning).
+    pub fn departures(&self) -> u64 {
+        self.seg.at::<CachePadded<AtomicU64>>(self.base + self.layout.departures).load(Ordering::Acquire)
+    }
+
+    /// The last barrier `rank` completed before it left, and whether it left after one of its
+    /// own calls failed; `None` while it is a member.
+    pub fn departed(&self, rank: usize) -> Option<(u64, bool)> {
+        match self.departed_words()[rank].load(Ordering::Acquire) {
+            0 => None,
+            d => Some(((d & DEPARTED_EPOCH) - 1, d & DEPARTED_AFTER_FAILURE != 0)),
+        }
+    }
+
+    /// The control epoch `rank` has reached (it arrived at that control barrier).
+    pub fn ctrl_reached(&self, rank: usize) -> u64 {
+        self.exchange()[rank].0[CTRL_EPOCH_WORD].load(Ordering::Acquire)
+    }
+
+    /// Records that this rank arrived at control epoch `e`.
+    pub fn ctrl_arrive(&self, rank: usize, e: u64) {
+        self.exchange()[rank].0[CTRL_EPOCH_WORD].store(e, Ordering::Release);
     }
 }
 
@@ -270,6 +319,8 @@ mod tests {
                 (l.central_release, 1),
                 (l.tourn_release, 1),
                 (l.fault, 1),
+                (l.departures, 1),
+                (l.departed, n),
                 (l.arrival, n),
                 (l.exchange, n),
                 (l.diss, n * r),

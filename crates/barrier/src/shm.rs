@@ -19,11 +19,18 @@
 //! epochs that only grow, and reuse would need everyone to agree the old users are gone. The
 //! pool is sparse (tmpfs allocates pages on first touch), so its size costs nothing until used.
 //!
-//! # Abort
+//! # Abort, exits and the rank table
 //!
 //! The header's abort word holds `failed world rank + 1` once any rank fails (the launcher sets
-//! it when a rank dies; thread mode sets it when a rank panics). Every slow-path wait checks it,
-//! so no rank waits for a rank that will never come.
+//! it when a rank dies; thread mode sets it when a rank panics), or [`JOB_GONE`] once a rank
+//! learns that the launcher itself died. Every slow-path wait checks it, so no rank waits for a
+//! rank that will never come.
+//!
+//! The rank table holds two words per world rank: the pid of the process that joined as that
+//! rank (so a subprocess of a rank that inherited its environment cannot join as a second copy
+//! of it), and how the rank ended once the launcher (or thread mode) saw it exit cleanly. A
+//! waiter that finds a member exited without leaving its communicator stops waiting for it (see
+//! `watch.rs`).
 
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -32,13 +39,13 @@ use std::sync::Arc;
 use crate::error::{Error, Result};
 use crate::pad::{CachePadded, CACHE_LINE};
 use crate::sys::{self, Mapping};
-use crate::wait::AbortCheck;
+use crate::wait::{WaitError, Watch};
 
 const MAGIC: u64 = u64::from_le_bytes(*b"BARRIER1");
 /// Layout version of the header and regions: bumped whenever either changes, so that a launcher
 /// and a program built from different versions fail with a clear message instead of misreading
 /// each other's memory.
-const LAYOUT_VERSION: u64 = 4;
+const LAYOUT_VERSION: u64 = 5;
 /// Bytes reserved for the header at the start of the segment.
 const HEADER_BYTES: usize = 4096;
 /// Default bytes of the pool for communicators and windows beyond the world region.
@@ -55,8 +62,37 @@ struct Header {
     ranks_on_machine: AtomicU64,
     cores: AtomicU64,
     world_region: AtomicU64,
+    rank_table: AtomicU64,
     bump: CachePadded<AtomicU64>,
     abort: CachePadded<AtomicU64>,
+    /// Ranks marked in the rank table as exited.
+    exits: CachePadded<AtomicU64>,
+}
+
+/// The abort word's value once the job's launcher is gone.
+pub const JOB_GONE: u64 = u64::MAX;
+
+/// Words per world rank in the rank table.
+const RANK_WORDS: usize = 2;
+const JOINED: usize = 0;
+const EXITED: usize = 1;
+
+/// How a rank ended, as recorded in the rank table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RankExit {
+    /// It exited with this status.
+    Status(i32),
+    /// Its thread returned (thread mode).
+    Returned,
+}
+
+impl std::fmt::Display for RankExit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RankExit::Status(c) => write!(f, "exited with status {c}"),
+            RankExit::Returned => f.write_str("returned from its rank function"),
+        }
+    }
 }
 
 const _: () = assert!(std::mem::size_of::<Header>() <= HEADER_BYTES);
@@ -105,7 +141,8 @@ impl Segment {
 
     fn total_len(shape: &JobShape, pool: usize) -> usize {
         let world = crate::region::RegionLayout::new(shape.world_size).total;
-        (HEADER_BYTES + world + pool).next_multiple_of(4096)
+        let table = (shape.world_size.max(1) * RANK_WORDS * 8).next_multiple_of(CACHE_LINE);
+        (HEADER_BYTES + world + table + pool).next_multiple_of(4096)
     }
 
     fn init(&self, shape: &JobShape) -> Result<()> {
@@ -119,6 +156,8 @@ impl Segment {
         h.bump.store(HEADER_BYTES as u64, Ordering::Relaxed);
         let world = self.alloc(crate::region::RegionLayout::new(shape.world_size).total)?;
         h.world_region.store(world as u64, Ordering::Relaxed);
+        let table = self.alloc(shape.world_size.max(1) * RANK_WORDS * 8)?;
+        h.rank_table.store(table as u64, Ordering::Relaxed);
         h.magic.store(MAGIC, Ordering::Release);
         Ok(())
     }
@@ -139,8 +178,8 @@ impl Segment {
     }
 
     /// A named segment for a launched job: created 0600 and exclusive, then unlinked at once.
-    /// The returned segment keeps the descriptor; pass [`Segment::raw_fd`] to the ranks after
-    /// [`sys::set_inheritable`].
+    /// The returned segment keeps the descriptor (close-on-exec); the launcher passes
+    /// [`Segment::raw_fd`] to the ranks it starts, and to nothing else.
     pub fn create_for_job(shape: JobShape, pool: usize) -> Result<Arc<Self>> {
         let len = Self::total_len(&shape, pool);
         let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
@@ -158,14 +197,24 @@ impl Segment {
 
     /// Maps the segment behind an inherited descriptor and checks its header.
     pub fn from_fd(fd: RawFd) -> Result<Arc<Self>> {
-        let len = sys::fd_len(fd).map_err(|e| Error::io(format!("fstat of BARRIER_SHM_FD={fd}"), e))?;
+        const NOT_A_RANK: &str = "a process started by a rank inherits its BARRIER_* environment but not \
+             the job; only the processes `barrier run` starts are ranks";
+        let len = sys::fd_len(fd).map_err(|e| {
+            if e.raw_os_error() == Some(libc::EBADF) {
+                Error::Bootstrap(format!("BARRIER_SHM_FD={fd} is not an open descriptor in this process ({NOT_A_RANK})"))
+            } else {
+                Error::io(format!("fstat of BARRIER_SHM_FD={fd}"), e)
+            }
+        })?;
         if len < HEADER_BYTES {
-            return Err(Error::Bootstrap(format!("BARRIER_SHM_FD={fd} is {len} bytes, too small for a job segment")));
+            return Err(Error::Bootstrap(format!(
+                "BARRIER_SHM_FD={fd} is {len} bytes, too small for a job segment ({NOT_A_RANK})"
+            )));
         }
         let map = Mapping::map_fd(fd, len).map_err(|e| Error::io(format!("mapping BARRIER_SHM_FD={fd}"), e))?;
         let seg = Segment { map, fd: None };
         if seg.header().magic.load(Ordering::Acquire) != MAGIC {
-            return Err(Error::Bootstrap(format!("BARRIER_SHM_FD={fd} is not a barrier job segment")));
+            return Err(Error::Bootstrap(format!("BARRIER_SHM_FD={fd} is not a barrier job segment ({NOT_A_RANK})")));
         }
         let version = seg.header().version.load(Ordering::Relaxed);
         if version != LAYOUT_VERSION {
@@ -210,14 +259,80 @@ impl Segment {
 
     /// Allocates `bytes` (rounded up to whole cache lines) and returns the offset.
     pub(crate) fn alloc(&self, bytes: usize) -> Result<usize> {
-        let bytes = bytes.max(1).next_multiple_of(CACHE_LINE);
-        let h = self.header();
-        let off = h.bump.fetch_add(bytes as u64, Ordering::Relaxed) as usize;
         let len = self.map.len();
-        if off + bytes > len {
-            return Err(Error::SegmentFull { needed: bytes, free: len.saturating_sub(off) });
+        let bytes = match bytes.max(1).checked_next_multiple_of(CACHE_LINE) {
+            Some(b) if b <= len => b,
+            _ => return Err(Error::SegmentFull { needed: bytes, free: self.free_bytes() }),
+        };
+        let h = self.header();
+        // The bump pointer lives in shared memory: never trust it to be small.
+        let off = h.bump.fetch_add(bytes as u64, Ordering::Relaxed);
+        match (off as usize).checked_add(bytes) {
+            Some(end) if off <= len as u64 && end <= len => Ok(off as usize),
+            _ => Err(Error::SegmentFull { needed: bytes, free: len.saturating_sub(off as usize) }),
         }
-        Ok(off)
+    }
+
+    /// Bytes not yet handed out by the allocator.
+    pub fn free_bytes(&self) -> usize {
+        self.map.len().saturating_sub(self.header().bump.load(Ordering::Relaxed) as usize)
+    }
+
+    fn rank_word(&self, rank: usize, which: usize) -> Option<&AtomicU64> {
+        let shape_size = self.header().world_size.load(Ordering::Relaxed) as usize;
+        if rank >= shape_size {
+            return None;
+        }
+        let table = self.header().rank_table.load(Ordering::Relaxed) as usize;
+        let words = self.slice::<AtomicU64>(table, shape_size * RANK_WORDS);
+        Some(&words[rank * RANK_WORDS + which])
+    }
+
+    /// Records that this process is world rank `rank`. Fails if another live process already
+    /// joined as that rank (a subprocess of a rank that inherited its environment).
+    pub fn join(&self, rank: usize) -> Result<()> {
+        let me = std::process::id() as u64;
+        let word = self.rank_word(rank, JOINED).ok_or_else(|| {
+            Error::Bootstrap(format!("rank {rank} is outside this job of {} ranks", self.shape().world_size))
+        })?;
+        match word.compare_exchange(0, me, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => Ok(()),
+            Err(pid) if pid == me => Ok(()),
+            Err(pid) => Err(Error::Bootstrap(format!(
+                "rank {rank} of this job has already joined as process {pid}, and this is process {me}: a \
+                 process started by a rank inherits its BARRIER_* environment but is not a rank itself \
+                 (only the processes `barrier run` starts are); unset BARRIER_SHM_FD in the environment \
+                 of programs a rank starts, or do not call barrier::init() in them"
+            ))),
+        }
+    }
+
+    /// Records that world rank `rank` ended cleanly (the launcher reaped it with status 0, or
+    /// its thread returned); members waiting for it then stop waiting (see `watch.rs`).
+    pub fn mark_exited(&self, rank: usize, how: RankExit) {
+        let code = match how {
+            RankExit::Status(c) => (c as u32 as u64) + 1,
+            RankExit::Returned => u64::MAX,
+        };
+        if let Some(word) = self.rank_word(rank, EXITED) {
+            if word.compare_exchange(0, code, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+                self.header().exits.fetch_add(1, Ordering::AcqRel);
+            }
+        }
+    }
+
+    /// How world rank `rank` ended, if it has.
+    pub fn exited(&self, rank: usize) -> Option<RankExit> {
+        match self.rank_word(rank, EXITED)?.load(Ordering::Acquire) {
+            0 => None,
+            u64::MAX => Some(RankExit::Returned),
+            code => Some(RankExit::Status((code - 1) as u32 as i32)),
+        }
+    }
+
+    /// How many ranks have been marked exited (cheap test before scanning the table).
+    pub(crate) fn exit_count(&self) -> u64 {
+        self.header().exits.load(Ordering::Acquire)
     }
 
     /// A reference to a `T` at `offset`. Panics if it does not fit or is misaligned.
@@ -250,14 +365,26 @@ impl Segment {
     pub fn set_abort(&self, world_rank: usize) {
         let _ = self.header().abort.compare_exchange(0, world_rank as u64 + 1, Ordering::AcqRel, Ordering::Acquire);
     }
+
+    /// Marks the job as gone: its launcher died, and every wait ends with [`WaitError::JobGone`].
+    pub fn set_job_gone(&self) {
+        let _ = self.header().abort.compare_exchange(0, JOB_GONE, Ordering::AcqRel, Ordering::Acquire);
+    }
+
+    /// Why the job is being torn down, if it is: the failed world rank, or the launcher's death.
+    pub fn abort_state(&self) -> Result<(), WaitError> {
+        match self.header().abort.load(Ordering::Acquire) {
+            0 => Ok(()),
+            JOB_GONE => Err(WaitError::JobGone),
+            r => Err(WaitError::Aborted(r as usize - 1)),
+        }
+    }
 }
 
-impl AbortCheck for Segment {
-    fn aborted(&self) -> Option<usize> {
-        match self.header().abort.load(Ordering::Acquire) {
-            0 => None,
-            r => Some(r as usize - 1),
-        }
+/// The job-wide part of every wait's watch: the abort word.
+impl Watch for Segment {
+    fn check(&self, _waited: std::time::Duration) -> Result<(), WaitError> {
+        self.abort_state()
     }
 }
 

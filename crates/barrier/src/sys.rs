@@ -3,7 +3,8 @@
 //! Callers get safe wrappers; each `unsafe` block here states why the call is sound. Nothing
 //! outside this module calls `libc` directly, so the list of syscalls the barrier relies on is
 //! this file: `futex(2)` for parking, `shm_open(3)`/`mmap(2)` for shared segments,
-//! `sched_yield(2)` and `sched_{get,set}affinity(2)` for the wait policy and benchmarks.
+//! `sched_yield(2)` and `sched_{get,set}affinity(2)` for the wait policy and benchmarks,
+//! `fcntl(2)` and `poll(2)` for the launcher's descriptors (close-on-exec, the lifeline).
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -155,16 +156,50 @@ pub fn fd_len(fd: RawFd) -> io::Result<usize> {
     Ok(st.st_size as usize)
 }
 
-/// Clears `FD_CLOEXEC` so that children spawned by the launcher inherit the descriptor.
-pub fn set_inheritable(fd: RawFd) -> io::Result<()> {
+/// Writes `line` and a newline to stderr in one `write` (lines up to the pipe buffer are never
+/// cut or interleaved with other ranks' output, even if the process is killed right after).
+pub fn say(line: &str) {
+    use std::io::Write;
+    let _ = std::io::stderr().write_all(format!("{line}\n").as_bytes());
+}
+
+/// Sets `FD_CLOEXEC`: the descriptor is not passed on to programs this process executes (a
+/// rank's own subprocesses must not inherit the job).
+pub fn set_cloexec(fd: RawFd) -> io::Result<()> {
     // SAFETY: F_GETFD/F_SETFD only read and write the descriptor's flags.
     unsafe {
         let flags = libc::fcntl(fd, libc::F_GETFD);
-        if flags < 0 || libc::fcntl(fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC) < 0 {
+        if flags < 0 || libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC) < 0 {
             return Err(io::Error::last_os_error());
         }
     }
     Ok(())
+}
+
+/// Blocks until `fd` (the read end of the launcher's lifeline pipe, which nobody writes)
+/// reports end of file or an error: the launcher, the only holder of the write end, is gone.
+pub fn wait_hangup(fd: RawFd) {
+    let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    loop {
+        // SAFETY: `pfd` is a live local describing one descriptor; -1 waits without a timeout.
+        let rc = unsafe { libc::poll(&mut pfd, 1, -1) };
+        if rc > 0 || (rc < 0 && io::Error::last_os_error().raw_os_error() != Some(libc::EINTR)) {
+            return;
+        }
+    }
+}
+
+/// Ends this process the way a launcher ends a rank: SIGTERM (the program may clean up),
+/// then, if it is still alive after `grace`, `_exit` with the SIGTERM status.
+pub fn terminate_self(grace: Duration) -> ! {
+    // SAFETY: kill and getpid have no memory-safety preconditions.
+    unsafe {
+        libc::kill(libc::getpid(), libc::SIGTERM);
+    }
+    std::thread::sleep(grace);
+    // SAFETY: _exit ends the process without running destructors or atexit handlers, which is
+    // what a process that ignored SIGTERM gets from a launcher's SIGKILL as well.
+    unsafe { libc::_exit(128 + libc::SIGTERM) }
 }
 
 /// A shared read-write mapping, unmapped on drop.

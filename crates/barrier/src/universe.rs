@@ -8,6 +8,15 @@
 //! | `BARRIER_RANK` | this process's world rank |
 //! | `BARRIER_SIZE` | ranks in the world |
 //! | `BARRIER_NODES` | simulated nodes (`--nodes`) |
+//! | `BARRIER_LIFELINE_FD` | read end of a pipe whose write end only the launcher holds |
+//!
+//! A rank takes both descriptors out of what its own subprocesses inherit (close-on-exec), and
+//! records its pid in the job's rank table, so a program the rank starts cannot join the job as
+//! a second copy of that rank. A thread of the rank waits on the lifeline: when the launcher
+//! dies (killed, crashed), the pipe reports end of file, the rank marks the job gone (every
+//! wait ends with [`Error::JobGone`]), says so on stderr, and ends itself with SIGTERM (then
+//! `_exit` after a grace period), just as the launcher would have ended it. This also reaches
+//! ranks behind a wrapper script, which the kernel's parent-death signal does not.
 //!
 //! Without them, [`init`] makes a world of one rank. In thread mode ([`threads::Job`]) every
 //! thread is a rank and the segment is an anonymous mapping shared by the threads.
@@ -18,7 +27,7 @@ use crate::comm::Communicator;
 use crate::error::{Error, Result};
 use crate::params::Params;
 use crate::region::Region;
-use crate::shm::{JobShape, Segment, DEFAULT_POOL_BYTES};
+use crate::shm::{JobShape, RankExit, Segment, DEFAULT_POOL_BYTES};
 
 /// Environment variable: inherited descriptor of the job segment.
 pub const ENV_SHM_FD: &str = "BARRIER_SHM_FD";
@@ -28,6 +37,11 @@ pub const ENV_RANK: &str = "BARRIER_RANK";
 pub const ENV_SIZE: &str = "BARRIER_SIZE";
 /// Environment variable: simulated nodes.
 pub const ENV_NODES: &str = "BARRIER_NODES";
+/// Environment variable: the read end of the launcher's lifeline pipe.
+pub const ENV_LIFELINE_FD: &str = "BARRIER_LIFELINE_FD";
+
+/// How long a rank whose launcher died has between SIGTERM and `_exit`.
+const ORPHAN_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// One rank's view of its job. Create it with [`init`] (processes) or [`threads::Job`].
 #[derive(Debug)]
@@ -66,8 +80,39 @@ pub fn init_with(params: Params) -> Result<Universe> {
                     shape.world_size
                 )));
             }
+            // The job is this process's, not its subprocesses'.
+            crate::sys::set_cloexec(fd).map_err(|e| Error::io(format!("{ENV_SHM_FD}={fd}: close-on-exec"), e))?;
+            seg.join(rank)?;
+            if let Ok(text) = std::env::var(ENV_LIFELINE_FD) {
+                let lifeline: i32 = text
+                    .parse()
+                    .map_err(|_| Error::Bootstrap(format!("{ENV_LIFELINE_FD}={text} is not a descriptor number")))?;
+                crate::sys::set_cloexec(lifeline)
+                    .map_err(|e| Error::io(format!("{ENV_LIFELINE_FD}={lifeline}: close-on-exec"), e))?;
+                watch_launcher(lifeline, seg.clone(), rank);
+            }
             Universe::attach(seg, rank, params)
         }
+    }
+}
+
+/// Starts (once per process) the thread that ends this rank when the launcher dies.
+fn watch_launcher(lifeline: i32, seg: Arc<Segment>, rank: usize) {
+    static STARTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if STARTED.swap(true, std::sync::atomic::Ordering::AcqRel) {
+        return;
+    }
+    let spawned = std::thread::Builder::new().name("barrier-lifeline".into()).spawn(move || {
+        crate::sys::wait_hangup(lifeline);
+        seg.set_job_gone();
+        crate::sys::say(&format!(
+            "barrier: rank {rank}: the launcher of this job is gone (killed or crashed); ending this rank \
+             (SIGTERM, then exit after {ORPHAN_GRACE:?})"
+        ));
+        crate::sys::terminate_self(ORPHAN_GRACE)
+    });
+    if let Err(e) = spawned {
+        tracing::warn!(error = %e, "cannot start the launcher watch; this rank will not notice if the launcher dies");
     }
 }
 
@@ -77,6 +122,7 @@ fn pool_bytes(params: &Params) -> Result<usize> {
 
 impl Universe {
     fn attach(seg: Arc<Segment>, rank: usize, params: Params) -> Result<Self> {
+        seg.join(rank)?;
         let size = seg.shape().world_size;
         let region = Region::attach(&seg, seg.world_region(), size)?;
         // The base communicator only creates other communicators: it stays on the software
@@ -165,31 +211,45 @@ pub mod threads {
             let mut shape = JobShape::local(self.ranks, self.nodes);
             shape.ranks_on_machine += self.busy_threads;
             let seg = Segment::anonymous(shape, pool_bytes(&self.params)?)?;
+            let mut spawn_error = None;
             let outcomes: Vec<std::thread::Result<Result<T>>> = std::thread::scope(|s| {
-                let handles: Vec<_> = (0..self.ranks)
-                    .map(|rank| {
-                        let seg = seg.clone();
-                        let params = self.params.clone();
-                        let f = &f;
-                        std::thread::Builder::new()
+                let mut handles = Vec::with_capacity(self.ranks);
+                for rank in 0..self.ranks {
+                    let rank_seg = seg.clone();
+                    let params = self.params.clone();
+                    let f = &f;
+                    let spawned = std::thread::Builder::new()
                             .name(format!("rank-{rank}"))
                             .spawn_scoped(s, move || {
-                                let abort_seg = seg.clone();
+                                let abort_seg = rank_seg.clone();
                                 let out = catch_unwind(AssertUnwindSafe(|| {
-                                    let uni = Universe::attach(seg, rank, params)?;
+                                    let uni = Universe::attach(rank_seg, rank, params)?;
                                     let world = uni.try_world()?;
                                     Ok(f(world))
                                 }));
-                                if !matches!(out, Ok(Ok(_))) {
+                                if matches!(out, Ok(Ok(_))) {
+                                    // Ranks still waiting for this one learn that it returned.
+                                    abort_seg.mark_exited(rank, RankExit::Returned);
+                                } else {
                                     abort_seg.set_abort(rank);
                                 }
                                 out
-                            })
-                            .expect("spawning a rank thread")
-                    })
-                    .collect();
+                            });
+                    match spawned {
+                        Ok(h) => handles.push(h),
+                        Err(e) => {
+                            // The ranks already started must not wait for the rest.
+                            seg.set_abort(rank);
+                            spawn_error = Some(Error::io(format!("starting thread {rank} of {}", self.ranks), e));
+                            break;
+                        }
+                    }
+                }
                 handles.into_iter().map(|h| h.join().unwrap_or_else(Err)).collect()
             });
+            if let Some(e) = spawn_error {
+                return Err(e);
+            }
             let mut results = Vec::with_capacity(self.ranks);
             let mut first_err = None;
             let mut first_panic = None;

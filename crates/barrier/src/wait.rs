@@ -39,7 +39,9 @@
 //! The fast check is inline; everything else is in a `#[cold]` function. Spinning uses
 //! `spin_loop` (PAUSE on x86); after [`WaitConfig::spin`] rounds it yields, after
 //! [`WaitConfig::yields`] more it parks (if the policy allows). Time is read only on the slow
-//! path, and only every few hundred iterations, to check the timeout and the job's abort word.
+//! path, and only every few dozen yields or once per park slice, to check the timeout and to ask
+//! the caller's [`Watch`] whether the wait can still complete (the job was aborted, a peer left,
+//! the launcher is gone) and whether it is time to report a stall.
 
 use std::time::{Duration, Instant};
 
@@ -167,6 +169,17 @@ impl Flag {
         prev
     }
 
+    /// Adds one (a counter with several writers, such as a device doorbell) and wakes parked
+    /// waiters if `wake` is set; returns the new value. Unlike `raise(load() + 1)`, two
+    /// concurrent bumps always count twice, so a ring is never merged into another.
+    pub fn bump(&self, wake: bool) -> u64 {
+        let now = self.value.fetch_add(1, Ordering::AcqRel) + 1;
+        if wake {
+            self.wake_parked();
+        }
+        now
+    }
+
     /// The low 32 bits of `value`, as the kernel sees them.
     #[cfg(loom)]
     fn futex_word(&self) -> FutexWord<'_> {
@@ -279,12 +292,31 @@ pub enum WaitError {
     Aborted(usize),
     /// The caller's recheck interval passed; call again after re-examining the module.
     Recheck,
+    /// This rank of the communicator left it (dropped it or exited) before doing its part, so
+    /// the wait can never complete.
+    PeerLeft(usize),
+    /// The job itself is gone (its launcher died).
+    JobGone,
 }
 
-/// Something that says whether the job has been aborted (world rank that failed).
-pub trait AbortCheck {
-    /// `Some(rank)` once the job is being torn down because `rank` failed.
-    fn aborted(&self) -> Option<usize>;
+/// What a slow wait consults to learn that it can never complete.
+///
+/// Called from the slow path only: every few dozen yields and once per park slice, never while
+/// spinning. It may also report a long wait (the communicator's stall report) and return `Ok`.
+pub trait Watch {
+    /// `Err(why)` once the wait must end although its flag has not moved; `waited` is how long
+    /// this wait has been on its slow path.
+    fn check(&self, waited: Duration) -> Result<(), WaitError>;
+}
+
+/// A wait that nothing can cut short but its timeout (device engines, tests).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Unwatched;
+
+impl Watch for Unwatched {
+    fn check(&self, _waited: Duration) -> Result<(), WaitError> {
+        Ok(())
+    }
 }
 
 impl WaitConfig {
@@ -298,10 +330,10 @@ impl WaitConfig {
         &self,
         flag: &Flag,
         epoch: u64,
-        abort: &dyn AbortCheck,
+        watch: &dyn Watch,
         mark: Option<(&Flag, u64)>,
     ) -> Result<(), WaitError> {
-        self.wait_or_recheck(flag, epoch, abort, mark, None)
+        self.wait_or_recheck(flag, epoch, watch, mark, None)
     }
 
     /// [`WaitConfig::wait`] that also returns [`WaitError::Recheck`] once `recheck` has passed
@@ -311,7 +343,7 @@ impl WaitConfig {
         &self,
         flag: &Flag,
         epoch: u64,
-        abort: &dyn AbortCheck,
+        watch: &dyn Watch,
         mark: Option<(&Flag, u64)>,
         recheck: Option<Duration>,
     ) -> Result<(), WaitError> {
@@ -323,7 +355,7 @@ impl WaitConfig {
             }
             std::hint::spin_loop();
         }
-        self.wait_slow(flag, epoch, abort, mark, recheck)
+        self.wait_slow(flag, epoch, watch, mark, recheck)
     }
 
     #[cold]
@@ -332,7 +364,7 @@ impl WaitConfig {
         &self,
         flag: &Flag,
         epoch: u64,
-        abort: &dyn AbortCheck,
+        watch: &dyn Watch,
         mark: Option<(&Flag, u64)>,
         recheck: Option<Duration>,
     ) -> Result<(), WaitError> {
@@ -348,16 +380,14 @@ impl WaitConfig {
         }
         let start = Instant::now();
         let check = |start: Instant| -> Result<(), WaitError> {
-            if let Some(rank) = abort.aborted() {
-                return Err(WaitError::Aborted(rank));
-            }
+            let waited = start.elapsed();
+            watch.check(waited)?;
             if let Some(limit) = self.timeout {
-                let waited = start.elapsed();
                 if waited >= limit {
                     return Err(WaitError::Timeout(waited));
                 }
             }
-            if recheck.is_some_and(|r| start.elapsed() >= r) {
+            if recheck.is_some_and(|r| waited >= r) {
                 return Err(WaitError::Recheck);
             }
             Ok(())
@@ -400,13 +430,6 @@ mod tests {
     use super::*;
     use std::sync::Arc;
 
-    struct NoAbort;
-    impl AbortCheck for NoAbort {
-        fn aborted(&self) -> Option<usize> {
-            None
-        }
-    }
-
     fn cfg(policy: WaitPolicy, timeout: Option<Duration>) -> WaitConfig {
         WaitConfig { policy, spin: 10, yields: 2, timeout }
     }
@@ -416,7 +439,7 @@ mod tests {
         for _ in 0..200 {
             let flag = Arc::new(Flag::default());
             let f2 = flag.clone();
-            let t = std::thread::spawn(move || cfg(WaitPolicy::Park, None).wait(&f2, 1, &NoAbort, None));
+            let t = std::thread::spawn(move || cfg(WaitPolicy::Park, None).wait(&f2, 1, &Unwatched, None));
             std::thread::yield_now();
             flag.signal(1, true);
             assert_eq!(t.join().unwrap(), Ok(()));
@@ -427,7 +450,7 @@ mod tests {
     fn wait_times_out_and_reports_how_long() {
         let flag = Flag::default();
         for policy in [WaitPolicy::Spin, WaitPolicy::Park] {
-            let r = cfg(policy, Some(Duration::from_millis(30))).wait(&flag, 1, &NoAbort, None);
+            let r = cfg(policy, Some(Duration::from_millis(30))).wait(&flag, 1, &Unwatched, None);
             match r {
                 Err(WaitError::Timeout(d)) => assert!(d >= Duration::from_millis(30)),
                 other => panic!("expected timeout, got {other:?}"),
@@ -438,13 +461,33 @@ mod tests {
     #[test]
     fn abort_ends_the_wait() {
         struct Dead;
-        impl AbortCheck for Dead {
-            fn aborted(&self) -> Option<usize> {
-                Some(3)
+        impl Watch for Dead {
+            fn check(&self, _: Duration) -> Result<(), WaitError> {
+                Err(WaitError::Aborted(3))
             }
         }
         let flag = Flag::default();
         assert_eq!(cfg(WaitPolicy::Park, None).wait(&flag, 1, &Dead, None), Err(WaitError::Aborted(3)));
+    }
+
+    #[test]
+    fn concurrent_bumps_are_never_merged() {
+        // The device doorbell: every ring must count, or the engine may sleep past an arrival.
+        let flag = Arc::new(Flag::default());
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                let flag = flag.clone();
+                std::thread::spawn(move || {
+                    for _ in 0..50_000 {
+                        flag.bump(false);
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(flag.load(), 200_000);
     }
 
     #[test]

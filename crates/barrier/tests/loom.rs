@@ -11,16 +11,9 @@
 
 #![cfg(loom)]
 
-use barrier::wait::{AbortCheck, Flag, WaitConfig, WaitPolicy};
+use barrier::wait::{Flag, Unwatched, WaitConfig, WaitPolicy};
 use loom::sync::Arc;
 use loom::thread;
-
-struct NoAbort;
-impl AbortCheck for NoAbort {
-    fn aborted(&self) -> Option<usize> {
-        None
-    }
-}
 
 /// Straight to the park phase: no spinning (every spin would be a branch of the model).
 fn parking() -> WaitConfig {
@@ -33,7 +26,7 @@ fn a_parked_waiter_always_sees_the_signal() {
         let flag = Arc::new(Flag::default());
         let waiter = {
             let flag = flag.clone();
-            thread::spawn(move || parking().wait(&flag, 1, &NoAbort, None))
+            thread::spawn(move || parking().wait(&flag, 1, &Unwatched, None))
         };
         flag.signal(1, true);
         assert_eq!(waiter.join().unwrap(), Ok(()));
@@ -46,7 +39,7 @@ fn a_waiter_for_a_later_epoch_sleeps_through_earlier_signals_and_wakes_at_its_ow
         let flag = Arc::new(Flag::default());
         let waiter = {
             let flag = flag.clone();
-            thread::spawn(move || parking().wait(&flag, 2, &NoAbort, None))
+            thread::spawn(move || parking().wait(&flag, 2, &Unwatched, None))
         };
         flag.signal(1, true);
         flag.signal(2, true);

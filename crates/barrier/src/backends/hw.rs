@@ -61,7 +61,7 @@ use barrier_hw::{
 use crate::backend::{Backend, Decline, EnableContext, Module, Poll, QueryContext};
 use crate::error::Error;
 use crate::mmio::Mmio;
-use crate::params::{ParamInfo, Params};
+use crate::params::{ParamInfo, ParamKind, Params};
 use crate::shm::Shared;
 use crate::wait::Flag;
 
@@ -352,7 +352,8 @@ impl Backend for HwBackend {
                 self.param("WATCHDOG"),
                 "100ms",
                 "How long a rank waits for a release before checking the device for a lost release or arrival (then all ranks fall back to software).",
-            ),
+            )
+            .kind(ParamKind::Duration),
         ]
     }
 

@@ -28,7 +28,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::backend::{Backend, Decline, EnableContext, Module, Poll, QueryContext};
 use crate::error::Error;
-use crate::params::ParamInfo;
+use crate::params::{ParamInfo, ParamKind};
 use crate::region::Region;
 use crate::shm::Shared;
 use crate::wait::Flag;
@@ -129,8 +129,10 @@ impl Backend for Software {
                 "BARRIER_SW_ALGORITHM",
                 "auto",
                 "auto, central, dissemination, tournament or tree (auto: central when ranks park, dissemination when they spin).",
-            ),
-            ParamInfo::new("BARRIER_TREE_ARITY", "4", "Children per node of the tree algorithm (2..=64)."),
+            )
+            .kind(ParamKind::Choice(&["auto", "central", "dissemination", "tournament", "tree"])),
+            ParamInfo::new("BARRIER_TREE_ARITY", "4", "Children per node of the tree algorithm (2..=64).")
+                .kind(ParamKind::Int { min: 2, max: 64 }),
         ]
     }
 

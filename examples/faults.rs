@@ -1,0 +1,122 @@
+//! A program that misbehaves on purpose, for the failure tests (`tests/hardening.rs`) and for
+//! trying the failure semantics by hand (`docs/failures.md`):
+//!
+//! ```text
+//! barrier run -n 3 -- target/release/examples/faults exit-early 2     rank 2 exits (status 0) early
+//! barrier run -n 3 -- target/release/examples/faults stall 2 1500     rank 2 is 1.5 s late
+//! barrier run -n 3 -- target/release/examples/faults linger-on-error  a rank whose own setting is
+//!                                                                    bad prints it and stays 3 s
+//! barrier run -n 2 -- target/release/examples/faults spawn-child      rank 0 starts a copy of itself
+//!                                                     [keep-fd]      ... and hands it the job's fd
+//! barrier run -n 2 -- target/release/examples/faults spin             barriers until killed
+//! ```
+//!
+//! Each rank prints what happened to it on stderr as `rank R: ...`; the exit status says which
+//! outcome it saw (0: the barriers completed, 3: init failed, 5: a barrier failed).
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+/// One line to stderr in one write: the launcher may stop this rank at any moment (another
+/// rank failed), and a line cut between two writes would lose its end.
+fn say(line: String) {
+    use std::io::Write;
+    let _ = std::io::stderr().write_all(format!("{line}\n").as_bytes());
+}
+
+fn arg(args: &[String], i: usize, what: &str) -> u64 {
+    args.get(i).and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("faults: expected {what} at argument {i}"))
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mode = args.first().map(String::as_str).unwrap_or("");
+    if mode == "child-init" {
+        // A subprocess of a rank: it inherited the rank's BARRIER_* environment.
+        return match barrier::init() {
+            Ok(u) => {
+                say(format!("child: joined the job as rank {} (a duplicate rank)", u.rank()));
+                ExitCode::from(9)
+            }
+            Err(e) => {
+                say(format!("child: init refused: {e}"));
+                ExitCode::SUCCESS
+            }
+        };
+    }
+    let rank = std::env::var(barrier::ENV_RANK).unwrap_or_default();
+    let setup_failed = |what: &str, e: barrier::Error| {
+        say(format!("rank {rank}: {what}: {e}"));
+        // A program that handles its own error and goes on living: the others must not wait.
+        if mode == "linger-on-error" {
+            let own = !matches!(e, barrier::Error::PeerInvalidParam { .. });
+            // Peers linger briefly too, so that each prints before the launcher stops the job.
+            std::thread::sleep(if own { Duration::from_secs(3) } else { Duration::from_millis(200) });
+        }
+        ExitCode::from(3)
+    };
+    let universe = match barrier::init() {
+        Ok(u) => u,
+        Err(e) => return setup_failed("init", e),
+    };
+    let world = match universe.try_world() {
+        Ok(w) => w,
+        Err(e) => return setup_failed("world", e),
+    };
+    let me = world.rank();
+    let result = match mode {
+        "exit-early" => {
+            let who = arg(&args, 1, "a rank") as usize;
+            world.barrier().and_then(|()| {
+                if me == who {
+                    // No destructors: the communicator is never dropped, only the launcher sees it.
+                    std::process::exit(0);
+                }
+                world.barrier()
+            })
+        }
+        "stall" => {
+            let (who, ms) = (arg(&args, 1, "a rank") as usize, arg(&args, 2, "milliseconds"));
+            if me == who {
+                std::thread::sleep(Duration::from_millis(ms));
+            }
+            world.barrier()
+        }
+        "linger-on-error" => world.barrier(),
+        "spawn-child" => {
+            if me == 0 {
+                if args.get(1).is_some_and(|a| a == "keep-fd") {
+                    // Hand the job's descriptor to the child on purpose (init made it close-on-exec).
+                    let fd: i32 = std::env::var(barrier::ENV_SHM_FD).unwrap().parse().unwrap();
+                    // SAFETY: F_SETFD only changes the descriptor's flags.
+                    unsafe { libc::fcntl(fd, libc::F_SETFD, 0) };
+                }
+                let status = std::process::Command::new(std::env::current_exe().expect("own path"))
+                    .arg("child-init")
+                    .status()
+                    .expect("starting the child");
+                say(format!("rank 0: child ended with {status}"));
+                if !status.success() {
+                    return ExitCode::from(6);
+                }
+            }
+            world.barrier()
+        }
+        "spin" => loop {
+            if let Err(e) = world.barrier() {
+                break Err(e);
+            }
+        },
+        other => panic!("faults: unknown mode {other:?}"),
+    };
+    match result {
+        Ok(()) => {
+            say(format!("rank {me}: done"));
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            say(format!("rank {me}: {e}"));
+            ExitCode::from(5)
+        }
+    }
+}

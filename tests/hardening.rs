@@ -1,0 +1,228 @@
+//! Faults and bad input end in a clear error, never a hang, an early release or undefined
+//! behaviour. Each test names the failure it covers; docs/failures.md says what every rank sees.
+
+mod common;
+
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use barrier::{threads::Job, Error, Params};
+use barrier_cli::launch::{launch, JobReport, JobSpec};
+
+/// Runs `f` on a thread and fails the test if it has not finished within `limit` (a hang).
+fn within<T: Send + 'static>(limit: Duration, what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)));
+    });
+    match rx.recv_timeout(limit) {
+        Ok(Ok(v)) => v,
+        Ok(Err(p)) => std::panic::resume_unwind(p),
+        Err(_) => panic!("{what}: still running after {limit:?} (a hang)"),
+    }
+}
+
+/// Launches `faults MODE ARGS` on `n` ranks (through `sh -c` when `wrapper` is given), with
+/// `env`, capturing output; no BARRIER_TIMEOUT unless `env` sets one.
+fn faults(n: usize, wrapper: Option<&str>, args: &[&str], env: &[(&str, &str)]) -> JobReport {
+    let _machine = common::one_job_at_a_time();
+    let exe = common::example("faults");
+    let mut spec = match wrapper {
+        Some(script) => {
+            let mut s = JobSpec::new(n, "sh");
+            s.args = vec!["-c".into(), script.into(), "sh".into(), exe.into()];
+            s.args.extend(args.iter().map(|a| a.into()));
+            s
+        }
+        None => {
+            let mut s = JobSpec::new(n, exe);
+            s.args = args.iter().map(|a| a.into()).collect();
+            s
+        }
+    };
+    spec.env = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    spec.capture_stdout = true;
+    spec.capture_stderr = true;
+    launch(&spec).expect("launching the job")
+}
+
+#[test]
+fn a_bad_setting_on_one_rank_fails_every_rank_at_once() {
+    // Rank 1 alone gets the bad value and then stays alive for 3 s (a program that handles the
+    // error): the others must fail at once with an error that names the setting and the rank.
+    for (name, value) in [
+        ("BARRIER_GBA_DISABLE", "maybe"),
+        ("BARRIER_TIMEOUT", "abc"),
+        ("BARRIER_WAIT_POLICY", "bogus"),
+        ("BARRIER_SPIN_COUNT", "lots"),
+        ("BARRIER_BACKEND", "nonesuch"),
+    ] {
+        let script = format!("[ \"$BARRIER_RANK\" = 1 ] && export {name}={value}; exec \"$@\"");
+        let report = faults(3, Some(&script), &["linger-on-error"], &[]);
+        assert!(report.elapsed < Duration::from_millis(2500), "{name}: the job took {:?}", report.elapsed);
+        // (Rank 1's own message may be cut short: the launcher stops it once the others fail.)
+        for r in [0, 2] {
+            let err = &report.stderr[r];
+            assert!(
+                err.contains("world rank 1 rejected its value of") && err.contains(name),
+                "{name}: rank {r}: {err}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_failed_collective_call_breaks_the_communicator() {
+    let p = Params::defaults_only().set("BARRIER_TIMEOUT", "200ms");
+    let out = Job::new(2)
+        .params(p)
+        .run(|w| {
+            if w.rank() == 1 {
+                std::thread::sleep(Duration::from_millis(700));
+                return vec![w.split(0u32, 0).map(|_| ())];
+            }
+            // The first call times out; a retry must not run with this rank's control epoch
+            // out of step with the others': every later call fails.
+            vec![
+                w.split(0u32, 0).map(|_| ()),
+                w.split(0u32, 0).map(|_| ()),
+                w.dup().map(|_| ()),
+                w.shared_window(4).map(|_| ()),
+                w.barrier(),
+            ]
+        })
+        .unwrap();
+    let rank0 = &out[0];
+    assert!(matches!(rank0[0], Err(Error::Timeout { .. })), "{:?}", rank0[0]);
+    for later in &rank0[1..] {
+        match later {
+            Err(Error::Broken(why)) => assert!(why.contains("timed out"), "{why}"),
+            other => panic!("a call after a failed collective must fail, got {other:?}"),
+        }
+    }
+    assert!(out[1][0].is_err(), "rank 1's late split cannot complete: {:?}", out[1][0]);
+}
+
+#[test]
+fn a_rank_that_panics_holding_a_request_does_not_deadlock_the_job() {
+    // Rank 0 holds an ibarrier on the world and panics while the others wait in a dup: the
+    // request's drop must not wait for a barrier the others will never join.
+    let outcome = within(Duration::from_secs(30), "panic with a pending request", || {
+        std::panic::catch_unwind(|| {
+            Job::new(3).params(Params::defaults_only()).run(|w| {
+                if w.rank() == 0 {
+                    let _req = w.ibarrier().unwrap();
+                    panic!("rank 0 fails on purpose while holding a request");
+                }
+                w.dup().map(|_| ())
+            })
+        })
+    });
+    assert!(outcome.is_err(), "the panic must reach the caller");
+}
+
+#[test]
+fn a_rank_that_exits_early_is_named_within_seconds() {
+    // No timeout: the waiters learn from the launcher that rank 2 exited (status 0) without
+    // leaving the communicator.
+    let report = faults(3, None, &["exit-early", "2"], &[]);
+    assert!(report.elapsed < Duration::from_secs(10), "took {:?}", report.elapsed);
+    // The first waiter to give up fails the job; the launcher may stop the other before it
+    // has printed its own (identical) verdict.
+    let first = report.failure.as_ref().expect("the waiters fail").rank;
+    assert!(first < 2, "rank 2 exited cleanly; rank {first} failed");
+    for r in [first] {
+        let err = &report.stderr[r];
+        assert!(
+            err.contains("rank 2 (world rank 2) exited with status 0 without leaving the communicator")
+                && err.contains("barrier 2 can never complete"),
+            "rank {r}: {err}"
+        );
+    }
+}
+
+#[test]
+fn a_long_wait_is_reported_once_and_goes_on() {
+    let report = faults(3, None, &["stall", "2", "1500"], &[("BARRIER_STALL_REPORT", "300ms")]);
+    assert!(report.success(), "{:?}", report.stderr);
+    for r in [0, 1] {
+        let err = &report.stderr[r];
+        assert_eq!(err.matches("has waited").count(), 1, "one report per wait: {err}");
+        assert!(err.contains("not arrived yet: world ranks [2]") && err.contains("still waiting"), "{err}");
+        assert!(err.contains(&format!("rank {r}: done")), "{err}");
+    }
+}
+
+#[test]
+fn a_subprocess_of_a_rank_cannot_join_the_job() {
+    let report = faults(2, None, &["spawn-child"], &[]);
+    assert!(report.success(), "{:?}", report.stderr);
+    let err = &report.stderr[0];
+    assert!(err.contains("child: init refused") && err.contains("not an open descriptor"), "{err}");
+}
+
+#[test]
+fn a_subprocess_given_the_job_descriptor_still_cannot_join_as_a_second_rank() {
+    // Rank 0 hands its segment descriptor to the child on purpose: the rank table refuses it.
+    let report = faults(2, None, &["spawn-child", "keep-fd"], &[]);
+    assert!(report.success(), "{:?}", report.stderr);
+    let err = &report.stderr[0];
+    assert!(err.contains("child: init refused") && err.contains("has already joined as process"), "{err}");
+}
+
+#[test]
+fn shared_window_sizes_are_checked() {
+    let out = Job::new(2)
+        .params(Params::defaults_only())
+        .run(|w| {
+            let huge = w.shared_window((1 << 61) + 1).map(|_| ()).unwrap_err().to_string();
+            let mismatch = w.shared_window(if w.rank() == 0 { 4 } else { 8 }).map(|_| ()).unwrap_err().to_string();
+            let fine = w.shared_window(4).map(|win| win.words().len());
+            (huge, mismatch, fine)
+        })
+        .unwrap();
+    for (huge, mismatch, fine) in out {
+        assert!(huge.contains("do not fit"), "{huge}");
+        assert!(mismatch.contains("same length"), "{mismatch}");
+        assert_eq!(fine.unwrap(), 4);
+    }
+}
+
+#[test]
+fn the_launcher_reaps_only_its_own_ranks() {
+    let _machine = common::one_job_at_a_time();
+    // A child of the calling program that ends while the job runs must still be the caller's
+    // to wait for.
+    let mut mine = std::process::Command::new("sleep").arg("0.2").spawn().unwrap();
+    let mut spec = JobSpec::new(2, "sleep");
+    spec.args = vec!["0.8".into()];
+    let report = launch(&spec).unwrap();
+    assert!(report.success());
+    let status = mine.wait().expect("the caller's own child was reaped by the launcher");
+    assert!(status.success());
+}
+
+#[test]
+fn the_launcher_removes_its_signal_handlers_when_it_returns() {
+    let _machine = common::one_job_at_a_time();
+    let handler = || {
+        // SAFETY: sigaction with a null new action only reads the current one into `old`.
+        unsafe {
+            let mut old: libc::sigaction = std::mem::zeroed();
+            libc::sigaction(libc::SIGINT, std::ptr::null(), &mut old);
+            old.sa_sigaction
+        }
+    };
+    let before = handler();
+    assert!(launch(&JobSpec::new(1, "true")).unwrap().success());
+    assert_eq!(handler(), before);
+}
+
+#[test]
+fn a_job_that_does_not_fit_the_machine_is_refused_before_anything_starts() {
+    let (limit, _) = barrier_cli::proc::max_ranks();
+    let start = Instant::now();
+    let err = launch(&JobSpec::new(limit + 1, "true")).unwrap_err().to_string();
+    assert!(start.elapsed() < Duration::from_secs(2));
+    assert!(err.contains("more ranks than this machine can hold") && err.contains("at most"), "{err}");
+}
