@@ -8,6 +8,7 @@
 //!                                                                    bad prints it and stays 3 s
 //! barrier run -n 2 -- target/release/examples/faults spawn-child      rank 0 starts a copy of itself
 //!                                                     [keep-fd]      ... and hands it the job's fd
+//! barrier run -n 2 -- target/release/examples/faults hold-group 2000  rank 1 stays 2 s longer
 //! barrier run -n 2 -- target/release/examples/faults spin             barriers until killed
 //! ```
 //!
@@ -101,6 +102,16 @@ fn main() -> ExitCode {
                 }
             }
             world.barrier()
+        }
+        "hold-group" => {
+            // Rank 0 (which claimed the world's device group) leaves and exits; rank 1 keeps
+            // its membership a while longer: the group must stay this job's until it is done.
+            let ms = arg(&args, 1, "milliseconds");
+            if me == 1 {
+                std::thread::sleep(Duration::from_millis(ms));
+            }
+            say(format!("rank {me}: {} leaves", world.algorithm()));
+            Ok(())
         }
         "spin" => loop {
             if let Err(e) = world.barrier() {

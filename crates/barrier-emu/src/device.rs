@@ -5,6 +5,11 @@
 //!   it. Nothing is left behind whatever dies; used by `barrier run --emulate` and tests.
 //! * **Named** ([`DeviceFile::create_at`]): a path several jobs open (the `barrier emu` daemon);
 //!   removed when the daemon stops.
+//!
+//! Either way the emulator holds an exclusive `flock` on the file for as long as it serves it.
+//! That is how a driver tells a live device from a file left behind by a daemon killed with
+//! `kill -9` (the kernel drops the lock with the process), and how a new daemon knows that it
+//! may replace such a stale file.
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -20,7 +25,8 @@ pub struct DeviceFile {
     mmio: Mmio,
     path: PathBuf,
     remove_on_drop: bool,
-    _fd: OwnedFd,
+    /// Open for as long as the device is served: it carries the emulator's `flock`.
+    fd: OwnedFd,
 }
 
 fn create_file(path: &Path, len: u64) -> std::io::Result<OwnedFd> {
@@ -53,10 +59,35 @@ impl DeviceFile {
         Self::finish(map, fd, path, false)
     }
 
-    /// A named device at `path` (fails if it exists), removed when this value is dropped.
+    /// A named device at `path`, removed when this value is dropped. A file already there is
+    /// replaced if nothing serves it (left behind by a daemon that died); if another emulator
+    /// serves it, this fails with `AddrInUse`.
     pub fn create_at(map: &'static DeviceMap, path: &Path) -> std::io::Result<DeviceFile> {
-        let fd = create_file(path, map.size)?;
+        let fd = match create_file(path, map.size) {
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                Self::remove_if_stale(path)?;
+                create_file(path, map.size)?
+            }
+            other => other?,
+        };
         Self::finish(map, fd, path.to_path_buf(), true)
+    }
+
+    /// Removes `path` if no emulator holds its lock; `AddrInUse` if one does.
+    fn remove_if_stale(path: &Path) -> std::io::Result<()> {
+        let existing = std::fs::OpenOptions::new().read(true).write(true).open(path)?;
+        // A driver probing the file holds a shared lock for an instant: try a few times.
+        for _ in 0..20 {
+            if barrier::sys::flock_exclusive(existing.as_raw_fd())? {
+                tracing::info!(path = %path.display(), "replacing a device file nothing serves any more");
+                return std::fs::remove_file(path);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        Err(std::io::Error::new(
+            std::io::ErrorKind::AddrInUse,
+            format!("another emulated device (a running `barrier emu`) serves {}", path.display()),
+        ))
     }
 
     fn finish(
@@ -65,8 +96,11 @@ impl DeviceFile {
         path: PathBuf,
         remove_on_drop: bool,
     ) -> std::io::Result<DeviceFile> {
+        if !barrier::sys::flock_exclusive(fd.as_raw_fd())? {
+            return Err(std::io::Error::new(std::io::ErrorKind::AddrInUse, "the new device file is locked"));
+        }
         let mmio = Mmio::from_fd(fd.as_raw_fd(), map.size)?;
-        let dev = DeviceFile { map, mmio, path, remove_on_drop, _fd: fd };
+        let dev = DeviceFile { map, mmio, path, remove_on_drop, fd };
         dev.power_on();
         Ok(dev)
     }
@@ -96,6 +130,11 @@ impl DeviceFile {
     /// Where drivers open it.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The open device file (the collector asks it which locks drivers hold).
+    pub fn raw_fd(&self) -> std::os::fd::RawFd {
+        self.fd.as_raw_fd()
     }
 }
 

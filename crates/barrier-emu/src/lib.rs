@@ -23,8 +23,11 @@
 //!   waking parked waiters when INTERRUPT_EN is set (the emulated completion interrupt).
 //! * **Doorbell**: drivers bump DOORBELL after each arrival or configuration change; an idle
 //!   engine sleeps on it (futex) instead of burning a core.
-//! * **Cleanup**: every second the engine frees groups and IOMMU entries whose owning process
-//!   is gone, so a job killed with `kill -9` does not leak groups in a shared daemon.
+//! * **Cleanup**: every second the engine frees groups and IOMMU entries that no live process
+//!   uses, judged by the locks drivers hold on the device file (not by pids), so a job killed
+//!   with `kill -9` does not leak groups in a shared daemon and a live job never loses one.
+//! * **Liveness**: the emulator holds the device file's `flock` while it serves it; drivers
+//!   refuse a file nobody serves and fall back when the lock goes away mid-job.
 //!
 //! The [`Latency`] model delays releases; the [`Faults`] model drops or duplicates messages,
 //! sticks the ERROR bit, makes the device vanish (every register reads all ones) or slows the
@@ -39,7 +42,7 @@ use std::time::{Duration, Instant};
 
 use barrier::wait::{Unwatched, WaitConfig, WaitPolicy};
 use barrier_hw::{
-    control, error_code, expand_sequence, global, status, DeviceMap, FLAG_BYTES, IOMMU_ENTRIES, IOMMU_VALID,
+    control, error_code, expand_sequence, global, status, DeviceMap, FLAG_BYTES, IOMMU_ENTRIES, IOMMU_FREE, IOMMU_VALID,
 };
 
 pub use device::DeviceFile;
@@ -204,8 +207,7 @@ fn doorbell(dev: &DeviceFile) -> &barrier::wait::Flag {
 }
 
 fn bump_doorbell(dev: &DeviceFile) {
-    let bell = doorbell(dev);
-    bell.raise(bell.load() + 1, true);
+    doorbell(dev).bump(true);
 }
 
 /// Per-group engine state.
@@ -418,12 +420,16 @@ impl Engine {
                 self.dev.word(e + 8).load(Ordering::Relaxed),
                 self.dev.word(e + 16).load(Ordering::Relaxed),
             );
-            if iova < start || iova + FLAG_BYTES > start + len {
+            // Every word of an entry comes from drivers: checked arithmetic, or a crafted entry
+            // near 2^64 could wrap around and translate to memory outside DMA.
+            let window_end = start.checked_add(len)?;
+            let flag_end = iova.checked_add(FLAG_BYTES)?;
+            if iova < start || flag_end > window_end {
                 return None;
             }
-            let off = host + (iova - start);
-            (off >= self.map.dma_base && off + FLAG_BYTES <= self.map.size && off.is_multiple_of(FLAG_BYTES))
-                .then_some((off, i))
+            let off = host.checked_add(iova - start)?;
+            let end = off.checked_add(FLAG_BYTES)?;
+            (off >= self.map.dma_base && end <= self.map.size && off.is_multiple_of(FLAG_BYTES)).then_some((off, i))
         })
     }
 
@@ -584,24 +590,53 @@ impl Engine {
         tracing::debug!(device = self.map.kind, "fault: device vanished");
     }
 
-    /// Frees groups and IOMMU entries whose owning process is gone.
+    /// Frees groups and IOMMU entries that no live process uses any more.
+    ///
+    /// Liveness is read from the locks drivers hold on the device file (see
+    /// `barrier_hw::DeviceMap::member_lock`), never from process ids: a group is freed only when
+    /// neither its claim lock nor any member lock is held, so a group whose claimer exited while
+    /// other members are still attached stays theirs, a group claimed by a process that died
+    /// before anyone attached is freed, and processes in other pid namespaces are judged right.
+    ///
+    /// A group is marked [`FREEING`] before it is looked at a second time: a driver attaches by
+    /// taking its member lock and then reading OWNER, so either this pass sees that lock and
+    /// gives the group back, or the driver sees the mark and refuses to attach.
     fn collect_garbage(&mut self) {
         self.last_gc = Instant::now();
+        let m = self.map;
+        let fd = self.dev.raw_fd();
+        let in_use = |g: usize| {
+            barrier::sys::ofd_held(fd, m.claim_lock(g), 1)
+                || barrier::sys::ofd_held(fd, m.member_lock(g, 0), m.max_members as u64)
+        };
         let mut changed = false;
-        for g in 0..self.map.max_groups {
-            let owner = self.reg(g, &self.map.group.owner);
-            if owner != 0 && !process_alive(owner >> 32) {
-                self.set_reg(g, &self.map.group.control, 0);
-                self.set_reg(g, &self.map.group.refs, 0);
-                self.set_reg(g, &self.map.group.owner, 0);
-                changed = true;
+        for g in 0..m.max_groups {
+            let owner = self.dev.group_word(m, g, &m.group.owner, 0);
+            let id = owner.load(Ordering::Acquire);
+            if id == 0 || id == FREEING || in_use(g) {
+                continue;
             }
+            if owner.compare_exchange(id, FREEING, Ordering::AcqRel, Ordering::Acquire).is_err() {
+                continue;
+            }
+            std::sync::atomic::fence(Ordering::SeqCst);
+            if in_use(g) {
+                let _ = owner.compare_exchange(FREEING, id, Ordering::AcqRel, Ordering::Acquire);
+                continue;
+            }
+            tracing::debug!(device = m.kind, group = g, owner = id, "freeing a group no live process uses");
+            self.set_reg(g, &m.group.control, 0);
+            self.set_reg(g, &m.group.refs, 0);
+            for member in 0..m.max_members {
+                self.dev.group_word(m, g, &m.group.release_table, member).store(0, Ordering::Relaxed);
+            }
+            owner.store(0, Ordering::Release);
+            changed = true;
         }
         for i in 0..IOMMU_ENTRIES as usize {
-            let state = self.dev.word(self.map.iommu_entry(i) + 24);
-            let s = state.load(Ordering::Acquire);
-            if s != 0 && !process_alive(s >> 32) {
-                state.store(0, Ordering::Release);
+            let state = self.dev.word(m.iommu_entry(i) + 24);
+            if state.load(Ordering::Acquire) != IOMMU_FREE && !barrier::sys::ofd_held(fd, m.iommu_lock(i), 1) {
+                state.store(IOMMU_FREE, Ordering::Release);
             }
         }
         if changed {
@@ -610,18 +645,38 @@ impl Engine {
     }
 }
 
-fn process_alive(pid: u64) -> bool {
-    if pid == 0 || pid > i32::MAX as u64 {
-        return true; // not a pid we can check: keep it
-    }
-    // SAFETY: kill with signal 0 only checks for existence.
-    let rc = unsafe { libc::kill(pid as libc::pid_t, 0) };
-    rc == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
-}
+/// OWNER while the collector decides whether to free a group (no driver id is all ones).
+const FREEING: u64 = u64::MAX;
 
 fn spin_for(d: Duration) {
     let until = Instant::now() + d;
     while Instant::now() < until {
         std::hint::spin_loop();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_crafted_iommu_entry_near_the_top_of_the_address_space_does_not_translate() {
+        let map = &barrier_hw::SWITCH;
+        let dev = Arc::new(DeviceFile::create_private(map).unwrap());
+        let engine = Engine::new(dev.clone(), Config::new(map), Arc::new(AtomicBool::new(false)));
+        let e = map.iommu_entry(0);
+        let start = u64::MAX - 64;
+        // A window that wraps past 2^64 onto a DMA offset: unchecked, `iova + FLAG_BYTES`
+        // and `start + len` both wrap and the entry passes.
+        dev.word(e).store(start, Ordering::Relaxed);
+        dev.word(e + 8).store(1 << 20, Ordering::Relaxed);
+        dev.word(e + 16).store(map.dma_base, Ordering::Relaxed);
+        dev.word(e + 24).store(IOMMU_VALID, Ordering::Release);
+        assert_eq!(engine.translate(start), None);
+        assert_eq!(engine.translate(start + 32), None);
+        // A sane entry still translates.
+        dev.word(e).store(barrier_hw::IOVA_BASE, Ordering::Relaxed);
+        dev.word(e + 8).store(FLAG_BYTES, Ordering::Relaxed);
+        assert_eq!(engine.translate(barrier_hw::IOVA_BASE), Some((map.dma_base, 0)));
     }
 }

@@ -445,6 +445,34 @@ impl DeviceMap {
         IOMMU_BASE + i as u64 * IOMMU_ENTRY_BYTES
     }
 
+    /// Byte of the device file (past its end) whose lock a driver holds while it claims group
+    /// `g` and until its members have attached. See [`DeviceMap::member_lock`].
+    pub fn claim_lock(&self, g: usize) -> u64 {
+        self.size + g as u64
+    }
+
+    /// Byte of the device file (past its end) whose lock member `m` of group `g` holds for as
+    /// long as it is attached.
+    ///
+    /// # Liveness through locks
+    ///
+    /// A device must know when the processes that use a group are gone, to free the group. A
+    /// process id cannot tell it (a pid from another pid namespace names another process, and
+    /// pids are reused); an open file can. Drivers hold open-file-description locks
+    /// (`F_OFD_SETLK`) on these bytes of the device file while they use a resource, and the
+    /// kernel drops the locks when the process dies, whatever its namespace. The device (the
+    /// emulator's collector) frees a group only when neither its claim lock nor any of its
+    /// member locks is held, and an IOMMU entry only when its lock is free. This is what a
+    /// kernel driver learns from a file handle's release.
+    pub fn member_lock(&self, g: usize, m: usize) -> u64 {
+        self.size + self.max_groups as u64 + (g * self.max_members + m) as u64
+    }
+
+    /// Byte of the device file (past its end) whose lock the holder of IOMMU entry `i` holds.
+    pub fn iommu_lock(&self, i: usize) -> u64 {
+        self.size + (self.max_groups * (1 + self.max_members)) as u64 + i as u64
+    }
+
     /// Checks that no two registers overlap, every register is naturally aligned, every group
     /// window fits its stride, the tables are big enough for `max_members`, and everything fits
     /// the device.

@@ -16,10 +16,13 @@ use crate::wait::Flag;
 #[derive(Debug)]
 pub struct Mmio {
     mapping: Mapping,
+    /// The device file, kept open: the locks a driver holds on it (see
+    /// `barrier_hw::DeviceMap::member_lock`) live as long as this open file.
+    file: Option<std::fs::File>,
 }
 
 impl Mmio {
-    /// Maps `len` bytes of the device file at `path`.
+    /// Maps `len` bytes of the device file at `path` and keeps the file open.
     pub fn open(path: &Path, len: u64) -> std::io::Result<Mmio> {
         let file = std::fs::OpenOptions::new().read(true).write(true).open(path)?;
         let have = sys::fd_len(file.as_raw_fd())? as u64;
@@ -29,12 +32,17 @@ impl Mmio {
                 format!("{} is {have} bytes, smaller than the device's {len}", path.display()),
             ));
         }
-        Ok(Mmio { mapping: Mapping::map_fd(file.as_raw_fd(), len as usize)? })
+        Ok(Mmio { mapping: Mapping::map_fd(file.as_raw_fd(), len as usize)?, file: Some(file) })
     }
 
-    /// Maps `len` bytes of an open descriptor.
+    /// Maps `len` bytes of an open descriptor (its owner keeps it open).
     pub fn from_fd(fd: std::os::fd::RawFd, len: u64) -> std::io::Result<Mmio> {
-        Ok(Mmio { mapping: Mapping::map_fd(fd, len as usize)? })
+        Ok(Mmio { mapping: Mapping::map_fd(fd, len as usize)?, file: None })
+    }
+
+    /// The open device file, if this mapping keeps one.
+    pub fn file(&self) -> Option<&std::fs::File> {
+        self.file.as_ref()
     }
 
     /// Bytes mapped.
@@ -50,7 +58,7 @@ impl Mmio {
     fn at<T>(&self, offset: u64, align: u64) -> *const T {
         let size = std::mem::size_of::<T>() as u64;
         assert!(
-            offset.is_multiple_of(align) && offset + size <= self.len(),
+            offset.is_multiple_of(align) && offset.checked_add(size).is_some_and(|end| end <= self.len()),
             "device offset {offset:#x} out of range or misaligned"
         );
         // The pointer stays inside the mapping (checked above).

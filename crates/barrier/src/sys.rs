@@ -4,7 +4,8 @@
 //! outside this module calls `libc` directly, so the list of syscalls the barrier relies on is
 //! this file: `futex(2)` for parking, `shm_open(3)`/`mmap(2)` for shared segments,
 //! `sched_yield(2)` and `sched_{get,set}affinity(2)` for the wait policy and benchmarks,
-//! `fcntl(2)` and `poll(2)` for the launcher's descriptors (close-on-exec, the lifeline).
+//! `fcntl(2)` and `poll(2)` for the launcher's descriptors (close-on-exec, the lifeline),
+//! `fcntl(2)` open-file-description locks and `flock(2)` for device liveness.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -200,6 +201,75 @@ pub fn terminate_self(grace: Duration) -> ! {
     // SAFETY: _exit ends the process without running destructors or atexit handlers, which is
     // what a process that ignored SIGTERM gets from a launcher's SIGKILL as well.
     unsafe { libc::_exit(128 + libc::SIGTERM) }
+}
+
+fn byte_lock(kind: libc::c_short, at: u64, len: u64) -> libc::flock {
+    // SAFETY: flock is plain data; zeroed is valid (l_pid must be 0 for OFD locks).
+    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+    fl.l_type = kind;
+    fl.l_whence = libc::SEEK_SET as libc::c_short;
+    fl.l_start = at as libc::off_t;
+    fl.l_len = len as libc::off_t;
+    fl
+}
+
+/// Takes an exclusive open-file-description lock on byte `at` of `fd`'s file without waiting:
+/// `Ok(false)` if another open file description holds it. The kernel drops the lock when the
+/// last descriptor of this open file description closes (the process dies).
+pub fn ofd_lock(fd: RawFd, at: u64) -> io::Result<bool> {
+    let fl = byte_lock(libc::F_WRLCK as libc::c_short, at, 1);
+    // SAFETY: `fl` is a live, initialized flock struct; F_OFD_SETLK only reads it.
+    if unsafe { libc::fcntl(fd, libc::F_OFD_SETLK, &fl) } == 0 {
+        return Ok(true);
+    }
+    match io::Error::last_os_error() {
+        e if matches!(e.raw_os_error(), Some(libc::EAGAIN) | Some(libc::EACCES)) => Ok(false),
+        e => Err(e),
+    }
+}
+
+/// Releases this open file description's lock on byte `at`.
+pub fn ofd_unlock(fd: RawFd, at: u64) {
+    let fl = byte_lock(libc::F_UNLCK as libc::c_short, at, 1);
+    // SAFETY: as in `ofd_lock`.
+    unsafe {
+        libc::fcntl(fd, libc::F_OFD_SETLK, &fl);
+    }
+}
+
+/// Whether another open file description holds a lock on any byte of `[at, at + len)`.
+pub fn ofd_held(fd: RawFd, at: u64, len: u64) -> bool {
+    let mut fl = byte_lock(libc::F_WRLCK as libc::c_short, at, len);
+    // SAFETY: `fl` is a live flock struct that F_OFD_GETLK reads and overwrites.
+    let rc = unsafe { libc::fcntl(fd, libc::F_OFD_GETLK, &mut fl) };
+    rc == 0 && fl.l_type != libc::F_UNLCK as libc::c_short
+}
+
+/// Takes this open file's whole-file `flock` exclusively, without waiting: `Ok(false)` if
+/// another open file holds it. A device emulator holds it for as long as it serves the file.
+pub fn flock_exclusive(fd: RawFd) -> io::Result<bool> {
+    // SAFETY: flock only changes the lock state of the open file.
+    if unsafe { libc::flock(fd, libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+        return Ok(true);
+    }
+    match io::Error::last_os_error() {
+        e if e.raw_os_error() == Some(libc::EWOULDBLOCK) => Ok(false),
+        e => Err(e),
+    }
+}
+
+/// Whether some other open file holds `fd`'s file's `flock` exclusively (the file is served).
+/// Probes with a shared lock that it drops at once.
+pub fn flock_held(fd: RawFd) -> bool {
+    // SAFETY: flock only changes the lock state of the open file.
+    unsafe {
+        if libc::flock(fd, libc::LOCK_SH | libc::LOCK_NB) == 0 {
+            libc::flock(fd, libc::LOCK_UN);
+            false
+        } else {
+            io::Error::last_os_error().raw_os_error() == Some(libc::EWOULDBLOCK)
+        }
+    }
 }
 
 /// A shared read-write mapping, unmapped on drop.

@@ -169,6 +169,20 @@ impl Flag {
         prev
     }
 
+    /// Sets the flag to `value` if it is still 0 (the first writer wins) and wakes parked
+    /// waiters if `wake` is set; returns the value in force afterwards.
+    pub fn set_once(&self, value: u64, wake: bool) -> u64 {
+        match self.value.compare_exchange(0, value, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => {
+                if wake {
+                    self.wake_parked();
+                }
+                value
+            }
+            Err(current) => current,
+        }
+    }
+
     /// Adds one (a counter with several writers, such as a device doorbell) and wakes parked
     /// waiters if `wake` is set; returns the new value. Unlike `raise(load() + 1)`, two
     /// concurrent bumps always count twice, so a ring is never merged into another.

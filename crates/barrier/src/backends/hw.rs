@@ -48,6 +48,7 @@
 //! released by the device, is already at `e + 1`) without a hang and without an early release:
 //! an arrival flag at `e + 1` can only exist once its rank passed `e`, which needed everyone at `e`.
 
+use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -59,6 +60,7 @@ use barrier_hw::{
 };
 
 use crate::backend::{Backend, Decline, EnableContext, Module, Poll, QueryContext};
+use crate::backends::software::{Software, SoftwareModule};
 use crate::error::Error;
 use crate::mmio::Mmio;
 use crate::params::{ParamInfo, ParamKind, Params};
@@ -118,7 +120,8 @@ impl HwBackend {
             ));
         }
         let mmio = Mmio::open(&path, self.map.size).map_err(|e| format!("cannot map {}: {e}", path.display()))?;
-        let dev = Device { mmio, map: self.map, path };
+        let regular = mmio.file().and_then(|f| f.metadata().ok()).is_some_and(|m| m.file_type().is_file());
+        let dev = Device { mmio, map: self.map, path, regular };
         let magic = dev.mmio.word(global::MAGIC.offset).load(Ordering::Acquire);
         if magic != self.map.magic {
             return Err(format!("{} is not a {} device (MAGIC {magic:#x})", dev.path.display(), self.name));
@@ -129,6 +132,14 @@ impl HwBackend {
                 "{} speaks register-map version {version}, this driver {}",
                 dev.path.display(),
                 self.map.version
+            ));
+        }
+        if dev.served() == Some(false) {
+            return Err(format!(
+                "nothing serves the {} device file {}: it was left behind by a `barrier emu` daemon (or a \
+                 launcher) that died; start the daemon again (it replaces the stale file) or remove the file",
+                self.name,
+                dev.path.display()
             ));
         }
         match dev.mmio.word(global::DEVICE_STATUS.offset).load(Ordering::Acquire) {
@@ -167,6 +178,8 @@ pub struct Device {
     mmio: Mmio,
     map: &'static DeviceMap,
     path: PathBuf,
+    /// A regular file (an emulated device), as opposed to a character device.
+    regular: bool,
 }
 
 impl Device {
@@ -177,6 +190,28 @@ impl Device {
             groups_in_use: r(&global::GROUPS_IN_USE),
             barriers: r(&global::BARRIERS),
             errors: r(&global::ERRORS),
+        }
+    }
+
+    /// Whether anything serves this device. An emulated device is a regular file whose emulator
+    /// holds its `flock` for as long as it runs; a real device is a character device served by
+    /// its kernel driver while it exists, which the file cannot tell (`None`).
+    fn served(&self) -> Option<bool> {
+        if !self.regular {
+            return None;
+        }
+        self.mmio.file().map(|f| crate::sys::flock_held(f.as_raw_fd()))
+    }
+
+    /// Takes this driver's lock on byte `at` of the device file (see
+    /// `barrier_hw::DeviceMap::member_lock`); false if another open file holds it.
+    fn lock(&self, at: u64) -> bool {
+        self.mmio.file().is_none_or(|f| crate::sys::ofd_lock(f.as_raw_fd(), at).unwrap_or(false))
+    }
+
+    fn unlock(&self, at: u64) {
+        if let Some(f) = self.mmio.file() {
+            crate::sys::ofd_unlock(f.as_raw_fd(), at);
         }
     }
 
@@ -192,10 +227,10 @@ impl Device {
         self.mmio.group_word(self.map, g, r, index)
     }
 
-    /// Rings the doorbell (the device, or its emulator, looks for new work).
+    /// Rings the doorbell (the device, or its emulator, looks for new work). An atomic add:
+    /// two rings are never merged into one, so the device cannot sleep past an arrival.
     fn ring(&self) {
-        let bell = self.mmio.flag(global::DOORBELL.offset);
-        bell.raise(bell.load() + 1, true);
+        self.mmio.flag(global::DOORBELL.offset).bump(true);
     }
 
     fn config_changed(&self) {
@@ -214,23 +249,43 @@ impl Device {
         what()
     }
 
-    /// Claims, resets and sizes a free group; `NO_GROUP` if all are taken, `NO_ANSWER` if the
-    /// device did not acknowledge the reset.
+    /// Frees group `g` if `owner` still owns it: the device forgets it, OWNER goes back to 0.
+    fn free(&self, g: usize, owner: u64) {
+        self.set_reg(g, &self.map.group.control, 0);
+        let _ = self.group_word(g, &self.map.group.owner, 0).compare_exchange(
+            owner,
+            0,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
+        self.config_changed();
+    }
+
+    /// Claims, resets and sizes a free group, holding its claim lock until
+    /// [`Device::release_claim`]; `NO_GROUP` if all are taken, `NO_ANSWER` if the device did not
+    /// acknowledge the reset.
     fn claim(&self, owner: u64, members: usize) -> u64 {
         let m = self.map;
+        // The claim lock first, then OWNER: the device frees only groups whose locks are all
+        // free, so a group is never collected between being claimed and being attached to.
         let Some(g) = (0..m.max_groups).find(|&g| {
-            self.group_word(g, &m.group.owner, 0)
-                .compare_exchange(0, owner, Ordering::AcqRel, Ordering::Acquire)
-                .is_ok()
+            let word = self.group_word(g, &m.group.owner, 0);
+            if word.load(Ordering::Acquire) != 0 || !self.lock(m.claim_lock(g)) {
+                return false;
+            }
+            let won = word.compare_exchange(0, owner, Ordering::AcqRel, Ordering::Acquire).is_ok();
+            if !won {
+                self.release_claim(g);
+            }
+            won
         }) else {
             return NO_GROUP;
         };
         self.set_reg(g, &m.group.control, control::RESET);
         self.config_changed();
         if !self.wait_for(|| self.reg(g, &m.group.control) & control::RESET == 0) {
-            self.set_reg(g, &m.group.control, 0);
-            self.set_reg(g, &m.group.owner, 0);
-            self.config_changed();
+            self.free(g, owner);
+            self.release_claim(g);
             return NO_ANSWER;
         }
         self.set_reg(g, &m.group.refs, 0);
@@ -242,24 +297,50 @@ impl Device {
         g as u64
     }
 
-    /// Attaches member `member` of group `g`: slot cleared, flag mapped through the IOMMU,
-    /// tables written.
-    fn attach(&self, g: usize, member: usize, node: u64) -> Result<Attachment, String> {
+    fn release_claim(&self, g: usize) {
+        self.unlock(self.map.claim_lock(g));
+    }
+
+    /// Attaches member `member` of group `g`, which `owner` must still own: member lock taken,
+    /// slot cleared, flag mapped through the IOMMU, tables written.
+    fn attach(&self, g: usize, member: usize, node: u64, owner: u64) -> Result<Attachment, String> {
         let m = self.map;
+        if !self.lock(m.member_lock(g, member)) {
+            return Err(format!("member {member} of group {g} at {} is held by another process", self.path.display()));
+        }
+        // The lock first, then OWNER: the device frees a group only after it has marked OWNER and
+        // found no member lock, so either it sees this lock or this rank sees its mark.
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if self.reg(g, &m.group.owner) != owner {
+            self.unlock(m.member_lock(g, member));
+            return Err(format!(
+                "group {g} at {} was freed or taken over before this rank attached (it came too late to a \
+                 collective that had already failed)",
+                self.path.display()
+            ));
+        }
         let slot = m.arrival_slot(g, member);
         for w in 0..5 {
             self.mmio.word(slot + 8 * w).store(0, Ordering::Relaxed);
         }
         let flag_off = m.release_flag(g, member);
         let pid = (std::process::id() as u64) << 32;
-        let entry = (0..IOMMU_ENTRIES as usize)
-            .find(|&i| {
-                self.mmio
-                    .word(m.iommu_entry(i) + 24)
-                    .compare_exchange(IOMMU_FREE, IOMMU_CLAIMED | pid, Ordering::AcqRel, Ordering::Acquire)
-                    .is_ok()
-            })
-            .ok_or_else(|| format!("the IOMMU table of {} is full ({IOMMU_ENTRIES} mappings)", self.path.display()))?;
+        // As for groups: an entry's lock is taken before its state leaves FREE.
+        let Some(entry) = (0..IOMMU_ENTRIES as usize).find(|&i| {
+            let state = self.mmio.word(m.iommu_entry(i) + 24);
+            if state.load(Ordering::Acquire) != IOMMU_FREE || !self.lock(m.iommu_lock(i)) {
+                return false;
+            }
+            let won =
+                state.compare_exchange(IOMMU_FREE, IOMMU_CLAIMED | pid, Ordering::AcqRel, Ordering::Acquire).is_ok();
+            if !won {
+                self.unlock(m.iommu_lock(i));
+            }
+            won
+        }) else {
+            self.unlock(m.member_lock(g, member));
+            return Err(format!("the IOMMU table of {} is full ({IOMMU_ENTRIES} mappings)", self.path.display()));
+        };
         let e = m.iommu_entry(entry);
         let iova = IOVA_BASE + flag_off;
         self.mmio.word(e).store(iova, Ordering::Relaxed);
@@ -269,26 +350,32 @@ impl Device {
         self.group_word(g, &m.group.release_table, member).store(iova, Ordering::Release);
         self.group_word(g, &m.group.netaddr_table, member).store(node, Ordering::Release);
         self.group_word(g, &m.group.refs, 0).fetch_add(1, Ordering::AcqRel);
-        Ok(Attachment { group: g, member, entry, flag_off, slot })
+        Ok(Attachment { group: g, member, entry, flag_off, slot, owner })
     }
 
-    /// Frees a group this rank claimed but nobody attached to.
-    fn free_unattached(&self, g: usize) {
-        self.set_reg(g, &self.map.group.control, 0);
-        self.set_reg(g, &self.map.group.owner, 0);
-        self.config_changed();
+    /// Frees a group this rank claimed if nobody attached to it (a failed enable).
+    fn free_unattached(&self, g: usize, owner: u64) {
+        if self.reg(g, &self.map.group.owner) == owner && self.reg(g, &self.map.group.refs) == 0 {
+            self.free(g, owner);
+        }
+        self.release_claim(g);
     }
 
-    /// Undoes `attach`; the last member frees the group.
+    /// Undoes `attach`; the last member frees the group. Group registers are touched only while
+    /// the group is still this attachment's (a group is never freed under a member holding its
+    /// lock, but a device reset by hand may have freed it anyway).
     fn detach(&self, a: &Attachment) {
         let m = self.map;
-        self.group_word(a.group, &m.group.release_table, a.member).store(0, Ordering::Release);
-        self.mmio.word(m.iommu_entry(a.entry) + 24).store(IOMMU_FREE, Ordering::Release);
-        if self.group_word(a.group, &m.group.refs, 0).fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.set_reg(a.group, &m.group.control, 0);
-            self.set_reg(a.group, &m.group.owner, 0);
-            self.config_changed();
+        let ours = self.reg(a.group, &m.group.owner) == a.owner;
+        if ours {
+            self.group_word(a.group, &m.group.release_table, a.member).store(0, Ordering::Release);
         }
+        self.mmio.word(m.iommu_entry(a.entry) + 24).store(IOMMU_FREE, Ordering::Release);
+        self.unlock(m.iommu_lock(a.entry));
+        if ours && self.group_word(a.group, &m.group.refs, 0).fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.free(a.group, a.owner);
+        }
+        self.unlock(m.member_lock(a.group, a.member));
     }
 
     /// Starts the group at `base` and waits until the device reports READY (or ERROR).
@@ -322,6 +409,8 @@ struct Attachment {
     entry: usize,
     flag_off: u64,
     slot: u64,
+    /// The owner id the group had when this member attached.
+    owner: u64,
 }
 
 fn owner_id() -> u64 {
@@ -365,6 +454,9 @@ impl Backend for HwBackend {
     fn enable(&self, ctx: &EnableContext<'_>) -> Result<Box<dyn Module>, Decline> {
         let q = &ctx.query;
         let coll = |e: Error| Decline::new(e.to_string());
+        // The software algorithm this communicator returns to after a device fault (agreed now,
+        // while every rank is here: it is a collective).
+        let software = Software.enable_software(ctx)?;
         let dev = self.open(q.params);
         if !ctx.all_agree(dev.is_ok()).map_err(coll)? {
             return Err(Decline::new(
@@ -374,16 +466,16 @@ impl Backend for HwBackend {
         let dev = dev.map_err(Decline::new)?;
         let shape = TreeShape::new(q.size, self.map.max_members);
         // Rank 0 claims every group the shape needs (all or none) and tells everyone which.
+        let owner = if q.rank == 0 { owner_id() } else { 0 };
         let mut claimed: Vec<u64> = Vec::new();
         let mut status = 0u64;
         if q.rank == 0 {
-            let owner = owner_id();
             for k in 0..shape.groups() {
                 match dev.claim(owner, shape.members_of(k)) {
                     g if g == NO_GROUP || g == NO_ANSWER => {
                         status = g;
                         for &c in &claimed {
-                            dev.free_unattached(c as usize);
+                            dev.free_unattached(c as usize, owner);
                         }
                         claimed.clear();
                         break;
@@ -392,6 +484,9 @@ impl Backend for HwBackend {
                 }
             }
         }
+        // Whatever happens next, rank 0 gives up its claim locks when enable ends, and frees the
+        // groups nobody attached to if it failed.
+        let claims = Claims { dev: &dev, owner, groups: claimed.iter().map(|&g| g as usize).collect(), ok: false };
         match ctx.broadcast(0, status).map_err(coll)? {
             NO_GROUP => {
                 let free = (0..self.map.max_groups).filter(|&g| dev.reg(g, &self.map.group.owner) == 0).count();
@@ -412,6 +507,7 @@ impl Backend for HwBackend {
             }
             _ => {}
         }
+        let owner = ctx.broadcast(0, owner).map_err(coll)?;
         let mut groups = Vec::with_capacity(shape.groups());
         for k in 0..shape.groups() {
             groups.push(ctx.broadcast(0, claimed.get(k).copied().unwrap_or(0)).map_err(coll)? as usize);
@@ -421,7 +517,7 @@ impl Backend for HwBackend {
         let mut stages = Vec::new();
         let mut error = None;
         for &(k, member) in &roles {
-            match dev.attach(groups[k], member, q.node as u64) {
+            match dev.attach(groups[k], member, q.node as u64, owner) {
                 Ok(a) => stages.push(Stage { group_index: k, a, base: 0 }),
                 Err(e) => error = Some(e),
             }
@@ -444,21 +540,29 @@ impl Backend for HwBackend {
             st.base = bases[st.group_index];
         }
         let region = ctx.region;
+        let silence = (self.watchdog(q.params) * 10).max(Duration::from_secs(1));
         let mut module = HwModule {
             dev: dev.clone(),
             plan: shape.plan(q.rank),
             stages,
+            shape,
+            groups: groups.clone(),
+            bases,
             step: 0,
             n: q.size,
             wake: ctx.policy.wakes(),
             watchdog: self.watchdog(q.params),
+            silence,
             pending_since: None,
-            suspect: false,
-            heartbeat: 0,
+            suspect: None,
+            heartbeat: (0, Instant::now()),
             fault: region.shared_flag(region.fault()),
             arrivals: region.arrivals().iter().map(|f| region.shared_flag(f)).collect(),
             rank: q.rank,
             degraded: None,
+            resume_at: u64::MAX,
+            software,
+            on_software: false,
             flat_next: 0,
             algorithm: String::from("offload"),
         };
@@ -468,7 +572,7 @@ impl Backend for HwBackend {
             ));
         }
         let ready = if q.rank == 0 {
-            groups.iter().enumerate().try_for_each(|(k, &g)| dev.enable(g, bases[k], ctx.policy.wakes()))
+            groups.iter().enumerate().try_for_each(|(k, &g)| dev.enable(g, module.bases[k], ctx.policy.wakes()))
         } else {
             Ok(())
         };
@@ -477,6 +581,7 @@ impl Backend for HwBackend {
                 ready.err().unwrap_or_else(|| "a group did not become ready (see rank 0)".into()),
             ));
         }
+        drop(claims.succeeded());
         module.algorithm = if shape.chunks == 1 {
             format!("offload group {}", groups[0])
         } else {
@@ -484,6 +589,35 @@ impl Backend for HwBackend {
         };
         tracing::debug!(backend = self.name, groups = ?groups, "hardware barrier groups enabled");
         Ok(Box::new(module))
+    }
+}
+
+/// Rank 0's claimed groups during `enable`: on drop, the claim locks are released (the members'
+/// own locks keep the groups alive from then on) and, if enabling failed, every group nobody
+/// attached to is freed at once rather than left to the device's collector.
+struct Claims<'a> {
+    dev: &'a Device,
+    owner: u64,
+    groups: Vec<usize>,
+    ok: bool,
+}
+
+impl Claims<'_> {
+    fn succeeded(mut self) -> Self {
+        self.ok = true;
+        self
+    }
+}
+
+impl Drop for Claims<'_> {
+    fn drop(&mut self) {
+        for &g in &self.groups {
+            if self.ok {
+                self.dev.release_claim(g);
+            } else {
+                self.dev.free_unattached(g, self.owner);
+            }
+        }
     }
 }
 
@@ -554,7 +688,8 @@ impl TreeShape {
         rank * self.chunks / self.n
     }
 
-    fn first_of(&self, chunk: usize) -> usize {
+    /// The first rank of chunk `chunk` (its leader).
+    pub fn first_of(&self, chunk: usize) -> usize {
         (chunk * self.n).div_ceil(self.chunks)
     }
 
@@ -614,32 +749,48 @@ pub struct HwModule {
     dev: Arc<Device>,
     stages: Vec<Stage>,
     plan: Vec<Step>,
+    shape: TreeShape,
+    /// Device group of every group of the shape, and its epoch base.
+    groups: Vec<usize>,
+    bases: Vec<u64>,
     /// Next step of the plan for the current epoch.
     step: usize,
     n: usize,
     rank: usize,
     wake: bool,
     watchdog: Duration,
+    /// A device whose HEARTBEAT has not moved for this long, although it was rung, has
+    /// stopped answering.
+    silence: Duration,
     pending_since: Option<Instant>,
-    /// The watchdog found this rank's arrival uncounted after the device had scanned; twice in a
-    /// row is a lost arrival.
-    suspect: bool,
-    /// The device's HEARTBEAT at the previous watchdog check.
-    heartbeat: u64,
+    /// What the previous watchdog check found wrong (and the heartbeat then): the same finding
+    /// twice in a row, with the device having scanned in between, is a fault.
+    suspect: Option<(String, u64)>,
+    /// The device's HEARTBEAT, and when it last changed.
+    heartbeat: (u64, Instant),
     fault: Shared<Flag>,
     arrivals: Vec<Shared<Flag>>,
     degraded: Option<String>,
+    /// After a fault: the epoch from which the software algorithm runs (fault epoch + 2).
+    resume_at: u64,
+    software: SoftwareModule,
+    on_software: bool,
     flat_next: usize,
     algorithm: String,
 }
 
 impl HwModule {
-    /// Leaves the hardware for good; `raise` tells every other rank to do the same from `epoch`.
+    /// Leaves the hardware for good; `raise` tells every other rank to do the same.
+    ///
+    /// The communicator's fault flag holds the epoch of the first rank that raised it (first
+    /// writer wins, so every rank reads the same value F). No rank completes epoch F + 1 on the
+    /// device (the raiser never sends that arrival), so every rank arrives at F + 2 already
+    /// degraded: from there all of them run the software algorithm, and until then the flat
+    /// barrier, which tolerates ranks switching one epoch apart.
     fn degrade(&mut self, epoch: u64, reason: String, raise: bool) {
-        if raise {
-            self.fault.raise(epoch, true);
-        }
-        tracing::warn!(device = self.dev.map.kind, rank = self.rank, epoch, %reason, "hardware barrier failed; completing barriers in software (flat)");
+        let fault_epoch = if raise { self.fault.set_once(epoch, true) } else { self.fault.load() };
+        self.resume_at = fault_epoch.max(1) + 2;
+        tracing::warn!(device = self.dev.map.kind, rank = self.rank, epoch, %reason, "hardware barrier failed; completing barriers in software");
         self.algorithm = format!("fallback: flat ({reason})");
         self.degraded = Some(reason);
     }
@@ -680,10 +831,30 @@ impl HwModule {
         self.dev.ring();
     }
 
+    /// Whether member `member` of the shape's group `k` has sent its arrival for `epoch`, as
+    /// far as host memory and the device's completed epochs show: a rank records its arrival
+    /// after sending the arrivals that need no wait; a chunk leader sends to the root once its
+    /// chunk's gather group completed, and to its broadcast group once the root completed.
+    fn member_sent(&self, k: usize, member: usize, epoch: u64) -> bool {
+        let completed = |k: usize| self.dev.reg(self.groups[k], &self.dev.map.group.completed_epoch);
+        let c = self.shape.chunks;
+        if c == 1 {
+            return self.arrivals[member].reached(epoch);
+        }
+        if k == 2 * c {
+            return completed(2 * member) >= self.bases[2 * member] + epoch;
+        }
+        let chunk = k / 2;
+        if k % 2 == 1 && member == 0 {
+            return completed(2 * c) >= self.bases[2 * c] + epoch;
+        }
+        self.arrivals[self.shape.first_of(chunk) + member].reached(epoch)
+    }
+
     /// Looks at stage `s`'s group while waiting; returns why the hardware cannot finish.
     fn inspect(&mut self, s: usize, epoch: u64) -> Option<String> {
         let map = self.dev.map;
-        let Stage { a, base, .. } = self.stages[s];
+        let Stage { a, base, group_index } = self.stages[s];
         let st = self.dev.reg(a.group, &map.group.status);
         if st == status::GONE
             || self.dev.mmio.word(global::DEVICE_STATUS.offset).load(Ordering::Acquire) == status::GONE
@@ -697,43 +868,66 @@ impl HwModule {
                 a.group
             ));
         }
+        let heartbeat = self.dev.mmio.word(global::HEARTBEAT.offset).load(Ordering::Acquire);
+        if heartbeat != self.heartbeat.0 {
+            self.heartbeat = (heartbeat, Instant::now());
+        }
         let since = *self.pending_since.get_or_insert_with(Instant::now);
         if since.elapsed() < self.watchdog {
             return None;
         }
         self.pending_since = Some(Instant::now());
-        let target = base + epoch;
-        let completed = self.dev.reg(a.group, &map.group.completed_epoch);
-        if completed >= target {
+        if self.dev.served() == Some(false) {
             return Some(format!(
-                "the device completed epoch {epoch} in group {} but its release never reached this rank",
-                a.group
+                "the device stopped answering: nothing serves {} any more (its `barrier emu` daemon died?)",
+                self.dev.path.display()
             ));
         }
-        let counted = self.dev.group_word(a.group, &map.group.arrived_mask, a.member / 64).load(Ordering::Acquire)
-            >> (a.member % 64)
-            & 1
-            == 1;
-        // Only a device that has scanned since the last check can be said to have lost the
-        // arrival; one that had no chance to look (an emulator starved of CPU) is just slow.
-        // Ring the doorbell so that a live device looks again before the next check.
-        let heartbeat = self.dev.mmio.word(global::HEARTBEAT.offset).load(Ordering::Acquire);
-        let scanned = std::mem::replace(&mut self.heartbeat, heartbeat) != heartbeat;
-        self.dev.ring();
-        if completed + 1 == target && !counted {
-            if scanned {
-                if self.suspect {
-                    return Some(format!(
-                        "the device never counted this rank's arrival at epoch {epoch} in group {}",
-                        a.group
-                    ));
-                }
-                self.suspect = true;
-            }
-        } else {
-            self.suspect = false;
+        let silent = self.heartbeat.1.elapsed();
+        if silent >= self.silence {
+            return Some(format!("the device stopped answering (no heartbeat for {silent:.1?} although rung)"));
         }
-        None
+        // Ring, so that a live device scans again before the next check.
+        self.dev.ring();
+        let target = base + epoch;
+        let completed = self.dev.reg(a.group, &map.group.completed_epoch);
+        let finding = if completed >= target {
+            // The device stores COMPLETED_EPOCH before it writes the release flags: look again.
+            (!self.dev.mmio.flag(a.flag_off).reached(target)).then(|| {
+                format!("the device completed epoch {epoch} in group {} but its release never reached this rank", a.group)
+            })
+        } else if completed + 1 == target {
+            let members = self.shape.members_of(group_index);
+            let lost: Vec<usize> = (0..members)
+                .filter(|&m| {
+                    let counted = self.dev.group_word(a.group, &map.group.arrived_mask, m / 64).load(Ordering::Acquire)
+                        >> (m % 64)
+                        & 1
+                        == 1;
+                    !counted && self.member_sent(group_index, m, epoch)
+                })
+                .collect();
+            (!lost.is_empty()).then(|| {
+                format!("the device never counted the arrival of member(s) {lost:?} at epoch {epoch} in group {}", a.group)
+            })
+        } else {
+            None
+        };
+        // Only a finding that persists across a scan of the device counts: a device that had no
+        // chance to look (an emulator starved of CPU), or a release still being written, is not
+        // a fault.
+        match (finding, self.suspect.take()) {
+            (Some(f), Some((prev, seen))) if f == prev && heartbeat != seen => Some(f),
+            (Some(f), Some((prev, seen))) if f == prev => {
+                self.suspect = Some((prev, seen));
+                None
+            }
+            (Some(f), _) => {
+                self.suspect = Some((f, heartbeat));
+                None
+            }
+            (None, _) => None,
+        }
     }
 }
 
@@ -743,24 +937,36 @@ impl Module for HwModule {
     }
 
     fn arrive(&mut self, epoch: u64) -> Result<(), Error> {
-        // Recorded first: the fallback and timeout reports rely on it.
-        self.arrivals[self.rank].raise(epoch, self.wake);
         self.pending_since = None;
-        self.suspect = false;
+        self.suspect = None;
         self.flat_next = 0;
         self.step = 0;
         if self.degraded.is_none() && self.fault.load() != 0 {
             self.degrade(epoch, "another rank's hardware barrier failed".into(), false);
         }
-        // Send every arrival that does not wait for a release first.
+        if self.degraded.is_some() && epoch >= self.resume_at {
+            if !self.on_software {
+                self.on_software = true;
+                let reason = self.degraded.as_deref().unwrap_or_default();
+                self.algorithm = format!("fallback: {} ({reason})", self.software.algorithm());
+            }
+            self.arrivals[self.rank].raise(epoch, self.wake);
+            return self.software.arrive(epoch);
+        }
+        // Send every arrival that does not wait for a release first, then record the arrival
+        // (the flat fallback, timeout reports and the lost-arrival check rely on it).
         while let Some(&Step::Arrive(s)) = self.plan.get(self.step).filter(|_| self.degraded.is_none()) {
             self.send(s, epoch);
             self.step += 1;
         }
+        self.arrivals[self.rank].raise(epoch, self.wake);
         Ok(())
     }
 
     fn progress(&mut self, epoch: u64) -> Result<Poll<'_>, Error> {
+        if self.on_software {
+            return self.software.progress(epoch);
+        }
         while self.degraded.is_none() {
             match self.plan.get(self.step).copied() {
                 None => return Ok(Poll::Ready),
@@ -773,7 +979,7 @@ impl Module for HwModule {
                     if self.dev.mmio.flag(a.flag_off).reached(base + epoch) {
                         self.step += 1;
                         self.pending_since = None;
-                        self.suspect = false;
+                        self.suspect = None;
                         continue;
                     }
                     if self.fault.load() != 0 {

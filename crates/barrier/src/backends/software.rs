@@ -4,8 +4,9 @@
 //! `BARRIER_SW_ALGORITHM`. All of them signal by storing an epoch into a flag that one rank
 //! writes, and wait until a flag reaches at least the current epoch; no flag is ever reset.
 //!
-//! * **central**: a cumulative arrival counter. Barrier `e` is complete when the counter
-//!   reaches `n * e`; the rank whose `fetch_add` makes it so stores `e` into the release flag
+//! * **central**: a cumulative arrival counter: each rank adds up to the epoch it arrives at
+//!   (one per barrier). Barrier `e` is complete when the counter reaches `n * e`; the rank
+//!   whose `fetch_add` makes it so stores `e` into the release flag
 //!   that everyone else polls. One shared RMW line plus one broadcast line: cheapest when the
 //!   ranks are few and when ranks park (one futex wake releases everybody).
 //! * **dissemination**: ⌈log2 n⌉ rounds; in round `r` rank `i` stores `e` into the round-`r`
@@ -196,6 +197,8 @@ pub struct SoftwareModule {
     wake: bool,
     phase: Phase,
     step: usize,
+    /// Central: the epoch this rank last added to the counter.
+    contributed: u64,
     /// Central: the cumulative arrival counter.
     counter: Option<Shared<AtomicU64>>,
     /// Central: the release flag.
@@ -220,6 +223,7 @@ impl SoftwareModule {
             wake,
             phase: Phase::Done,
             step: 0,
+            contributed: 0,
             counter: None,
             release: None,
             inbox: Vec::new(),
@@ -286,8 +290,13 @@ impl Module for SoftwareModule {
         self.step = 0;
         match self.algo {
             Algorithm::Central | Algorithm::Auto => {
+                // Each rank adds up to its epoch (one per barrier in steady use): the counter is
+                // the sum of the ranks' epochs, n * e exactly when all of them reached e, even for
+                // a module that starts at a later epoch (the return after a hardware fault).
                 let counter = self.counter.as_ref().expect("central counter");
-                let total = counter.fetch_add(1, Ordering::AcqRel) + 1;
+                let add = epoch - self.contributed;
+                self.contributed = epoch;
+                let total = counter.fetch_add(add, Ordering::AcqRel) + add;
                 if total == self.n * epoch {
                     self.release.as_ref().expect("central release").signal(epoch, self.wake);
                 }
