@@ -131,8 +131,8 @@ fn a_rank_that_exits_early_is_named_within_seconds() {
     // has printed its own (identical) verdict.
     let first = report.failure.as_ref().expect("the waiters fail").rank;
     assert!(first < 2, "rank 2 exited cleanly; rank {first} failed");
-    for r in [first] {
-        let err = &report.stderr[r];
+    {
+        let (r, err) = (first, &report.stderr[first]);
         assert!(
             err.contains("rank 2 (world rank 2) exited with status 0 without leaving the communicator")
                 && err.contains("barrier 2 can never complete"),
