@@ -185,3 +185,158 @@ fn the_emu_daemon_serves_several_jobs_and_removes_its_device() {
     );
     assert!(!std::path::Path::new(&path).exists(), "the daemon must remove its device file");
 }
+
+/// Processes whose command line contains `needle` (their pids).
+fn processes_with(needle: &str) -> Vec<u32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let Ok(cmd) = std::fs::read(entry.path().join("cmdline")) else { continue };
+        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+        if cmd.contains(needle) && !cmd.contains("sh -c") {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+fn wait_until(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if done() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    done()
+}
+
+#[test]
+fn a_rank_that_reads_the_terminal_is_not_stopped() {
+    // `script` gives the launcher a terminal, in whose foreground it runs. Rank 0 reads what is
+    // typed (forwarded by the launcher); the other ranks read an empty input. Ranks that read
+    // the terminal from their own (background) process groups would be stopped by SIGTTIN.
+    let cmd =
+        format!("{} run -n 2 -- sh -c 'read x; echo rank $BARRIER_RANK read [$x]'", env!("CARGO_BIN_EXE_barrier"));
+    let mut child = Command::new("timeout")
+        .args(["20", "script", "-qec", &cmd, "/dev/null"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child.stdin.take().unwrap().write_all(b"hello\n").unwrap();
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{:?}: {text}", out.status);
+    assert!(text.contains("rank 0 read [hello]") && text.contains("rank 1 read []"), "{text}");
+}
+
+#[test]
+fn the_launcher_learns_how_ranks_ended_even_when_sigchld_is_ignored() {
+    let mut cmd = barrier();
+    cmd.args(["run", "-n", "2", "--", "sh", "-c", "sleep 0.5; exit 3"]);
+    // SAFETY: the closure runs between fork and exec and only calls signal(2).
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        cmd.pre_exec(|| {
+            libc::signal(libc::SIGCHLD, libc::SIG_IGN);
+            Ok(())
+        });
+    }
+    let start = Instant::now();
+    let out = cmd.output().unwrap();
+    assert!(start.elapsed() >= Duration::from_millis(450), "the launcher ended before its ranks");
+    assert_eq!(out.status.code(), Some(3), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn a_job_too_large_for_the_machine_is_refused_with_the_limit() {
+    for args in [&["run", "-n", "100000", "--", "true"][..], &["info", "-n", "100000"][..]] {
+        let start = Instant::now();
+        let out = barrier().args(args).output().unwrap();
+        assert!(start.elapsed() < Duration::from_secs(2), "{args:?} took {:?}", start.elapsed());
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("more ranks than this machine can hold") && err.contains("at most"), "{err}");
+    }
+}
+
+#[test]
+fn sigterm_stops_a_large_start_up_at_once() {
+    let (limit, _) = barrier_cli::proc::max_ranks();
+    let n = limit.saturating_sub(64).min(5000).to_string();
+    let child = barrier().args(["run", "-n", &n, "--", "sleep", "29"]).stderr(Stdio::piped()).spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let start = Instant::now();
+    // SAFETY: kill has no memory-safety preconditions.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let out = child.wait_with_output().unwrap();
+    assert!(start.elapsed() < Duration::from_millis(1500), "took {:?} after SIGTERM", start.elapsed());
+    assert_eq!(out.status.code(), Some(128 + 15));
+    assert!(wait_until(Duration::from_secs(5), || processes_with("sleep 29").is_empty()), "ranks left running");
+}
+
+#[test]
+fn ranks_behind_a_wrapper_end_when_the_launcher_is_killed() {
+    // The wrapper shell is the launcher's child; the rank is its child, which the kernel's
+    // parent-death signal does not reach. The lifeline does.
+    let marker = format!("{}", 900_000_000 + std::process::id());
+    let script = format!("\"$0\" bench-rank --iters {marker} --batch 100; exit $?");
+    let mut launcher = barrier()
+        .args(["run", "-n", "2", "--", "sh", "-c", &script, env!("CARGO_BIN_EXE_barrier")])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(wait_until(Duration::from_secs(10), || processes_with(&marker).len() == 2), "ranks did not start");
+    launcher.kill().unwrap();
+    let _ = launcher.wait();
+    assert!(
+        wait_until(Duration::from_secs(5), || processes_with(&marker).is_empty()),
+        "ranks still running after the launcher died: {:?}",
+        processes_with(&marker)
+    );
+}
+
+#[test]
+fn a_killed_daemon_is_a_device_fault_and_a_new_daemon_replaces_its_file() {
+    let path = format!("/dev/shm/barrier-cli-test-dies-{}", std::process::id());
+    let start_daemon = || {
+        let d = barrier().args(["emu", "--kind", "switch", "--device", &path]).stderr(Stdio::piped()).spawn().unwrap();
+        assert!(wait_until(Duration::from_secs(5), || std::path::Path::new(&path).exists()));
+        d
+    };
+    let mut daemon = start_daemon();
+    let job = barrier()
+        .args(["run", "-n", "2", "--timeout", "60s", "--", env!("CARGO_BIN_EXE_barrier"), "bench-rank"])
+        .args(["--iters", "400000", "--batch", "100"])
+        .env("BARRIER_BACKEND", "switch")
+        .env("BARRIER_SWITCH_DEVICE_PATH", &path)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    daemon.kill().unwrap();
+    let _ = daemon.wait();
+    let out = job.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("RESULT\tswitch\tfallback"), "{text}");
+    // The file is still there (kill -9); a new daemon replaces it instead of failing.
+    assert!(std::path::Path::new(&path).exists());
+    let mut daemon = start_daemon();
+    let mut args = vec!["run", "-n", "2", "--"];
+    args.extend(rank_program());
+    let out = barrier()
+        .args(&args)
+        .env("BARRIER_BACKEND", "switch")
+        .env("BARRIER_SWITCH_DEVICE_PATH", &path)
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("RESULT\tswitch\toffload"), "{out:?}");
+    // SAFETY: kill has no memory-safety preconditions.
+    unsafe { libc::kill(daemon.id() as i32, libc::SIGTERM) };
+    let _ = daemon.wait();
+    assert!(!std::path::Path::new(&path).exists());
+}
