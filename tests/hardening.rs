@@ -226,3 +226,178 @@ fn a_job_that_does_not_fit_the_machine_is_refused_before_anything_starts() {
     assert!(start.elapsed() < Duration::from_secs(2));
     assert!(err.contains("more ranks than this machine can hold") && err.contains("at most"), "{err}");
 }
+
+mod random_programs {
+    //! Random programs of collective calls, the same on every rank except, sometimes, one rank
+    //! that deviates (skips a call, returns early, panics). Every run must end (bounded by the
+    //! timeout, no hang), every barrier that completes must be correct, and every error must
+    //! say what happened.
+
+    use super::*;
+    use barrier::{Communicator, SharedWindow};
+    use proptest::prelude::*;
+    use std::sync::atomic::Ordering;
+
+    /// Words between two ranks' slots in a window: one 128-byte line.
+    const STRIDE: usize = 16;
+
+    #[derive(Clone, Copy, Debug)]
+    enum Op {
+        Barrier,
+        IBarrier,
+        Split(u32),
+        Dup,
+        Pop,
+        Sleep(u64),
+    }
+
+    #[derive(Clone, Copy, Debug)]
+    enum Deviation {
+        Skip,
+        Return,
+        Panic,
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            4 => Just(Op::Barrier),
+            3 => Just(Op::IBarrier),
+            1 => (1u32..4).prop_map(Op::Split),
+            1 => Just(Op::Dup),
+            1 => Just(Op::Pop),
+            1 => (0u64..300).prop_map(Op::Sleep),
+        ]
+    }
+
+    /// A barrier on `comm` checked through its window: before barrier e every rank stores e;
+    /// after it, every member's value must be e or e + 1 (a lower one is an early release).
+    fn checked<T>(
+        comm: &Communicator,
+        win: &SharedWindow,
+        run: impl FnOnce(&Communicator) -> Result<T, Error>,
+    ) -> Result<(), String> {
+        let words = win.words();
+        let e = comm.epoch() + 1;
+        words[comm.rank() * STRIDE].store(e, Ordering::Relaxed);
+        run(comm).map_err(|err| describe(&err))?;
+        for peer in 0..comm.size() {
+            let seen = words[peer * STRIDE].load(Ordering::Relaxed);
+            if seen < e || seen > e + 1 {
+                return Err(format!("VIOLATION: after barrier {e} rank {} saw rank {peer} at {seen}", comm.rank()));
+            }
+        }
+        Ok(())
+    }
+
+    /// Every error must be one that says what happened; anything else fails the test.
+    fn describe(err: &Error) -> String {
+        let msg = err.to_string();
+        let named = match err {
+            Error::Timeout { missing, missing_world, .. } => {
+                !missing.is_empty() && missing.len() == missing_world.len()
+            }
+            Error::RankLeft { .. } | Error::Broken(_) | Error::Aborted { .. } | Error::RequestPending => true,
+            _ => false,
+        };
+        if named && !msg.is_empty() {
+            format!("error: {msg}")
+        } else {
+            format!("UNEXPLAINED: {err:?}")
+        }
+    }
+
+    fn with_window(comm: Communicator) -> Result<(Communicator, SharedWindow), String> {
+        let win = comm.shared_window(comm.size() * STRIDE).map_err(|e| describe(&e))?;
+        Ok((comm, win))
+    }
+
+    fn run_rank(
+        world: Communicator,
+        ops: &[Op],
+        seed: u64,
+        deviation: Option<(usize, usize, Deviation)>,
+    ) -> Result<(), String> {
+        let me = world.rank();
+        let mut rng = seed ^ (me as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        let mut stack = vec![with_window(world)?];
+        for (i, &op) in ops.iter().enumerate() {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            if rng.is_multiple_of(4) {
+                std::thread::sleep(Duration::from_micros(rng % 200));
+            }
+            match deviation {
+                Some((who, at, Deviation::Skip)) if who == me && at == i => continue,
+                Some((who, at, Deviation::Return)) if who == me && at == i => return Ok(()),
+                Some((who, at, Deviation::Panic)) if who == me && at == i => panic!("rank {me} deviates by panicking"),
+                _ => {}
+            }
+            let (comm, win) = stack.last().expect("the world stays");
+            match op {
+                Op::Barrier => checked(comm, win, |c| c.barrier())?,
+                Op::IBarrier => checked(comm, win, |c| {
+                    let mut req = c.ibarrier()?;
+                    while !req.test()? {
+                        std::thread::yield_now();
+                    }
+                    Ok(())
+                })?,
+                Op::Split(k) => {
+                    let sub = comm.split(comm.rank() as u32 % k, 0).map_err(|e| describe(&e))?;
+                    stack.push(with_window(sub.expect("every rank has a color"))?);
+                }
+                Op::Dup => {
+                    let dup = comm.dup().map_err(|e| describe(&e))?;
+                    stack.push(with_window(dup)?);
+                }
+                Op::Pop => {
+                    if stack.len() > 1 {
+                        stack.pop();
+                    }
+                }
+                Op::Sleep(us) => std::thread::sleep(Duration::from_micros(us)),
+            }
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 40, ..ProptestConfig::default() })]
+
+        #[test]
+        fn random_collective_programs_end_correct_or_explained(
+            n in 2usize..=8,
+            ops in proptest::collection::vec(op(), 1..24),
+            seed in any::<u64>(),
+            timeout_ms in 50u64..400,
+            deviation in proptest::option::weighted(0.5, (0usize..8, 0usize..24, prop_oneof![
+                Just(Deviation::Skip), Just(Deviation::Return), Just(Deviation::Panic)
+            ])),
+        ) {
+            let deviation = deviation.map(|(who, at, how)| (who % n, at % ops.len(), how));
+            let p = Params::defaults_only().set("BARRIER_TIMEOUT", format!("{timeout_ms}ms"));
+            let program = ops.clone();
+            let outcome = within(Duration::from_secs(60), "a random program", move || {
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    Job::new(n).params(p).run(|w| run_rank(w, &program, seed, deviation))
+                }))
+            });
+            match outcome {
+                // Only the deviating rank may panic, and only on purpose.
+                Err(_) => prop_assert!(matches!(deviation, Some((_, _, Deviation::Panic))), "unexpected panic"),
+                Ok(Err(e)) => prop_assert!(false, "the job itself failed: {e}"),
+                Ok(Ok(results)) => {
+                    for (rank, r) in results.iter().enumerate() {
+                        if let Err(msg) = r {
+                            prop_assert!(!msg.starts_with("VIOLATION") && !msg.starts_with("UNEXPLAINED"), "rank {rank}: {msg}");
+                        }
+                    }
+                    if deviation.is_none() {
+                        prop_assert!(results.iter().all(|r| r.is_ok()), "a faithful program failed: {results:?}");
+                    }
+                }
+            }
+        }
+    }
+}
