@@ -453,3 +453,27 @@ fn a_group_stays_with_its_job_while_any_member_lives_and_an_abandoned_claim_is_f
     drop(emu);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn a_chunk_leader_that_computes_inside_an_ibarrier_is_not_a_lost_arrival() {
+    // 130 ranks on the switch: chunks led by ranks 0 and 65. Rank 65 starts each ibarrier and
+    // computes for 300 ms before it completes it: its chunk's gather group completes long
+    // before it sends its arrival to the root. That is a slow rank, not a lost arrival, however
+    // many 20 ms watchdogs rank 0 sees pass at the root.
+    let emu = Emulator::start(Config::new(&barrier_hw::SWITCH)).unwrap();
+    let p = params("switch", &emu).set("BARRIER_TIMEOUT", "120s");
+    let out = job(130)
+        .params(p)
+        .run(|w| {
+            for _ in 0..4 {
+                let req = w.ibarrier().unwrap();
+                if w.rank() == 65 {
+                    std::thread::sleep(Duration::from_millis(300));
+                }
+                req.wait().unwrap();
+            }
+            w.algorithm()
+        })
+        .unwrap();
+    assert!(out.iter().all(|a| a.starts_with("offload tree")), "{:?}", out[0]);
+}

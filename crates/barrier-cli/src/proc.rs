@@ -30,12 +30,20 @@ pub fn poll_readable(fds: &[RawFd], timeout: Duration) -> Vec<usize> {
     pfds.iter().enumerate().filter(|(_, p)| p.revents != 0).map(|(i, _)| i).collect()
 }
 
-/// How a child ended, if it has: reaps exactly that child (never another process's).
+/// How a child ended, if it has: reaps exactly that child (never another process's). A child
+/// that someone else already reaped (another thread's `waitpid(-1)`) has ended with a status
+/// nobody can learn any more: reported as a clean exit.
 pub fn try_reap(pid: u32) -> Option<libc::c_int> {
     let mut status: libc::c_int = 0;
     // SAFETY: `status` is a live local that waitpid writes into; WNOHANG never blocks.
     let rc = unsafe { libc::waitpid(pid as libc::pid_t, &mut status, libc::WNOHANG) };
-    (rc == pid as libc::pid_t).then_some(status)
+    if rc == pid as libc::pid_t {
+        Some(status)
+    } else if rc < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ECHILD) {
+        Some(0)
+    } else {
+        None
+    }
 }
 
 /// Blocks until child `pid` ends and reaps it.

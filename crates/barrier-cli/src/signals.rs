@@ -5,7 +5,8 @@
 //! a guard that puts back whatever handlers were there before (a library function must not
 //! leave its handlers behind), and while the guard lives, SIGCHLD has its default action: a
 //! caller that ignores SIGCHLD would otherwise make the kernel reap the ranks before the
-//! launcher can learn how they ended.
+//! launcher can learn how they ended. (One launch at a time per process: the handlers and the
+//! received signal are process-wide.)
 
 use std::sync::atomic::{AtomicI32, Ordering};
 
@@ -42,6 +43,8 @@ fn set(sig: libc::c_int, action: &libc::sigaction) -> libc::sigaction {
 /// Installs the handler for SIGINT, SIGTERM and SIGHUP, sets SIGCHLD to its default action,
 /// and forgets any earlier signal. The previous state comes back when the guard is dropped.
 pub fn install() -> Installed {
+    // Forget earlier signals first: one arriving while the handlers go in must not be lost.
+    RECEIVED.store(0, Ordering::SeqCst);
     // SAFETY: sigaction is plain data; every field used is set below.
     let mut handler: libc::sigaction = unsafe { std::mem::zeroed() };
     handler.sa_sigaction = on_signal as *const () as usize;
@@ -54,7 +57,6 @@ pub fn install() -> Installed {
     // SAFETY: sa_mask is a live sigset_t inside `default`.
     unsafe { libc::sigemptyset(&mut default.sa_mask) };
     previous.push((libc::SIGCHLD, set(libc::SIGCHLD, &default)));
-    RECEIVED.store(0, Ordering::SeqCst);
     Installed { previous }
 }
 

@@ -62,25 +62,44 @@ impl DeviceFile {
     /// A named device at `path`, removed when this value is dropped. A file already there is
     /// replaced if nothing serves it (left behind by a daemon that died); if another emulator
     /// serves it, this fails with `AddrInUse`.
+    ///
+    /// The new file is created under a temporary name and locked before it appears at `path`
+    /// (a link for a new path, a rename over a stale file whose lock this process holds), so no
+    /// other daemon can ever see it unlocked and take it for stale.
     pub fn create_at(map: &'static DeviceMap, path: &Path) -> std::io::Result<DeviceFile> {
-        let fd = match create_file(path, map.size) {
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                Self::remove_if_stale(path)?;
-                create_file(path, map.size)?
+        let tmp = path.with_file_name(format!(
+            ".{}.{}.new",
+            path.file_name().map_or_else(|| "device".into(), |n| n.to_string_lossy()),
+            std::process::id()
+        ));
+        let fd = create_file(&tmp, map.size)?;
+        let publish = (|| {
+            if !barrier::sys::flock_exclusive(fd.as_raw_fd())? {
+                return Err(std::io::Error::new(std::io::ErrorKind::AddrInUse, "the new device file is locked"));
             }
-            other => other?,
-        };
+            match std::fs::hard_link(&tmp, path) {
+                Ok(()) => Ok(()),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                    // Held (locked) until the rename has replaced it: no other daemon can take it.
+                    let _stale = Self::lock_stale(path)?;
+                    std::fs::rename(&tmp, path)
+                }
+                Err(e) => Err(e),
+            }
+        })();
+        let _ = std::fs::remove_file(&tmp);
+        publish?;
         Self::finish(map, fd, path.to_path_buf(), true)
     }
 
-    /// Removes `path` if no emulator holds its lock; `AddrInUse` if one does.
-    fn remove_if_stale(path: &Path) -> std::io::Result<()> {
+    /// Opens and locks the file at `path` if no emulator serves it; `AddrInUse` if one does.
+    fn lock_stale(path: &Path) -> std::io::Result<std::fs::File> {
         let existing = std::fs::OpenOptions::new().read(true).write(true).open(path)?;
         // A driver probing the file holds a shared lock for an instant: try a few times.
         for _ in 0..20 {
             if barrier::sys::flock_exclusive(existing.as_raw_fd())? {
                 tracing::info!(path = %path.display(), "replacing a device file nothing serves any more");
-                return std::fs::remove_file(path);
+                return Ok(existing);
             }
             std::thread::sleep(std::time::Duration::from_millis(5));
         }
@@ -96,6 +115,7 @@ impl DeviceFile {
         path: PathBuf,
         remove_on_drop: bool,
     ) -> std::io::Result<DeviceFile> {
+        // (Already ours for a named device; a no-op then.)
         if !barrier::sys::flock_exclusive(fd.as_raw_fd())? {
             return Err(std::io::Error::new(std::io::ErrorKind::AddrInUse, "the new device file is locked"));
         }
@@ -149,8 +169,17 @@ impl std::ops::Deref for DeviceFile {
 
 impl Drop for DeviceFile {
     fn drop(&mut self) {
-        if self.remove_on_drop {
+        // Only if the path still names this file (another daemon may have replaced it).
+        if self.remove_on_drop && same_file(&self.path, &self.fd) {
             let _ = std::fs::remove_file(&self.path);
         }
     }
+}
+
+fn same_file(path: &Path, fd: &OwnedFd) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(at_path) = std::fs::metadata(path) else { return false };
+    let Ok(dup) = fd.try_clone() else { return false };
+    let Ok(ours) = std::fs::File::from(dup).metadata() else { return false };
+    (at_path.dev(), at_path.ino()) == (ours.dev(), ours.ino())
 }

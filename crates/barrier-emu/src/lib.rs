@@ -308,7 +308,7 @@ impl Engine {
                 }
             }
             // Idle: sleep until a doorbell (or 200 ms, to notice `stop` and collect garbage).
-            let _ = idle_wait.wait(doorbell(&self.dev), seen + 1, &Unwatched, None);
+            let _ = idle_wait.wait(doorbell(&self.dev), seen + 1, &Unwatched);
         }
     }
 
@@ -633,11 +633,20 @@ impl Engine {
             owner.store(0, Ordering::Release);
             changed = true;
         }
+        // IOMMU entries the same way: mark, look at the lock again, then free or give back (a
+        // plain store could free an entry that was released and claimed again meanwhile).
         for i in 0..IOMMU_ENTRIES as usize {
             let state = self.dev.word(m.iommu_entry(i) + 24);
-            if state.load(Ordering::Acquire) != IOMMU_FREE && !barrier::sys::ofd_held(fd, m.iommu_lock(i), 1) {
-                state.store(IOMMU_FREE, Ordering::Release);
+            let seen = state.load(Ordering::Acquire);
+            if seen == IOMMU_FREE || seen == FREEING || barrier::sys::ofd_held(fd, m.iommu_lock(i), 1) {
+                continue;
             }
+            if state.compare_exchange(seen, FREEING, Ordering::AcqRel, Ordering::Acquire).is_err() {
+                continue;
+            }
+            std::sync::atomic::fence(Ordering::SeqCst);
+            let back = if barrier::sys::ofd_held(fd, m.iommu_lock(i), 1) { seen } else { IOMMU_FREE };
+            state.store(back, Ordering::Release);
         }
         if changed {
             self.refresh();
@@ -645,7 +654,8 @@ impl Engine {
     }
 }
 
-/// OWNER while the collector decides whether to free a group (no driver id is all ones).
+/// OWNER (or an IOMMU entry's state) while the collector decides whether to free it (no driver
+/// id or entry state is all ones).
 const FREEING: u64 = u64::MAX;
 
 fn spin_for(d: Duration) {

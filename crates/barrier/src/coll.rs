@@ -57,7 +57,7 @@ impl<'a> Ctrl<'a> {
             self.region.ctrl_release().signal(e, true);
         }
         let watch = PeerWatch::new(self.region, self.members, self.rank, Need::Control(e), self.stall);
-        self.wait.wait(self.region.ctrl_release(), e, &watch, None).map_err(|w| watch.error(w))
+        self.wait.wait(self.region.ctrl_release(), e, &watch).map_err(|w| watch.error(w))
     }
 
     /// Every rank's `words` (at most `EXCHANGE_WORDS - 1`), indexed by rank.

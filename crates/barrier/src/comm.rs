@@ -363,6 +363,7 @@ impl Communicator {
         self.check_usable()?;
         let epoch = self.epoch.get() + 1;
         self.epoch.set(epoch);
+        self.arrival.signal(epoch, false);
         self.engine.borrow_mut().arrive(epoch).map_err(|e| self.module_error(e, epoch))?;
         Ok(epoch)
     }
@@ -382,13 +383,13 @@ impl Communicator {
                 Ok(Poll::Ready) => return Ok(()),
                 Ok(Poll::Pending { flag, target, recheck: None }) => self
                     .wait
-                    .wait(flag, target, &watch, Some((&self.arrival, epoch)))
+                    .wait(flag, target, &watch)
                     .map_err(|w| self.wait_error(&watch, w, epoch))?,
                 Ok(Poll::Pending { flag, target, recheck: Some(slice) }) => {
                     let budget =
                         WaitConfig { timeout: self.wait.timeout.map(|t| t.saturating_sub(waited)), ..self.wait };
                     let started = std::time::Instant::now();
-                    match budget.wait_or_recheck(flag, target, &watch, Some((&self.arrival, epoch)), Some(slice)) {
+                    match budget.wait_or_recheck(flag, target, &watch, Some(slice)) {
                         Ok(()) => {}
                         Err(WaitError::Recheck) => waited += started.elapsed(),
                         Err(WaitError::Timeout(d)) => {
@@ -413,6 +414,10 @@ impl Communicator {
         self.check_usable()?;
         let epoch = self.epoch.get() + 1;
         self.epoch.set(epoch);
+        // This rank's record that it called barrier `epoch` (one store to a line only it
+        // writes; others read it only to explain a wait: who has not arrived, whether a rank
+        // that is gone had done its part).
+        self.arrival.signal(epoch, false);
         let mut engine = self.engine.borrow_mut();
         if let Err(e) = engine.arrive(epoch) {
             return Err(self.module_error(e, epoch));
@@ -425,8 +430,6 @@ impl Communicator {
     /// pending per communicator.
     pub fn ibarrier(&self) -> Result<Request<'_>> {
         let epoch = self.start()?;
-        // A request may be tested for ever without waiting: record the arrival now.
-        self.arrival.raise(epoch, false);
         self.set_pending(true);
         let started = self.wait.timeout.map(|_| std::time::Instant::now());
         Ok(Request { comm: self, watch: self.watch(epoch), epoch, done: false, started, polls: 0 })
@@ -530,12 +533,15 @@ impl Drop for Communicator {
     /// for it in a later barrier or collective stop with [`Error::RankLeft`] instead of hanging.
     fn drop(&mut self) {
         let epoch = self.epoch.get();
+        // Dropped while unwinding: a barrier may have been cut short by the panic.
+        let panicking = std::thread::panicking();
         let completed = match (self.state.get(), self.failed_epoch.get()) {
             (_, Some(failed)) => failed - 1,
             (PENDING, None) => epoch - 1,
+            _ if panicking => epoch.saturating_sub(1),
             _ => epoch,
         };
-        self.region.depart(self.rank, completed, self.state.get() == BROKEN);
+        self.region.depart(self.rank, completed, self.state.get() == BROKEN || panicking);
     }
 }
 

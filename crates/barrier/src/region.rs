@@ -14,8 +14,8 @@
 //! fault           epoch at which a rank saw its hardware module fail (0: none)
 //! departures      how many ranks have left (dropped) the communicator
 //! departed[n]     rank r's last completed epoch + 1 once it left (0: still a member)
-//! arrival[n]      rank r's last epoch waited for (timeout diagnostics, written when a wait
-//!                 outlasts its spin phase)
+//! arrival[n]      rank r's last barrier called (written first in every barrier)
+//! sent[n]         hardware modules: the arrivals rank r has sent, as (epoch << 2) | count
 //! exchange[n]     rank r's words for allgather (one line each)
 //! diss[n][R]      dissemination: round r flag of rank i, written by (i - 2^r) mod n
 //! tourn[n][R]     tournament: round r flag of winner i, written by its opponent
@@ -67,6 +67,7 @@ pub(crate) struct RegionLayout {
     departures: usize,
     departed: usize,
     arrival: usize,
+    sent: usize,
     exchange: usize,
     diss: usize,
     tourn: usize,
@@ -94,6 +95,7 @@ impl RegionLayout {
         let departures = take(1);
         let departed = take(n);
         let arrival = take(n);
+        let sent = take(n);
         let exchange = take(n);
         let diss = take(n * r);
         let tourn = take(n * r);
@@ -112,6 +114,7 @@ impl RegionLayout {
             departures,
             departed,
             arrival,
+            sent,
             exchange,
             diss,
             tourn,
@@ -232,6 +235,10 @@ impl Region {
     pub fn arrivals(&self) -> &[Flag] {
         self.flags(self.layout.arrival, self.layout.n)
     }
+    /// Hardware modules: what each rank has sent to the device, as `(epoch << 2) | sends`.
+    pub fn sent(&self) -> &[Flag] {
+        self.flags(self.layout.sent, self.layout.n)
+    }
     pub fn exchange(&self) -> &[ExchangeLine] {
         self.seg.slice(self.base + self.layout.exchange, self.layout.n)
     }
@@ -322,6 +329,7 @@ mod tests {
                 (l.departures, 1),
                 (l.departed, n),
                 (l.arrival, n),
+                (l.sent, n),
                 (l.exchange, n),
                 (l.diss, n * r),
                 (l.tourn, n * r),

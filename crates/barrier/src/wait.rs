@@ -335,19 +335,9 @@ impl Watch for Unwatched {
 
 impl WaitConfig {
     /// Waits until `flag` reaches `epoch`, following the policy.
-    ///
-    /// `mark`, if given, is a flag and value stored once the wait outlasts the spin phase: the
-    /// communicator records the rank's arrival there for timeout reports, which costs nothing on
-    /// fast barriers and is always in place long before any timeout can fire.
     #[inline(always)]
-    pub fn wait(
-        &self,
-        flag: &Flag,
-        epoch: u64,
-        watch: &dyn Watch,
-        mark: Option<(&Flag, u64)>,
-    ) -> Result<(), WaitError> {
-        self.wait_or_recheck(flag, epoch, watch, mark, None)
+    pub fn wait(&self, flag: &Flag, epoch: u64, watch: &dyn Watch) -> Result<(), WaitError> {
+        self.wait_or_recheck(flag, epoch, watch, None)
     }
 
     /// [`WaitConfig::wait`] that also returns [`WaitError::Recheck`] once `recheck` has passed
@@ -358,7 +348,6 @@ impl WaitConfig {
         flag: &Flag,
         epoch: u64,
         watch: &dyn Watch,
-        mark: Option<(&Flag, u64)>,
         recheck: Option<Duration>,
     ) -> Result<(), WaitError> {
         // A few checks inline: at 2 spinning ranks the partner's store usually lands within
@@ -369,7 +358,7 @@ impl WaitConfig {
             }
             std::hint::spin_loop();
         }
-        self.wait_slow(flag, epoch, watch, mark, recheck)
+        self.wait_slow(flag, epoch, watch, recheck)
     }
 
     #[cold]
@@ -379,7 +368,6 @@ impl WaitConfig {
         flag: &Flag,
         epoch: u64,
         watch: &dyn Watch,
-        mark: Option<(&Flag, u64)>,
         recheck: Option<Duration>,
     ) -> Result<(), WaitError> {
         // Spin phase: no clock reads, no stores.
@@ -388,9 +376,6 @@ impl WaitConfig {
                 return Ok(());
             }
             std::hint::spin_loop();
-        }
-        if let Some((mark, value)) = mark {
-            mark.raise(value, false);
         }
         let start = Instant::now();
         let check = |start: Instant| -> Result<(), WaitError> {
@@ -453,7 +438,7 @@ mod tests {
         for _ in 0..200 {
             let flag = Arc::new(Flag::default());
             let f2 = flag.clone();
-            let t = std::thread::spawn(move || cfg(WaitPolicy::Park, None).wait(&f2, 1, &Unwatched, None));
+            let t = std::thread::spawn(move || cfg(WaitPolicy::Park, None).wait(&f2, 1, &Unwatched));
             std::thread::yield_now();
             flag.signal(1, true);
             assert_eq!(t.join().unwrap(), Ok(()));
@@ -464,7 +449,7 @@ mod tests {
     fn wait_times_out_and_reports_how_long() {
         let flag = Flag::default();
         for policy in [WaitPolicy::Spin, WaitPolicy::Park] {
-            let r = cfg(policy, Some(Duration::from_millis(30))).wait(&flag, 1, &Unwatched, None);
+            let r = cfg(policy, Some(Duration::from_millis(30))).wait(&flag, 1, &Unwatched);
             match r {
                 Err(WaitError::Timeout(d)) => assert!(d >= Duration::from_millis(30)),
                 other => panic!("expected timeout, got {other:?}"),
@@ -481,7 +466,7 @@ mod tests {
             }
         }
         let flag = Flag::default();
-        assert_eq!(cfg(WaitPolicy::Park, None).wait(&flag, 1, &Dead, None), Err(WaitError::Aborted(3)));
+        assert_eq!(cfg(WaitPolicy::Park, None).wait(&flag, 1, &Dead), Err(WaitError::Aborted(3)));
     }
 
     #[test]

@@ -10,10 +10,8 @@
 //!    region's `departed` line: the last barrier it completed) before the barrier this rank
 //!    waits in, or before the control epoch this rank waits for;
 //! 3. **a member exited without leaving** (the launcher or thread mode marked it in the rank
-//!    table, but it never dropped the communicator: `std::process::exit`, a leaked handle):
-//!    at once in the control plane if it never reached the control epoch; in a barrier after
-//!    [`EXIT_GRACE`], because whether it completed that barrier is not recorded (a rank that
-//!    did complete it cannot hold anyone up for that long).
+//!    table, but it never dropped the communicator: `std::process::exit`, a leaked handle)
+//!    before it arrived where this rank waits (every rank records each arrival first).
 //!
 //! And it reports a **stall** once per wait: after `BARRIER_STALL_REPORT` (default 30 s) it
 //! prints the ranks not yet arrived, in world ranks, and keeps waiting.
@@ -28,8 +26,8 @@ use crate::region::Region;
 use crate::shm::Segment;
 use crate::wait::{WaitError, Watch};
 
-/// How long a wait goes on after a member exited without leaving the communicator, or left it
-/// after one of its own calls failed.
+/// How long a wait goes on, once every live member has arrived, after a member left the
+/// communicator because one of its own calls failed (it may still have had a part to play).
 pub(crate) const EXIT_GRACE: Duration = Duration::from_secs(1);
 
 /// What the waiting rank needs from its peers.
@@ -69,7 +67,7 @@ pub(crate) struct PeerWatch<'a> {
     pub need: Need,
     /// Report a stall after this long (None: never).
     pub stall: Option<Duration>,
-    /// When this wait first saw a member that left after a failure or exited without leaving.
+    /// When this wait first found only a member that left after a failure to blame.
     exit_seen: Cell<Option<Instant>>,
     /// The first check (the wait's slow path began): hardware waits come back every recheck
     /// slice, so the waited time the wait layer passes restarts; this does not.
@@ -114,14 +112,20 @@ impl<'a> PeerWatch<'a> {
 
     /// A member that left (or exited) before doing its part of this wait.
     ///
-    /// A member that left cleanly is named at once. One that left after its own call failed
-    /// (a consequence, usually of the same cause this rank is about to see, such as a shared
-    /// timeout) and one that exited without leaving (whether it did its part is not recorded)
-    /// are named only if this wait is still stuck [`EXIT_GRACE`] after they were first seen.
+    /// Every rank records its arrival at each barrier (and each control epoch) before anything
+    /// else, so whether a member that is gone had arrived is known exactly:
+    ///
+    /// * one that left cleanly (dropped the communicator) before completing what is needed
+    ///   never arrived: named at once;
+    /// * one that exited without leaving and had not arrived: named at once; one that had
+    ///   arrived exited after completing the barrier (a rank cannot exit from inside one), so
+    ///   it holds nobody up;
+    /// * one that left after its own call failed had perhaps arrived but not finished its part
+    ///   (a dissemination round): named only once every live member has arrived and the wait
+    ///   is still stuck [`EXIT_GRACE`] later. Until then the live members that have not
+    ///   arrived are the better answer (the waiter's own timeout names them).
     fn hopeless_member(&self) -> Option<usize> {
-        // Causes first: a member that exited without leaving is more likely the cause than one
-        // that left after its own call failed.
-        let (mut exited, mut after_failure) = (None, None);
+        let mut after_failure = None;
         if self.region.departures() > 0 {
             for r in 0..self.members.len() {
                 let Some((completed, failed)) = self.region.departed(r) else { continue };
@@ -129,30 +133,30 @@ impl<'a> PeerWatch<'a> {
                     Need::Barrier(e) => completed < e,
                     Need::Control(c) => self.region.ctrl_reached(r) < c,
                 };
-                if gone_early && !failed {
+                if !gone_early {
+                    continue;
+                }
+                if !failed || !self.reached(r) {
                     return Some(r);
                 }
-                if gone_early {
-                    after_failure.get_or_insert(r);
-                }
+                after_failure.get_or_insert(r);
             }
         }
         if self.seg().exit_count() > 0 {
             for (r, &world) in self.members.iter().enumerate() {
-                if r == self.rank || self.region.departed(r).is_some() || self.seg().exited(world).is_none() {
-                    continue;
-                }
-                match self.need {
-                    Need::Control(_) if !self.reached(r) => return Some(r),
-                    Need::Control(_) => {}
-                    Need::Barrier(_) => {
-                        exited.get_or_insert(r);
-                    }
+                if r != self.rank
+                    && self.region.departed(r).is_none()
+                    && self.seg().exited(world).is_some()
+                    && !self.reached(r)
+                {
+                    return Some(r);
                 }
             }
         }
-        match exited.or(after_failure) {
-            Some(r) if since(&self.exit_seen).elapsed() >= EXIT_GRACE => Some(r),
+        let everyone_alive_arrived =
+            || (0..self.members.len()).all(|r| self.reached(r) || self.region.departed(r).is_some());
+        match after_failure {
+            Some(r) if everyone_alive_arrived() && since(&self.exit_seen).elapsed() >= EXIT_GRACE => Some(r),
             _ => None,
         }
     }

@@ -26,7 +26,7 @@ fn a_parked_waiter_always_sees_the_signal() {
         let flag = Arc::new(Flag::default());
         let waiter = {
             let flag = flag.clone();
-            thread::spawn(move || parking().wait(&flag, 1, &Unwatched, None))
+            thread::spawn(move || parking().wait(&flag, 1, &Unwatched))
         };
         flag.signal(1, true);
         assert_eq!(waiter.join().unwrap(), Ok(()));
@@ -39,7 +39,7 @@ fn a_waiter_for_a_later_epoch_sleeps_through_earlier_signals_and_wakes_at_its_ow
         let flag = Arc::new(Flag::default());
         let waiter = {
             let flag = flag.clone();
-            thread::spawn(move || parking().wait(&flag, 2, &Unwatched, None))
+            thread::spawn(move || parking().wait(&flag, 2, &Unwatched))
         };
         flag.signal(1, true);
         flag.signal(2, true);

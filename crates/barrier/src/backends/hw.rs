@@ -413,9 +413,21 @@ struct Attachment {
     owner: u64,
 }
 
+/// A group owner id: random, so that no two claims share one, whatever their processes' pid
+/// namespaces or pid reuse (0 is "free" and all ones is the collector's mark).
 fn owner_id() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
     static NEXT: AtomicU64 = AtomicU64::new(1);
-    (std::process::id() as u64) << 32 | (NEXT.fetch_add(1, Ordering::Relaxed) & 0xffff_ffff)
+    loop {
+        // RandomState is seeded from the operating system's random source.
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u64(NEXT.fetch_add(1, Ordering::Relaxed));
+        h.write_u32(std::process::id());
+        let id = h.finish();
+        if id != 0 && id != u64::MAX {
+            return id;
+        }
+    }
 }
 
 impl Backend for HwBackend {
@@ -528,17 +540,6 @@ impl Backend for HwBackend {
             report[1 + i] =
                 stages.iter().find(|s| s.group_index == k).map_or(0, |s| dev.mmio.flag(s.a.flag_off).load());
         }
-        let all = ctx.allgather(&report).map_err(coll)?;
-        // Each group starts after the highest epoch any of its members' flags already holds.
-        let mut bases = vec![0u64; shape.groups()];
-        for (rank, words) in all.iter().enumerate() {
-            for (i, &(k, _)) in shape.roles(rank).iter().enumerate() {
-                bases[k] = bases[k].max(words[1 + i]);
-            }
-        }
-        for st in &mut stages {
-            st.base = bases[st.group_index];
-        }
         let region = ctx.region;
         let silence = (self.watchdog(q.params) * 10).max(Duration::from_secs(1));
         let mut module = HwModule {
@@ -546,8 +547,7 @@ impl Backend for HwBackend {
             plan: shape.plan(q.rank),
             stages,
             shape,
-            groups: groups.clone(),
-            bases,
+            bases: vec![0; shape.groups()],
             step: 0,
             n: q.size,
             wake: ctx.policy.wakes(),
@@ -558,6 +558,7 @@ impl Backend for HwBackend {
             heartbeat: (0, Instant::now()),
             fault: region.shared_flag(region.fault()),
             arrivals: region.arrivals().iter().map(|f| region.shared_flag(f)).collect(),
+            sent: region.sent().iter().map(|f| region.shared_flag(f)).collect(),
             rank: q.rank,
             degraded: None,
             resume_at: u64::MAX,
@@ -566,6 +567,17 @@ impl Backend for HwBackend {
             flat_next: 0,
             algorithm: String::from("offload"),
         };
+        // From here on the module owns the attachments: an error below detaches them.
+        let all = ctx.allgather(&report).map_err(coll)?;
+        // Each group starts after the highest epoch any of its members' flags already holds.
+        for (rank, words) in all.iter().enumerate() {
+            for (i, &(k, _)) in shape.roles(rank).iter().enumerate() {
+                module.bases[k] = module.bases[k].max(words[1 + i]);
+            }
+        }
+        for st in &mut module.stages {
+            st.base = module.bases[st.group_index];
+        }
         if all.iter().any(|w| w[0] == 0) {
             return Err(Decline::new(
                 error.unwrap_or_else(|| "attaching to the device's groups failed on another rank".into()),
@@ -693,6 +705,17 @@ impl TreeShape {
         (chunk * self.n).div_ceil(self.chunks)
     }
 
+    /// The rank that is member `member` of group `k`.
+    fn rank_of(&self, k: usize, member: usize) -> usize {
+        if self.chunks == 1 {
+            member
+        } else if k == 2 * self.chunks {
+            self.first_of(member)
+        } else {
+            self.first_of(k / 2) + member
+        }
+    }
+
     /// Members of group `k`.
     pub fn members_of(&self, k: usize) -> usize {
         if self.chunks == 1 {
@@ -750,8 +773,7 @@ pub struct HwModule {
     stages: Vec<Stage>,
     plan: Vec<Step>,
     shape: TreeShape,
-    /// Device group of every group of the shape, and its epoch base.
-    groups: Vec<usize>,
+    /// The epoch base of every group of the shape.
     bases: Vec<u64>,
     /// Next step of the plan for the current epoch.
     step: usize,
@@ -770,6 +792,8 @@ pub struct HwModule {
     heartbeat: (u64, Instant),
     fault: Shared<Flag>,
     arrivals: Vec<Shared<Flag>>,
+    /// Every rank's record of the arrivals it has sent: `(epoch << 2) | sends so far`.
+    sent: Vec<Shared<Flag>>,
     degraded: Option<String>,
     /// After a fault: the epoch from which the software algorithm runs (fault epoch + 2).
     resume_at: u64,
@@ -829,26 +853,20 @@ impl HwModule {
         // with the member/sequence word written above.
         self.dev.mmio.word(a.slot + 32).store(words[4], Ordering::Release);
         self.dev.ring();
+        // For the lost-arrival check of whoever waits on this group: how many of this rank's
+        // arrivals (in plan order) it has sent for this epoch.
+        let sends = self.plan[..=self.step].iter().filter(|s| matches!(s, Step::Arrive(_))).count() as u64;
+        self.sent[self.rank].signal(epoch << 2 | sends, false);
     }
 
-    /// Whether member `member` of the shape's group `k` has sent its arrival for `epoch`, as
-    /// far as host memory and the device's completed epochs show: a rank records its arrival
-    /// after sending the arrivals that need no wait; a chunk leader sends to the root once its
-    /// chunk's gather group completed, and to its broadcast group once the root completed.
+    /// Whether member `member` of the shape's group `k` has sent its arrival for `epoch`: its
+    /// rank records, after each send, how many of its arrivals (in plan order) it has sent.
     fn member_sent(&self, k: usize, member: usize, epoch: u64) -> bool {
-        let completed = |k: usize| self.dev.reg(self.groups[k], &self.dev.map.group.completed_epoch);
-        let c = self.shape.chunks;
-        if c == 1 {
-            return self.arrivals[member].reached(epoch);
-        }
-        if k == 2 * c {
-            return completed(2 * member) >= self.bases[2 * member] + epoch;
-        }
-        let chunk = k / 2;
-        if k % 2 == 1 && member == 0 {
-            return completed(2 * c) >= self.bases[2 * c] + epoch;
-        }
-        self.arrivals[self.shape.first_of(chunk) + member].reached(epoch)
+        let rank = self.shape.rank_of(k, member);
+        let stage = self.shape.roles(rank).iter().position(|&(g, _)| g == k).expect("a member of its group");
+        let arrivals = self.shape.plan(rank).into_iter().filter(|s| matches!(s, Step::Arrive(_)));
+        let nth = arrivals.into_iter().position(|s| s == Step::Arrive(stage)).expect("every stage has an arrival");
+        self.sent[rank].load() >= (epoch << 2 | (nth as u64 + 1))
     }
 
     /// Looks at stage `s`'s group while waiting; returns why the hardware cannot finish.
@@ -916,8 +934,10 @@ impl HwModule {
         // Only a finding that persists across a scan of the device counts: a device that had no
         // chance to look (an emulator starved of CPU), or a release still being written, is not
         // a fault.
+        // (Two heartbeats: the pass under way at the first finding may have scanned this group
+        // already; the next one started after it, so it has scanned since.)
         match (finding, self.suspect.take()) {
-            (Some(f), Some((prev, seen))) if f == prev && heartbeat != seen => Some(f),
+            (Some(f), Some((prev, seen))) if f == prev && heartbeat >= seen + 2 => Some(f),
             (Some(f), Some((prev, seen))) if f == prev => {
                 self.suspect = Some((prev, seen));
                 None
