@@ -60,20 +60,20 @@ fn main() -> ExitCode {
         };
     }
     let result = if split {
-        let sub = world.split(me as u32 % 3, me as i32).map(|s| s.expect("every rank has a color"));
+        let sub = world.split(me % 3, me).map(|s| s.expect("every rank has a color"));
         match sub {
             Err(e) => Err(e.into()),
             Ok(sub) => {
                 // Interleave the sub-communicator's check with the world's.
                 stress(&sub, &opts)
-                    .and_then(|_| stress(&world, &StressOptions { iterations: opts.iterations / 4, ..opts }))
+                    .and_then(|_| stress(world, &StressOptions { iterations: opts.iterations / 4, ..opts }))
                     .and_then(|n| {
                         stress(&sub, &StressOptions { iterations: opts.iterations / 4, ..opts }).map(|m| n + m)
                     })
             }
         }
     } else {
-        stress(&world, &opts)
+        stress(world, &opts)
     };
     match result {
         Ok(n) => {

@@ -60,10 +60,7 @@ fn main() -> ExitCode {
         Ok(u) => u,
         Err(e) => return setup_failed("init", e),
     };
-    let world = match universe.try_world() {
-        Ok(w) => w,
-        Err(e) => return setup_failed("world", e),
-    };
+    let world = universe.world();
     let me = world.rank();
     let result = match mode {
         "exit-early" => {

@@ -344,7 +344,7 @@ mod random_programs {
                     Ok(())
                 })?,
                 Op::Split(k) => {
-                    let sub = comm.split(comm.rank() as u32 % k, 0).map_err(|e| describe(&e))?;
+                    let sub = comm.split(comm.rank() % k as usize, 0).map_err(|e| describe(&e))?;
                     stack.push(with_window(sub.expect("every rank has a color"))?);
                 }
                 Op::Dup => {

@@ -74,7 +74,7 @@ fn split_communicators_use_separate_groups_concurrently() {
         let out = job(8)
             .params(params(kind, &emu))
             .run(|w| {
-                let sub = w.split(w.rank() as u32 % 3, 0).unwrap().unwrap();
+                let sub = w.split(w.rank() % 3, 0).unwrap().unwrap();
                 let opts = StressOptions { iterations: 300, ..Default::default() };
                 stress(&sub, &opts).unwrap();
                 stress(&w, &StressOptions { iterations: 100, ..opts }).unwrap();

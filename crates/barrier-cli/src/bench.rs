@@ -23,6 +23,11 @@ use barrier::pad::CachePadded;
 
 use crate::launch::{launch, JobSpec};
 
+/// Fewer timed batches than this cannot give a median worth printing: refused.
+pub const MIN_SAMPLES: u64 = 10;
+/// Fewer timed batches than this make the 99th percentile the maximum: shown as `-`.
+pub const P99_SAMPLES: u64 = 100;
+
 /// Summary of one measurement, in nanoseconds per barrier.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Stats {
@@ -149,7 +154,7 @@ pub fn std_barrier(n: usize, iters: u64, batch: u64) -> Stats {
 /// The body of one rank of a backend measurement (the hidden `bench-rank` subcommand).
 pub fn rank_main(iters: u64, batch: u64) -> Result<(), barrier::Error> {
     let uni = barrier::init()?;
-    let world = uni.try_world()?;
+    let world = uni.world();
     let warmup = (iters / 10).min(20_000);
     for _ in 0..warmup {
         world.barrier()?;
@@ -215,18 +220,34 @@ pub struct Row {
 }
 
 impl Row {
+    /// This row as a multiple of the floor: only for rows of two or more ranks (the floor is
+    /// a two-party barrier; a one-rank "barrier" waits for nobody).
+    pub fn x_floor(&self, floor: f64) -> Option<f64> {
+        (self.ranks >= 2).then(|| self.stats.median / floor)
+    }
+
+    /// Whether the p99 rests on enough batches to differ from the maximum.
+    pub fn p99_meaningful(&self, batch: u64) -> bool {
+        self.iters / batch.max(1) >= P99_SAMPLES
+    }
+
     /// The row as one JSON object.
     pub fn to_json(&self, floor: Option<f64>) -> String {
-        let x = floor.map_or("null".to_string(), |f| format!("{:.3}", self.stats.median / f));
+        self.to_json_with(floor, true)
+    }
+
+    fn to_json_with(&self, floor: Option<f64>, p99_ok: bool) -> String {
+        let x = floor.and_then(|f| self.x_floor(f)).map_or("null".to_string(), |x| format!("{x:.3}"));
+        let p99 = if p99_ok { format!("{:.1}", self.stats.p99) } else { "null".into() };
         let emu = self.emulator_ns.map_or("null".to_string(), |e| format!("{e:.1}"));
         format!(
-            "{{\"backend\":\"{}\",\"algorithm\":\"{}\",\"ranks\":{},\"iters\":{},\"median_ns\":{:.1},\"p99_ns\":{:.1},\"mean_ns\":{:.1},\"min_ns\":{:.1},\"x_floor\":{},\"emulator_ns_per_barrier\":{}}}",
+            "{{\"backend\":\"{}\",\"algorithm\":\"{}\",\"ranks\":{},\"iters\":{},\"median_ns\":{:.1},\"p99_ns\":{},\"mean_ns\":{:.1},\"min_ns\":{:.1},\"x_floor\":{},\"emulator_ns_per_barrier\":{}}}",
             self.backend.replace('"', "'"),
             self.algorithm.replace('"', "'"),
             self.ranks,
             self.iters,
             self.stats.median,
-            self.stats.p99,
+            p99,
             self.stats.mean,
             self.stats.min,
             x,
@@ -319,6 +340,23 @@ pub fn run(opts: &BenchOptions) -> Result<Vec<Row>, String> {
         }
         opts.backends.clone()
     };
+    // Everything that can be refused is refused before anything is measured.
+    let samples = opts.iters / opts.batch.max(1);
+    if samples < MIN_SAMPLES {
+        return Err(format!(
+            "--iters {} in batches of {} gives {samples} timed batch(es); a median needs at least {MIN_SAMPLES}: \
+             raise --iters or lower --batch",
+            opts.iters, opts.batch
+        ));
+    }
+    if let Some(path) = &opts.plot {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(path)
+            .map_err(|e| format!("--plot {}: {e} (checked before measuring)", path.display()))?;
+    }
     // Each configuration: (label, env).
     let mut configs: Vec<(String, Vec<(String, String)>)> = Vec::new();
     for name in &names {
@@ -380,13 +418,13 @@ pub fn run(opts: &BenchOptions) -> Result<Vec<Row>, String> {
     let floor_ns = floor_stats.median;
     if opts.json {
         for r in &rows {
-            println!("{}", r.to_json(Some(floor_ns)));
+            println!("{}", r.to_json_with(Some(floor_ns), r.p99_meaningful(opts.batch)));
         }
     } else {
         print_table(&rows, floor_ns, opts);
     }
     if let Some(path) = &opts.plot {
-        std::fs::write(path, crate::plot::svg(&rows, floor_ns))
+        std::fs::write(path, crate::plot::svg(&rows, floor_ns, barrier::sys::available_cores()))
             .map_err(|e| format!("writing {}: {e}", path.display()))?;
         if !opts.json {
             println!("plot written to {}", path.display());
@@ -410,18 +448,18 @@ fn print_table(rows: &[Row], floor_ns: f64, opts: &BenchOptions) {
     for r in rows {
         let emu = r.emulator_ns.map_or("-".to_string(), |e| format!("{e:.0}"));
         let algorithm: String = r.algorithm.chars().take(16).collect();
+        let p99 = if r.p99_meaningful(opts.batch) { format!("{:.1}", r.stats.p99) } else { "-".into() };
+        let x = r.x_floor(floor_ns).map_or("-".into(), |x| format!("{x:.2}"));
         println!(
-            "{:>5}  {:<14} {:<16} {:>11.1} {:>11.1} {:>11.1} {:>11.1} {:>8.2} {:>15}",
-            r.ranks,
-            r.backend,
-            algorithm,
-            r.stats.median,
-            r.stats.p99,
-            r.stats.mean,
-            r.stats.min,
-            r.stats.median / floor_ns,
-            emu
+            "{:>5}  {:<14} {:<16} {:>11.1} {:>11} {:>11.1} {:>11.1} {:>8} {:>15}",
+            r.ranks, r.backend, algorithm, r.stats.median, p99, r.stats.mean, r.stats.min, x, emu
         );
+    }
+    if rows.iter().any(|r| !r.p99_meaningful(opts.batch)) {
+        println!("p99 -: fewer than {P99_SAMPLES} timed batches, so the 99th percentile would only be the maximum");
+    }
+    if rows.iter().any(|r| r.ranks < 2) {
+        println!("x floor -: a 1-rank barrier waits for nobody; it is not comparable with the 2-thread floor");
     }
 }
 

@@ -65,10 +65,16 @@ pub fn report(ranks: usize, nodes: usize, emulate: &[&'static barrier_hw::Device
         .nodes(nodes)
         .busy_threads(usize::from(!emulators.is_empty()))
         .params(params)
-        .run(|w| (w.selection().clone(), w.wait_policy()))
+        .run(|w| (w.selection().clone(), w.wait_policy(), w.segment_usage()))
         .map_err(|e| format!("selection failed: {e}"))?;
-    let (selection, policy) = &sel[0];
+    let (selection, policy, (used, total)) = &sel[0];
     let _ = writeln!(out, "  wait policy: {policy}");
+    let _ = writeln!(
+        out,
+        "  job segment: {} KiB in use of {} KiB (BARRIER_SHM_POOL_BYTES sets the pool; freed communicators and windows are reused)",
+        used / 1024,
+        total / 1024
+    );
     for line in selection.to_string().lines() {
         let _ = writeln!(out, "  {line}");
     }

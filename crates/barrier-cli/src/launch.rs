@@ -53,8 +53,11 @@ pub struct JobSpec {
     pub capture_stdout: bool,
     /// Capture every rank's standard error instead of passing it through.
     pub capture_stderr: bool,
-    /// Bytes of the segment pool for sub-communicators and windows.
+    /// Bytes of the segment pool for sub-communicators and windows (default: the
+    /// environment's `BARRIER_SHM_POOL_BYTES`, as every rank would read it).
     pub pool_bytes: usize,
+    /// Prefix each line a rank prints with `[rank] ` (output that is not captured).
+    pub tag_output: bool,
     /// Emulated devices to run inside the launcher for this job (their paths are passed to
     /// the ranks as `BARRIER_<KIND>_DEVICE_PATH`).
     pub emulate: Vec<barrier_emu::Config>,
@@ -72,7 +75,10 @@ impl JobSpec {
             pin: false,
             capture_stdout: false,
             capture_stderr: false,
-            pool_bytes: barrier::shm::DEFAULT_POOL_BYTES,
+            pool_bytes: barrier::Params::from_env()
+                .parse("BARRIER_SHM_POOL_BYTES", barrier::shm::DEFAULT_POOL_BYTES, "")
+                .unwrap_or(barrier::shm::DEFAULT_POOL_BYTES),
+            tag_output: false,
             emulate: Vec::new(),
         }
     }
@@ -212,7 +218,10 @@ pub fn launch(spec: &JobSpec) -> Result<JobReport, LaunchError> {
     let mut ranks: Vec<RankProcess> = Vec::with_capacity(spec.ranks);
     let mut readers = Vec::new();
     let mut err_readers = Vec::new();
+    let mut taggers = Vec::new();
+    let mut progress = StartProgress::new(spec.ranks);
     for rank in 0..spec.ranks {
+        progress.show(rank);
         if let Some(sig) = crate::signals::take() {
             return Ok(abandon_start(ranks, sig, start, &emulators));
         }
@@ -231,10 +240,10 @@ pub fn launch(spec: &JobSpec) -> Result<JobReport, LaunchError> {
                 )
             }));
         cmd.stdin(stdin_plan.for_rank(rank));
-        if spec.capture_stdout {
+        if spec.capture_stdout || spec.tag_output {
             cmd.stdout(Stdio::piped());
         }
-        if spec.capture_stderr {
+        if spec.capture_stderr || spec.tag_output {
             cmd.stderr(Stdio::piped());
         }
         let core = cores.get(rank).copied().filter(|_| pin);
@@ -265,10 +274,18 @@ pub fn launch(spec: &JobSpec) -> Result<JobReport, LaunchError> {
         match cmd.spawn() {
             Ok(mut child) => {
                 if let Some(out) = child.stdout.take() {
-                    readers.push(read_all(out));
+                    if spec.capture_stdout {
+                        readers.push(read_all(out));
+                    } else {
+                        taggers.push(tag_lines(out, rank, false));
+                    }
                 }
                 if let Some(err) = child.stderr.take() {
-                    err_readers.push(read_all(err));
+                    if spec.capture_stderr {
+                        err_readers.push(read_all(err));
+                    } else {
+                        taggers.push(tag_lines(err, rank, true));
+                    }
                 }
                 let pid = child.id();
                 // Reaped below with waitpid on this pid, never through `Child`.
@@ -284,6 +301,8 @@ pub fn launch(spec: &JobSpec) -> Result<JobReport, LaunchError> {
             stdin_plan.started_rank0();
         }
     }
+
+    progress.done(start.elapsed());
 
     let mut failure: Option<RankFailure> = None;
     let mut interrupted: Option<i32> = None;
@@ -330,6 +349,9 @@ pub fn launch(spec: &JobSpec) -> Result<JobReport, LaunchError> {
     }
     drop(lifeline_write);
     drop(signals);
+    for t in taggers {
+        let _ = t.join();
+    }
     let stdout = readers.into_iter().map(|h| h.join().unwrap_or_default()).collect();
     let stderr = err_readers.into_iter().map(|h| h.join().unwrap_or_default()).collect();
     let devices = device_counters(&emulators);
@@ -457,6 +479,66 @@ impl StdinPlan {
             let mut to_rank0 = std::fs::File::from(write);
             let _ = std::io::copy(&mut std::io::stdin().lock(), &mut to_rank0);
         });
+    }
+}
+
+/// Copies a rank's output to the launcher's, each whole line prefixed with `[rank] ` and written
+/// in one call (so lines of different ranks never mix).
+fn tag_lines(pipe: impl Read + Send + 'static, rank: usize, stderr: bool) -> std::thread::JoinHandle<String> {
+    std::thread::spawn(move || {
+        use std::io::{BufRead, Write};
+        let mut lines = std::io::BufReader::new(pipe);
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            match lines.read_until(b'\n', &mut line) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {
+                    if line.last() != Some(&b'\n') {
+                        line.push(b'\n');
+                    }
+                    let mut tagged = format!("[{rank}] ").into_bytes();
+                    tagged.extend_from_slice(&line);
+                    let _ = if stderr {
+                        std::io::stderr().lock().write_all(&tagged)
+                    } else {
+                        std::io::stdout().lock().write_all(&tagged)
+                    };
+                }
+            }
+        }
+        String::new()
+    })
+}
+
+/// A progress line on a terminal while many ranks start (nothing otherwise).
+struct StartProgress {
+    ranks: usize,
+    shown: Option<Instant>,
+}
+
+impl StartProgress {
+    /// Shown for jobs of at least this many ranks.
+    const FROM: usize = 64;
+
+    fn new(ranks: usize) -> Self {
+        let on = ranks >= Self::FROM && proc::stderr_terminal();
+        StartProgress { ranks, shown: on.then(|| Instant::now() - Duration::from_secs(1)) }
+    }
+
+    fn show(&mut self, started: usize) {
+        if let Some(last) = self.shown {
+            if last.elapsed() >= Duration::from_millis(100) {
+                eprint!("\rbarrier run: starting ranks: {started} of {}", self.ranks);
+                self.shown = Some(Instant::now());
+            }
+        }
+    }
+
+    fn done(&mut self, took: Duration) {
+        if self.shown.take().is_some() {
+            eprintln!("\rbarrier run: started {} ranks in {took:.2?}          ", self.ranks);
+        }
     }
 }
 

@@ -28,8 +28,8 @@ enum Cmd {
         #[arg(short = 'n', long = "np", default_value_t = 1)]
         ranks: usize,
         /// Spread the ranks over M simulated nodes (contiguous blocks).
-        #[arg(long, default_value_t = 1)]
-        nodes: usize,
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+        nodes: u64,
         /// Give up on any barrier after this long and name the missing ranks (sets BARRIER_TIMEOUT).
         #[arg(long)]
         timeout: Option<String>,
@@ -42,6 +42,10 @@ enum Cmd {
         /// Print the emulated devices' counters at the end.
         #[arg(long)]
         counters: bool,
+        /// Prefix every line a rank prints with its rank ("[3] ..."), whole lines only; standard
+        /// output and standard error stay apart (like mpirun --tag-output).
+        #[arg(long)]
+        tag_output: bool,
         /// The program and its arguments (after --).
         #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
         program: Vec<OsString>,
@@ -94,13 +98,13 @@ enum Cmd {
         #[arg(long)]
         device: PathBuf,
         /// Probability of dropping an arrival.
-        #[arg(long, default_value_t = 0.0)]
+        #[arg(long, default_value_t = 0.0, value_parser = probability)]
         drop_arrival: f64,
         /// Probability of dropping a release store.
-        #[arg(long, default_value_t = 0.0)]
+        #[arg(long, default_value_t = 0.0, value_parser = probability)]
         drop_release: f64,
         /// Probability of duplicating a release store.
-        #[arg(long, default_value_t = 0.0)]
+        #[arg(long, default_value_t = 0.0, value_parser = probability)]
         duplicate_release: f64,
         /// Stick the ERROR bit after this many barriers.
         #[arg(long)]
@@ -128,6 +132,29 @@ enum Cmd {
     },
 }
 
+/// A probability: a number from 0 to 1.
+fn probability(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(p) if (0.0..=1.0).contains(&p) => Ok(p),
+        _ => Err(format!("{text} is not a probability (a number from 0 to 1, e.g. 0.01)")),
+    }
+}
+
+/// Checks what every rank would check at `init()`, before anything starts: the launcher's
+/// environment (ranks inherit it) and `--timeout`.
+fn check_settings(timeout: Option<&str>) -> Result<(), String> {
+    barrier::Params::from_env()
+        .check_all()
+        .map_err(|bad| format!("{} (in the environment: every rank would refuse to start)", bad.1))?;
+    if let Some(t) = timeout {
+        let p = barrier::Params::defaults_only().set("BARRIER_TIMEOUT", t);
+        if let Some(info) = barrier::params::all_params().into_iter().find(|i| i.name == "BARRIER_TIMEOUT") {
+            p.check(&info).map_err(|e| format!("--timeout {t}: {e}"))?;
+        }
+    }
+    Ok(())
+}
+
 fn info(ranks: usize, nodes: usize, maps: &[&'static barrier_hw::DeviceMap]) -> ExitCode {
     match barrier_cli::info::report(ranks.max(1), nodes.max(1), maps) {
         Ok(text) => {
@@ -144,11 +171,21 @@ fn info(ranks: usize, nodes: usize, maps: &[&'static barrier_hw::DeviceMap]) -> 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Cmd::Run { ranks, nodes, timeout, pin, emulate, counters, program } => {
+        Cmd::Run { ranks, nodes, timeout, pin, emulate, counters, tag_output, program } => {
+            if let Err(e) = check_settings(timeout.as_deref()) {
+                eprintln!("barrier run: {e}");
+                return ExitCode::from(2);
+            }
             let mut spec = JobSpec::new(ranks, PathBuf::from(&program[0]));
             spec.args = program[1..].to_vec();
-            spec.nodes = nodes;
+            spec.nodes = (nodes as usize).min(ranks.max(1));
+            if nodes as usize > ranks {
+                eprintln!(
+                    "barrier run: --nodes {nodes} is more than the {ranks} ranks: using {ranks} nodes of one rank each"
+                );
+            }
             spec.pin = pin;
+            spec.tag_output = tag_output;
             for kind in &emulate {
                 match barrier_cli::device_map(kind) {
                     Some(map) => spec.emulate.push(barrier_emu::Config::new(map)),
@@ -157,6 +194,14 @@ fn main() -> ExitCode {
                         return ExitCode::from(2);
                     }
                 }
+            }
+            let cores = barrier::sys::affinity_cores().len();
+            let busy = ranks + usize::from(!spec.emulate.is_empty());
+            if pin && busy > cores {
+                eprintln!(
+                    "barrier run: --pin ignored: {ranks} ranks{} do not fit on the {cores} cores this launcher may use",
+                    if spec.emulate.is_empty() { "" } else { " and an emulated device's engine" }
+                );
             }
             if let Some(t) = timeout {
                 spec.env.push(("BARRIER_TIMEOUT".into(), t));

@@ -90,6 +90,12 @@ pub fn stdin_terminal() -> Option<bool> {
     }
 }
 
+/// Whether standard error is a terminal (progress lines are for people, not logs).
+pub fn stderr_terminal() -> bool {
+    // SAFETY: isatty only queries descriptor 2.
+    unsafe { libc::isatty(2) == 1 }
+}
+
 /// Raises the soft limit on open descriptors to at least `want` (up to the hard limit): the
 /// launcher holds a process descriptor per rank, and pipes per rank when it captures output.
 pub fn ensure_open_files(want: u64) {

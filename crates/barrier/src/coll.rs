@@ -31,6 +31,8 @@ pub(crate) struct Ctrl<'a> {
     epoch: &'a Cell<u64>,
     wait: WaitConfig,
     stall: Option<Duration>,
+    /// The collective call these exchanges serve (for errors and stall reports).
+    call: &'static str,
 }
 
 impl<'a> Ctrl<'a> {
@@ -44,7 +46,13 @@ impl<'a> Ctrl<'a> {
     ) -> Self {
         // Always able to park: setup may wait for a slow rank for a long time.
         let wait = WaitConfig { policy: WaitPolicy::Park, spin: 256, yields: 8, timeout };
-        Ctrl { region, rank, members, epoch, wait, stall }
+        Ctrl { region, rank, members, epoch, wait, stall, call: "communicator creation" }
+    }
+
+    /// The same control plane, serving the collective call `call`.
+    pub fn call(mut self, call: &'static str) -> Self {
+        self.call = call;
+        self
     }
 
     pub fn barrier(&self) -> Result<()> {
@@ -56,7 +64,7 @@ impl<'a> Ctrl<'a> {
         if arrived == n * e {
             self.region.ctrl_release().signal(e, true);
         }
-        let watch = PeerWatch::new(self.region, self.members, self.rank, Need::Control(e), self.stall);
+        let watch = PeerWatch::new(self.region, self.members, self.rank, Need::Control(e, self.call), self.stall);
         self.wait.wait(self.region.ctrl_release(), e, &watch).map_err(|w| watch.error(w))
     }
 

@@ -7,7 +7,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::fmt;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -44,22 +44,42 @@ impl PartialEq<str> for BackendName {
 }
 
 /// The color argument of [`Communicator::split`]: a value, or `Undefined` to join no group
-/// (MPI_UNDEFINED).
+/// (MPI_UNDEFINED). Any unsigned integer converts, so `split(rank % 3, rank)` needs no casts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Color {
     /// Ranks with the same value end up in the same communicator.
-    Value(u32),
+    Value(u64),
     /// This rank gets no communicator.
     Undefined,
 }
 
-impl From<u32> for Color {
-    fn from(v: u32) -> Self {
-        Color::Value(v)
-    }
+macro_rules! color_from {
+    ($($t:ty),*) => {$(
+        impl From<$t> for Color {
+            fn from(v: $t) -> Self {
+                Color::Value(v as u64)
+            }
+        }
+    )*};
 }
+color_from!(u8, u16, u32, u64, usize);
 
-const UNDEFINED_COLOR: u64 = u64::MAX;
+/// The key argument of [`Communicator::split`]: ranks of a new communicator are ordered by key,
+/// then by their rank in the old one. Any integer converts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Key(pub i64);
+
+macro_rules! key_from {
+    ($($t:ty),*) => {$(
+        impl From<$t> for Key {
+            fn from(v: $t) -> Self {
+                Key(i64::try_from(v).unwrap_or(i64::MAX))
+            }
+        }
+    )*};
+}
+key_from!(i8, i16, i32, i64, u8, u16, u32, u64, usize, isize);
+
 const NO_REGION: u64 = u64::MAX;
 /// No invalid parameter (in the settings exchange).
 const NO_PARAM: u64 = u64::MAX;
@@ -205,6 +225,7 @@ impl Communicator {
                 node: node_of(members[rank], shape.world_size, shape.nodes),
                 params: &params,
             },
+            members: &members,
             policy,
             ctrl: &ctrl,
             region: &region,
@@ -235,8 +256,9 @@ impl Communicator {
         self.params = params;
     }
 
-    fn ctrl(&self) -> Ctrl<'_> {
-        Ctrl::new(&self.region, self.rank, &self.members, &self.ctrl_epoch, self.wait.timeout, self.stall)
+    /// The control plane, for the collective call `call` (named in errors and stall reports).
+    fn ctrl(&self, call: &'static str) -> Ctrl<'_> {
+        Ctrl::new(&self.region, self.rank, &self.members, &self.ctrl_epoch, self.wait.timeout, self.stall).call(call)
     }
 
     /// A failed control-plane call: this rank's control epoch has moved on without the others
@@ -278,6 +300,12 @@ impl Communicator {
     /// How the backend was chosen: every backend with its outcome.
     pub fn selection(&self) -> &Selection {
         &self.selection
+    }
+
+    /// Bytes of the job's shared segment in use now, and its size (`BARRIER_SHM_POOL_BYTES`
+    /// plus the world's share). Freed communicators and windows come back.
+    pub fn segment_usage(&self) -> (usize, usize) {
+        self.seg.usage()
     }
 
     /// The agreed wait policy.
@@ -437,18 +465,21 @@ impl Communicator {
 
     /// Splits into disjoint communicators, one per color, ordered by `key` then by rank
     /// (MPI_Comm_split). Collective; returns `None` for [`Color::Undefined`].
-    pub fn split(&self, color: impl Into<Color>, key: i32) -> Result<Option<Communicator>> {
+    pub fn split(&self, color: impl Into<Color>, key: impl Into<Key>) -> Result<Option<Communicator>> {
+        self.split_as("split", color.into(), key.into())
+    }
+
+    fn split_as(&self, call: &'static str, color: Color, key: Key) -> Result<Option<Communicator>> {
         self.check_usable()?;
-        let color = color.into();
-        let code = match color {
-            Color::Value(v) => v as u64,
-            Color::Undefined => UNDEFINED_COLOR,
+        let (defined, code) = match color {
+            Color::Value(v) => (1, v),
+            Color::Undefined => (0, 0),
         };
-        let ctrl = self.ctrl();
-        let all = ctrl.allgather(&[code, key as i64 as u64]).map_err(|e| self.control_failed(e))?;
+        let ctrl = self.ctrl(call);
+        let all = ctrl.allgather(&[defined, code, key.0 as u64]).map_err(|e| self.control_failed(e))?;
         let mut group: Vec<usize> =
-            (0..self.size()).filter(|&r| all[r][0] == code && code != UNDEFINED_COLOR).collect();
-        group.sort_by_key(|&r| (all[r][1] as i64, r));
+            (0..self.size()).filter(|&r| defined == 1 && all[r][0] == 1 && all[r][1] == code).collect();
+        group.sort_by_key(|&r| (all[r][2] as i64, r));
         // The group's first member (in parent order) creates the region and tells the others.
         let leader = group.iter().copied().min();
         let mut offer = NO_REGION;
@@ -482,7 +513,17 @@ impl Communicator {
 
     /// A new communicator with the same members and ranks (collective).
     pub fn dup(&self) -> Result<Communicator> {
-        Ok(self.split(0u32, self.rank as i32)?.expect("every rank has color 0"))
+        Ok(self.split_as("dup", Color::Value(0), self.rank.into())?.expect("every rank has color 0"))
+    }
+
+    /// Ends the whole job at once, from any rank (MPI_Abort): every rank waiting in a barrier
+    /// or collective call returns [`Error::Aborted`] naming this rank, the launcher stops the
+    /// others and exits with `code`. In thread mode it ends the whole process.
+    pub fn abort(&self, code: i32) -> ! {
+        let world = self.world_rank();
+        self.seg.set_abort(world);
+        crate::sys::say(&format!("barrier: world rank {world} called abort({code}); ending the job"));
+        std::process::exit(code)
     }
 
     /// Allocates `len` shared 64-bit words that every member can read and write (collective),
@@ -491,21 +532,33 @@ impl Communicator {
     /// error on every rank.
     pub fn shared_window(&self, len: usize) -> Result<SharedWindow> {
         self.check_usable()?;
-        let ctrl = self.ctrl();
-        let bytes = len.max(1).checked_mul(8).filter(|&b| b <= isize::MAX as usize);
+        let ctrl = self.ctrl("shared_window");
+        // One header line (the count of handles) before the words.
+        let bytes = len.max(1).checked_mul(8).and_then(|b| b.checked_add(WINDOW_HEADER)).filter(|&b| b <= isize::MAX as usize);
         let mut offer = NO_REGION;
         let mut err = None;
         if self.rank == 0 {
             if let Some(bytes) = bytes {
                 match self.seg.alloc(bytes) {
-                    Ok(off) => offer = off as u64,
+                    Ok(off) => {
+                        // Every member will hold one handle.
+                        self.seg.at::<AtomicU64>(off).store(self.size() as u64, Ordering::Relaxed);
+                        offer = off as u64;
+                    }
                     Err(e) => err = Some(e),
                 }
             }
         }
         let all = ctrl.allgather(&[offer, len as u64]).map_err(|e| self.control_failed(e))?;
+        let failed = |e: Error| {
+            // Nobody will hold the block: give it back.
+            if self.rank == 0 && offer != NO_REGION {
+                self.seg.free(offer as usize, bytes.unwrap_or(0));
+            }
+            Err(e)
+        };
         if let Some((r, _)) = all.iter().enumerate().find(|(_, w)| w[1] != len as u64) {
-            return Err(Error::InvalidArgument(format!(
+            return failed(Error::InvalidArgument(format!(
                 "shared_window({len}) on world rank {}, but world rank {} passed {}: every rank must pass the \
                  same length",
                 self.world_rank(),
@@ -514,7 +567,7 @@ impl Communicator {
             )));
         }
         if bytes.is_none() {
-            return Err(Error::InvalidArgument(format!(
+            return failed(Error::InvalidArgument(format!(
                 "shared_window({len}): {len} words of 8 bytes do not fit in this machine's address space"
             )));
         }
@@ -647,10 +700,16 @@ impl Drop for Request<'_> {
     }
 }
 
-/// Shared 64-bit words visible to every member of a communicator.
-#[derive(Debug, Clone)]
+/// Bytes before a window's words: one line whose first word counts the handles.
+const WINDOW_HEADER: usize = crate::pad::CACHE_LINE;
+
+/// Shared 64-bit words visible to every member of a communicator. Cloning makes another
+/// handle; the memory goes back to the job's segment when the last handle of every member is
+/// dropped.
+#[derive(Debug)]
 pub struct SharedWindow {
     seg: Arc<Segment>,
+    /// Offset of the window's header line.
     offset: usize,
     len: usize,
 }
@@ -658,7 +717,26 @@ pub struct SharedWindow {
 impl SharedWindow {
     /// The words.
     pub fn words(&self) -> &[AtomicU64] {
-        self.seg.slice(self.offset, self.len)
+        self.seg.slice(self.offset + WINDOW_HEADER, self.len)
+    }
+
+    fn handles(&self) -> &AtomicU64 {
+        self.seg.at(self.offset)
+    }
+}
+
+impl Clone for SharedWindow {
+    fn clone(&self) -> Self {
+        self.handles().fetch_add(1, Ordering::Relaxed);
+        SharedWindow { seg: self.seg.clone(), offset: self.offset, len: self.len }
+    }
+}
+
+impl Drop for SharedWindow {
+    fn drop(&mut self) {
+        if self.handles().fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.seg.free(self.offset, self.len.max(1) * 8 + WINDOW_HEADER);
+        }
     }
 }
 

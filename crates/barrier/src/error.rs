@@ -59,6 +59,21 @@ pub enum Error {
     /// The launcher of the job died; the ranks end too.
     #[error("the job's launcher is gone (killed or crashed), so this job has ended; this rank stops waiting")]
     JobGone,
+    /// A setting that must be the same on every rank is not.
+    #[error(
+        "{name} is not the same on every rank: world ranks {differ:?} have a different value from world \
+         rank {reference} (this rank has {value:?}); set it the same for every rank"
+    )]
+    MismatchedParam {
+        /// The parameter.
+        name: String,
+        /// World ranks whose value differs from the reference rank's.
+        differ: Vec<usize>,
+        /// The world rank whose value is the reference (the communicator's rank 0).
+        reference: usize,
+        /// This rank's value.
+        value: String,
+    },
     /// Another rank could not parse one of its settings, so the collective call failed everywhere.
     #[error(
         "world rank {world_rank} rejected its value of {name} (its own error says which value and what is \
@@ -138,3 +153,40 @@ impl Error {
 
 /// Result alias.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// An [`Error`] as `main` should show it. Rust prints the error a `main` returns with `Debug`;
+/// this type's `Debug` is the error's message, so `fn main() -> Result<(), barrier::Report>`
+/// ends with a sentence a person can act on rather than a dump of the enum:
+///
+/// ```no_run
+/// fn main() -> Result<(), barrier::Report> {
+///     let universe = barrier::init()?;
+///     universe.world().barrier()?;
+///     Ok(())
+/// }
+/// ```
+pub struct Report(pub Error);
+
+impl From<Error> for Report {
+    fn from(e: Error) -> Self {
+        Report(e)
+    }
+}
+
+impl std::fmt::Debug for Report {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+impl std::fmt::Display for Report {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+impl std::error::Error for Report {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.0)
+    }
+}

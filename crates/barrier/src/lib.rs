@@ -45,8 +45,8 @@ not_under_loom! {
     mod watch;
 
     pub use backend::{Backend, Decline, EnableContext, Module, Poll, QueryContext};
-    pub use comm::{BackendName, Color, Communicator, Request, SharedWindow};
-    pub use error::{Error, Result};
+    pub use comm::{BackendName, Color, Communicator, Key, Request, SharedWindow};
+    pub use error::{Error, Report, Result};
     pub use params::{ParamInfo, Params};
     pub use region::rounds;
     pub use selector::{backends, Candidate, Outcome, Selection};

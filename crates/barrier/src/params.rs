@@ -103,6 +103,13 @@ pub fn core_params() -> Vec<ParamInfo> {
         )
         .kind(ParamKind::Duration),
         ParamInfo::new(
+            "BARRIER_VERBOSE",
+            "0",
+            "1: also print on stderr what is otherwise only logged as a warning (a hardware module \
+             falling back to software after a device fault, once per communicator).",
+        )
+        .kind(ParamKind::Bool),
+        ParamInfo::new(
             "BARRIER_STALL_REPORT",
             "30s",
             "When a wait has lasted this long, print once which ranks have not arrived (world ranks) \

@@ -268,7 +268,12 @@ impl Region {
     pub fn depart(&self, rank: usize, completed: u64, after_failure: bool) {
         let value = (completed + 1).min(DEPARTED_EPOCH) | if after_failure { DEPARTED_AFTER_FAILURE } else { 0 };
         if self.departed_words()[rank].compare_exchange(0, value, Ordering::AcqRel, Ordering::Acquire).is_ok() {
-            self.seg.at::<CachePadded<AtomicU64>>(self.base + self.layout.departures).fetch_add(1, Ordering::AcqRel);
+            let departures = self.seg.at::<CachePadded<AtomicU64>>(self.base + self.layout.departures);
+            let gone = departures.fetch_add(1, Ordering::AcqRel) + 1;
+            // The last member out frees the region (the world region belongs to the job).
+            if gone == self.layout.n as u64 && self.base != self.seg.world_region() {
+                self.seg.free(self.base, self.layout.total);
+            }
         }
     }
 

@@ -104,6 +104,8 @@ fn unpack_order(word: u64) -> Vec<usize> {
 
 pub(crate) struct SelectInput<'a> {
     pub query: QueryContext<'a>,
+    /// World rank of each member (for reports).
+    pub members: &'a [usize],
     pub policy: WaitPolicy,
     pub ctrl: &'a Ctrl<'a>,
     pub region: &'a Region,
@@ -167,7 +169,19 @@ pub(crate) fn select(input: SelectInput<'_>) -> Result<(Engine, Selection)> {
         local_reason[i] = outcome;
     }
 
-    let all = input.ctrl.allgather(&[accept, pack_order(&order)])?;
+    // The list itself must be the same everywhere: an explicit choice is the job's, not a rank's.
+    let list = params.get("BARRIER_BACKEND").unwrap_or_default();
+    let all = input.ctrl.allgather(&[accept, pack_order(&order), list_hash(&list)])?;
+    let differ: Vec<usize> =
+        all.iter().enumerate().filter(|(_, w)| w[2] != all[0][2]).map(|(r, _)| input.members[r]).collect();
+    if !differ.is_empty() {
+        return Err(Error::MismatchedParam {
+            name: "BARRIER_BACKEND".into(),
+            differ,
+            reference: input.members[0],
+            value: list,
+        });
+    }
     let agreed_mask = all.iter().fold(u64::MAX, |m, w| m & w[0]);
     let agreed_order = unpack_order(all[0][1]);
 
@@ -235,6 +249,12 @@ pub(crate) fn select(input: SelectInput<'_>) -> Result<(Engine, Selection)> {
             }
         }
     }
+}
+
+/// A hash of a backend list that ignores case and spaces (FNV-1a: the same in every build).
+fn list_hash(list: &str) -> u64 {
+    let norm: String = list.split(',').map(|s| s.trim().to_ascii_lowercase()).filter(|s| !s.is_empty()).collect::<Vec<_>>().join(",");
+    norm.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3))
 }
 
 #[cfg(test)]

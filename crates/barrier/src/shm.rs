@@ -14,10 +14,18 @@
 //!
 //! # Allocation
 //!
-//! Communicator regions and shared windows come from a bump allocator in the header
-//! (`fetch_add`, so any rank may allocate). Memory is never reused: a region's flags carry
-//! epochs that only grow, and reuse would need everyone to agree the old users are gone. The
-//! pool is sparse (tmpfs allocates pages on first touch), so its size costs nothing until used.
+//! Communicator regions and shared windows come from an allocator in the header that any rank
+//! may use, without locks (a rank that dies mid-call can leak a block, never block the others):
+//! blocks come in size classes of `CACHE_LINE << c` bytes; a freed block goes onto its class's
+//! free list (a Treiber stack whose head carries a tag against ABA), and an allocation takes
+//! from that list first, from the untouched rest of the pool (a bump pointer) otherwise. A block
+//! is zeroed when it is reused, because regions rely on starting from zeros.
+//!
+//! When is memory free? A communicator's region once every member has left it (the region's
+//! departure count reaches its size: no rank can touch it any more); a shared window once the
+//! last handle to it is dropped (a count in the window's first line). The world region is never
+//! freed. The pool is sparse (tmpfs allocates pages on first touch), so its size costs nothing
+//! until used.
 //!
 //! # Abort, exits and the rank table
 //!
@@ -64,9 +72,27 @@ struct Header {
     world_region: AtomicU64,
     rank_table: AtomicU64,
     bump: CachePadded<AtomicU64>,
+    /// Bytes handed out and not yet freed (for reports).
+    in_use: CachePadded<AtomicU64>,
+    /// Free list heads, one per size class: `tag << INDEX_BITS | first block index`.
+    free_lists: [AtomicU64; CLASSES],
     abort: CachePadded<AtomicU64>,
     /// Ranks marked in the rank table as exited.
     exits: CachePadded<AtomicU64>,
+}
+
+/// Size classes: blocks of `CACHE_LINE << c` bytes for `c < CLASSES`.
+const CLASSES: usize = 40;
+/// A free list head: the low bits are a block index (offset / CACHE_LINE, 0 = empty list), the
+/// high bits a tag bumped by every change (so a stale head cannot win a compare-and-swap).
+const INDEX_BITS: u32 = 40;
+const INDEX_MASK: u64 = (1 << INDEX_BITS) - 1;
+
+/// The size class of a block of `bytes`, if any class is that large.
+fn class_of(bytes: usize) -> Option<usize> {
+    let lines = bytes.max(1).div_ceil(CACHE_LINE).checked_next_power_of_two()?;
+    let class = lines.trailing_zeros() as usize;
+    (class < CLASSES).then_some(class)
 }
 
 /// The abort word's value once the job's launcher is gone.
@@ -257,25 +283,74 @@ impl Segment {
         self.header().world_region.load(Ordering::Relaxed) as usize
     }
 
-    /// Allocates `bytes` (rounded up to whole cache lines) and returns the offset.
+    /// Allocates a zeroed block of at least `bytes` and returns its offset.
     pub(crate) fn alloc(&self, bytes: usize) -> Result<usize> {
         let len = self.map.len();
-        let bytes = match bytes.max(1).checked_next_multiple_of(CACHE_LINE) {
-            Some(b) if b <= len => b,
-            _ => return Err(Error::SegmentFull { needed: bytes, free: self.free_bytes() }),
+        let Some(class) = class_of(bytes).filter(|&c| CACHE_LINE << c <= len) else {
+            return Err(Error::SegmentFull { needed: bytes, free: self.free_bytes() });
         };
+        let size = CACHE_LINE << class;
         let h = self.header();
-        // The bump pointer lives in shared memory: never trust it to be small.
-        let off = h.bump.fetch_add(bytes as u64, Ordering::Relaxed);
-        match (off as usize).checked_add(bytes) {
-            Some(end) if off <= len as u64 && end <= len => Ok(off as usize),
-            _ => Err(Error::SegmentFull { needed: bytes, free: len.saturating_sub(off as usize) }),
+        let list = &h.free_lists[class];
+        let mut head = list.load(Ordering::Acquire);
+        loop {
+            let index = head & INDEX_MASK;
+            // The list lives in shared memory: a block that does not fit is treated as the end.
+            let off = index as usize * CACHE_LINE;
+            if index == 0 || off.checked_add(size).is_none_or(|end| end > len) {
+                break;
+            }
+            let next = self.at::<AtomicU64>(off).load(Ordering::Acquire) & INDEX_MASK;
+            let tag = (head >> INDEX_BITS).wrapping_add(1);
+            match list.compare_exchange(head, tag << INDEX_BITS | next, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => {
+                    for word in self.slice::<AtomicU64>(off, size / 8) {
+                        word.store(0, Ordering::Relaxed);
+                    }
+                    h.in_use.fetch_add(size as u64, Ordering::Relaxed);
+                    return Ok(off);
+                }
+                Err(now) => head = now,
+            }
+        }
+        // The bump pointer lives in shared memory too: never trust it to be small.
+        let off = h.bump.fetch_add(size as u64, Ordering::Relaxed);
+        match (off as usize).checked_add(size) {
+            Some(end) if off <= len as u64 && end <= len => {
+                h.in_use.fetch_add(size as u64, Ordering::Relaxed);
+                Ok(off as usize)
+            }
+            _ => Err(Error::SegmentFull { needed: size, free: len.saturating_sub(off as usize) }),
         }
     }
 
-    /// Bytes not yet handed out by the allocator.
+    /// Returns the block at `off`, allocated with [`Segment::alloc`] for `bytes`, for reuse. The
+    /// caller guarantees that no rank uses it any more.
+    pub(crate) fn free(&self, off: usize, bytes: usize) {
+        let Some(class) = class_of(bytes) else { return };
+        let h = self.header();
+        let list = &h.free_lists[class];
+        let mut head = list.load(Ordering::Acquire);
+        loop {
+            self.at::<AtomicU64>(off).store(head & INDEX_MASK, Ordering::Relaxed);
+            let tag = (head >> INDEX_BITS).wrapping_add(1);
+            let new = tag << INDEX_BITS | (off / CACHE_LINE) as u64;
+            match list.compare_exchange(head, new, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => break,
+                Err(now) => head = now,
+            }
+        }
+        h.in_use.fetch_sub((CACHE_LINE << class) as u64, Ordering::Relaxed);
+    }
+
+    /// Bytes never handed out yet (the pool beyond the bump pointer; freed blocks come on top).
     pub fn free_bytes(&self) -> usize {
         self.map.len().saturating_sub(self.header().bump.load(Ordering::Relaxed) as usize)
+    }
+
+    /// Bytes of the segment in use now (header, world, communicators, windows) and in all.
+    pub fn usage(&self) -> (usize, usize) {
+        (HEADER_BYTES + self.header().in_use.load(Ordering::Relaxed) as usize, self.map.len())
     }
 
     fn rank_word(&self, rank: usize, which: usize) -> Option<&AtomicU64> {

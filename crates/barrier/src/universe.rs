@@ -46,6 +46,8 @@ const ORPHAN_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 /// One rank's view of its job. Create it with [`init`] (processes) or [`threads::Job`].
 #[derive(Debug)]
 pub struct Universe {
+    // Field order is drop order: the world goes before the communicator that made it.
+    world: Communicator,
     base: Communicator,
 }
 
@@ -130,10 +132,18 @@ impl Universe {
         let base_params = params
             .clone()
             .set("BARRIER_BACKEND", crate::backends::software::NAME)
-            .set("BARRIER_DISSEMINATION_DISABLE", "0");
+            .set("BARRIER_DISSEMINATION_DISABLE", "0")
+            .set("BARRIER_DISSEMINATION_MIN_COMM_SIZE", "1");
         let mut base = Communicator::create(seg, region, rank, (0..size).collect(), base_params)?;
         base.set_params(params);
-        Ok(Universe { base })
+        // The world is made once, here: `world()` is then a cheap, infallible handle (as with
+        // MPI_COMM_WORLD); `dup()` it for an independent communicator over every rank.
+        let world = base.dup()?;
+        Ok(Universe { world, base })
+    }
+
+    fn into_world(self) -> Communicator {
+        self.world
     }
 
     /// This rank's world rank.
@@ -146,16 +156,11 @@ impl Universe {
         self.base.size()
     }
 
-    /// A communicator over every rank of the job (collective: a duplicate of the world, so each
-    /// call gives an independent communicator). Panics if the job segment is exhausted or
-    /// another rank has failed; use [`Universe::try_world`] to get the error instead.
-    pub fn world(&self) -> Communicator {
-        self.try_world().unwrap_or_else(|e| panic!("barrier: creating the world communicator failed: {e}"))
-    }
-
-    /// [`Universe::world`] returning the error.
-    pub fn try_world(&self) -> Result<Communicator> {
-        self.base.dup()
+    /// The communicator over every rank of the job (MPI_COMM_WORLD): made by [`init`], so this
+    /// is a cheap, infallible handle. For an independent communicator over the same ranks, use
+    /// `world().dup()` (collective).
+    pub fn world(&self) -> &Communicator {
+        &self.world
     }
 }
 
@@ -223,8 +228,7 @@ pub mod threads {
                             .spawn_scoped(s, move || {
                                 let abort_seg = rank_seg.clone();
                                 let out = catch_unwind(AssertUnwindSafe(|| {
-                                    let uni = Universe::attach(rank_seg, rank, params)?;
-                                    let world = uni.try_world()?;
+                                    let world = Universe::attach(rank_seg, rank, params)?.into_world();
                                     Ok(f(world))
                                 }));
                                 if matches!(out, Ok(Ok(_))) {

@@ -35,8 +35,9 @@ pub(crate) const EXIT_GRACE: Duration = Duration::from_secs(1);
 pub(crate) enum Need {
     /// Every member's arrival at barrier `e`.
     Barrier(u64),
-    /// Every member's arrival at control epoch `c` (split, dup, shared_window, creation).
-    Control(u64),
+    /// Every member's arrival at control epoch `c`, in the collective call named (split, dup,
+    /// shared_window, communicator creation).
+    Control(u64, &'static str),
 }
 
 impl Need {
@@ -44,14 +45,14 @@ impl Need {
     pub fn describe(self) -> String {
         match self {
             Need::Barrier(e) => format!("barrier {e}"),
-            Need::Control(_) => "a collective call (split, dup, shared_window or communicator creation)".into(),
+            Need::Control(_, call) => format!("the collective call {call}"),
         }
     }
 
     fn epoch(self) -> u64 {
         match self {
             Need::Barrier(e) => e,
-            Need::Control(_) => 0,
+            Need::Control(..) => 0,
         }
     }
 }
@@ -106,7 +107,7 @@ impl<'a> PeerWatch<'a> {
     fn reached(&self, r: usize) -> bool {
         match self.need {
             Need::Barrier(e) => self.region.arrivals()[r].load() >= e,
-            Need::Control(c) => self.region.ctrl_reached(r) >= c,
+            Need::Control(c, _) => self.region.ctrl_reached(r) >= c,
         }
     }
 
@@ -131,7 +132,7 @@ impl<'a> PeerWatch<'a> {
                 let Some((completed, failed)) = self.region.departed(r) else { continue };
                 let gone_early = match self.need {
                     Need::Barrier(e) => completed < e,
-                    Need::Control(c) => self.region.ctrl_reached(r) < c,
+                    Need::Control(c, _) => self.region.ctrl_reached(r) < c,
                 };
                 if !gone_early {
                     continue;

@@ -564,6 +564,7 @@ impl Backend for HwBackend {
             resume_at: u64::MAX,
             software,
             on_software: false,
+            verbose: q.params.flag("BARRIER_VERBOSE").unwrap_or(false),
             flat_next: 0,
             algorithm: String::from("offload"),
         };
@@ -799,6 +800,8 @@ pub struct HwModule {
     resume_at: u64,
     software: SoftwareModule,
     on_software: bool,
+    /// BARRIER_VERBOSE: say on stderr, too, when the hardware fails.
+    verbose: bool,
     flat_next: usize,
     algorithm: String,
 }
@@ -814,7 +817,20 @@ impl HwModule {
     fn degrade(&mut self, epoch: u64, reason: String, raise: bool) {
         let fault_epoch = if raise { self.fault.set_once(epoch, true) } else { self.fault.load() };
         self.resume_at = fault_epoch.max(1) + 2;
-        tracing::warn!(device = self.dev.map.kind, rank = self.rank, epoch, %reason, "hardware barrier failed; completing barriers in software");
+        if raise && fault_epoch == epoch {
+            // The rank whose report set the fault epoch speaks for the communicator: once.
+            let msg = format!(
+                "barrier: the {} barrier of a communicator of {} ranks failed at barrier {epoch} ({reason}); \
+                 its ranks complete barriers in software from now on",
+                self.dev.map.kind, self.n
+            );
+            tracing::warn!(target: "barrier", "{msg}");
+            if self.verbose {
+                crate::sys::say(&msg);
+            }
+        } else {
+            tracing::debug!(device = self.dev.map.kind, rank = self.rank, epoch, %reason, "leaving the hardware barrier");
+        }
         self.algorithm = format!("fallback: flat ({reason})");
         self.degraded = Some(reason);
     }
