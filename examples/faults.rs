@@ -9,6 +9,8 @@
 //! barrier run -n 2 -- target/release/examples/faults spawn-child      rank 0 starts a copy of itself
 //!                                                     [keep-fd]      ... and hands it the job's fd
 //! barrier run -n 2 -- target/release/examples/faults hold-group 2000  rank 1 stays 2 s longer
+//! barrier run -n 3 -- target/release/examples/faults abort 1          rank 1 calls abort(7)
+//! barrier run -n 2 -- target/release/examples/faults usage            print the segment's size
 //! barrier run -n 2 -- target/release/examples/faults spin             barriers until killed
 //! ```
 //!
@@ -109,6 +111,19 @@ fn main() -> ExitCode {
             }
             say(format!("rank {me}: {} leaves", world.algorithm()));
             Ok(())
+        }
+        "abort" => {
+            // MPI_Abort from one rank: the job ends with its code.
+            let who = arg(&args, 1, "a rank") as usize;
+            if me == who {
+                world.abort(7);
+            }
+            world.barrier().and_then(|()| world.barrier())
+        }
+        "usage" => {
+            let (used, total) = world.segment_usage();
+            say(format!("rank {me}: segment {total} bytes, {used} in use"));
+            world.barrier()
         }
         "spin" => loop {
             if let Err(e) = world.barrier() {

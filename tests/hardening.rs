@@ -296,7 +296,7 @@ mod random_programs {
             Error::Timeout { missing, missing_world, .. } => {
                 !missing.is_empty() && missing.len() == missing_world.len()
             }
-            Error::RankLeft { .. } | Error::Broken(_) | Error::Aborted { .. } | Error::RequestPending => true,
+            Error::RankLeft { .. } | Error::Broken(_) | Error::Aborted { .. } => true,
             _ => false,
         };
         if named && !msg.is_empty() {

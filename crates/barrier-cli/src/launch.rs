@@ -200,7 +200,15 @@ pub fn launch(spec: &JobSpec) -> Result<JobReport, LaunchError> {
         .map(|config| barrier_emu::Emulator::start(config.clone()))
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| LaunchError(format!("barrier run: cannot start an emulated device: {e}")))?;
-    let seg = Segment::create_for_job(shape, spec.pool_bytes).map_err(|e| LaunchError(format!("barrier run: {e}")))?;
+    // The pool size the ranks will see: the job's own environment first, then the launcher's.
+    let pool_bytes = match spec.env.iter().rev().find(|(k, _)| k == "BARRIER_SHM_POOL_BYTES") {
+        Some((_, v)) => v
+            .trim()
+            .parse()
+            .map_err(|_| LaunchError(format!("barrier run: BARRIER_SHM_POOL_BYTES={v} is not a number of bytes")))?,
+        None => spec.pool_bytes,
+    };
+    let seg = Segment::create_for_job(shape, pool_bytes).map_err(|e| LaunchError(format!("barrier run: {e}")))?;
     let seg_fd = seg.raw_fd().expect("job segment has a descriptor");
     // The lifeline: ranks inherit the read end; only this process holds the write end, so when
     // it dies the ranks (even behind a wrapper script) see end of file and end themselves.

@@ -340,3 +340,136 @@ fn a_killed_daemon_is_a_device_fault_and_a_new_daemon_replaces_its_file() {
     let _ = daemon.wait();
     assert!(!std::path::Path::new(&path).exists());
 }
+
+#[test]
+fn launcher_options_and_settings_are_checked_before_anything_starts() {
+    let cases: [(&[&str], Option<(&str, &str)>, &str); 4] = [
+        (
+            &["run", "-n", "2", "--timeout", "abc", "--", "true"],
+            None,
+            "--timeout abc: invalid value \"abc\" for BARRIER_TIMEOUT",
+        ),
+        (
+            &["run", "-n", "2", "--", "true"],
+            Some(("BARRIER_WAIT_POLICY", "bogus")),
+            "BARRIER_WAIT_POLICY: one of auto, spin, park",
+        ),
+        (&["run", "-n", "2", "--nodes", "0", "--", "true"], None, "invalid value '0' for '--nodes"),
+        (&["emu", "--device", "/tmp/never-created", "--drop-arrival", "2.0"], None, "2.0 is not a probability"),
+    ];
+    for (args, env, needle) in cases {
+        let mut cmd = barrier();
+        cmd.args(args);
+        if let Some((k, v)) = env {
+            cmd.env(k, v);
+        }
+        let out = cmd.output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(needle), "{args:?}: {err}");
+        assert!(out.stdout.is_empty(), "nothing may start: {args:?}");
+    }
+    let out = barrier().args(["run", "-n", "2", "--nodes", "5", "--", "true"]).output().unwrap();
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--nodes 5 is more than the 2 ranks: using 2 nodes"));
+}
+
+#[test]
+fn tag_output_prefixes_whole_lines_and_keeps_the_streams_apart() {
+    let out = barrier()
+        .args([
+            "run",
+            "-n",
+            "3",
+            "--tag-output",
+            "--",
+            "sh",
+            "-c",
+            "echo out $BARRIER_RANK; echo err $BARRIER_RANK >&2; printf tail",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    for r in 0..3 {
+        assert!(stdout.lines().any(|l| l == format!("[{r}] out {r}")), "{stdout}");
+        assert!(stdout.lines().any(|l| l == format!("[{r}] tail")), "an unterminated last line is a line: {stdout}");
+        assert!(stderr.lines().any(|l| l == format!("[{r}] err {r}")), "{stderr}");
+    }
+    assert!(!stdout.contains("err") && !stderr.contains("out"), "streams mixed:\n{stdout}\n{stderr}");
+}
+
+#[test]
+fn a_large_start_up_shows_progress_on_a_terminal() {
+    let cmd = format!("{} run -n 200 -- true", env!("CARGO_BIN_EXE_barrier"));
+    let out = Command::new("timeout").args(["60", "script", "-qec", &cmd, "/dev/null"]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("barrier run: started 200 ranks in"), "{text}");
+    // Not on a pipe: logs stay clean.
+    let plain = barrier().args(["run", "-n", "200", "--", "true"]).output().unwrap();
+    assert!(!String::from_utf8_lossy(&plain.stderr).contains("starting ranks"));
+}
+
+#[test]
+fn bench_refuses_meaningless_statistics_before_measuring() {
+    for (args, needle) in [
+        (&["bench", "-n", "2", "--iters", "1"][..], "a median needs at least 10"),
+        (&["bench", "-n", "2", "--plot", "/nonexistent/dir/x.svg"][..], "checked before measuring"),
+    ] {
+        let start = Instant::now();
+        let out = barrier().args(args).output().unwrap();
+        assert!(start.elapsed() < Duration::from_secs(3), "{args:?} measured first");
+        assert!(!out.status.success());
+        assert!(String::from_utf8_lossy(&out.stderr).contains(needle), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    let out = barrier()
+        .args(["bench", "-n", "1", "--iters", "2000", "--batch", "50", "--backend", "dissemination"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    let one_rank: Vec<&str> = text.lines().filter(|l| l.trim_start().starts_with("1 ")).collect();
+    assert!(!one_rank.is_empty() && one_rank.iter().all(|l| l.split_whitespace().nth(7) == Some("-")), "{text}");
+    assert!(
+        text.contains("x floor -: a 1-rank barrier waits for nobody") && text.contains("p99 -: fewer than 100"),
+        "{text}"
+    );
+}
+
+#[test]
+fn the_plot_says_what_the_table_says() {
+    let dir = std::env::temp_dir().join(format!("barrier-plot-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let plot = dir.join("p.svg");
+    let cores = barrier::sys::available_cores();
+    let n = (cores + 1).to_string();
+    let out = barrier()
+        .args([
+            "bench",
+            "-n",
+            &format!("2,{n}"),
+            "--iters",
+            "2000",
+            "--batch",
+            "50",
+            "--backend",
+            "dissemination,switch",
+            "--plot",
+        ])
+        .arg(&plot)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let svg = std::fs::read_to_string(&plot).unwrap();
+    for needle in [
+        "stroke-dasharray=\"4 4\"", // the floor, as a line
+        "switch (emulated)",        // emulated devices marked
+        &format!("more ranks than the {cores} cores"),
+        "median latency per barrier (ns)", // the axis has a unit
+        "<polygon points=",                // a third series has a third marker shape
+    ] {
+        assert!(svg.contains(needle), "the plot lacks {needle}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -123,7 +123,6 @@ impl LocalSettings {
 }
 
 const USABLE: u8 = 0;
-const PENDING: u8 = 1;
 const BROKEN: u8 = 2;
 
 /// One rank's handle on a communicator.
@@ -137,14 +136,19 @@ pub struct Communicator {
     wait: WaitConfig,
     /// Report a wait that lasts this long (BARRIER_STALL_REPORT).
     stall: Option<Duration>,
+    /// The last barrier started (by `barrier()` or `ibarrier()`): its epoch.
     epoch: Cell<u64>,
+    /// The last barrier handed to the module (`arrive`): at most one is in flight.
+    armed: Cell<u64>,
+    /// The last barrier completed. Barriers complete in order: `done <= armed <= epoch`.
+    done: Cell<u64>,
     /// The barrier whose failure broke the communicator (it did not complete).
     failed_epoch: Cell<Option<u64>>,
     ctrl_epoch: Cell<u64>,
     engine: RefCell<Engine>,
     arrival: Shared<Flag>,
     selection: Selection,
-    /// USABLE, PENDING (an ibarrier is outstanding) or BROKEN (see `broken`).
+    /// USABLE or BROKEN (see `broken`).
     state: Cell<u8>,
     broken: RefCell<Option<String>>,
 }
@@ -242,6 +246,8 @@ impl Communicator {
             wait,
             stall,
             epoch: Cell::new(0),
+            armed: Cell::new(0),
+            done: Cell::new(0),
             failed_epoch: Cell::new(None),
             ctrl_epoch,
             engine: RefCell::new(engine),
@@ -355,10 +361,7 @@ impl Communicator {
 
     #[cold]
     fn unusable(&self) -> Error {
-        match self.broken.borrow().as_ref() {
-            Some(why) => Error::Broken(why.clone()),
-            None => Error::RequestPending,
-        }
+        Error::Broken(self.broken.borrow().clone().unwrap_or_default())
     }
 
     #[cold]
@@ -366,12 +369,6 @@ impl Communicator {
         *self.broken.borrow_mut() = Some(err.to_string());
         self.state.set(BROKEN);
         err
-    }
-
-    fn set_pending(&self, pending: bool) {
-        if self.state.get() != BROKEN {
-            self.state.set(if pending { PENDING } else { USABLE });
-        }
     }
 
     #[cold]
@@ -386,19 +383,30 @@ impl Communicator {
         self.fail(err)
     }
 
-    #[inline(always)]
-    fn start(&self) -> Result<u64> {
-        self.check_usable()?;
-        let epoch = self.epoch.get() + 1;
-        self.epoch.set(epoch);
-        self.arrival.signal(epoch, false);
-        self.engine.borrow_mut().arrive(epoch).map_err(|e| self.module_error(e, epoch))?;
-        Ok(epoch)
-    }
-
-    #[inline(always)]
-    fn finish(&self, epoch: u64) -> Result<()> {
-        self.finish_with(&mut self.engine.borrow_mut(), epoch)
+    /// Completes barriers in order up to `target`, handing each to the module when the one
+    /// before it is complete. Blocks if `block`; otherwise returns `Ok(false)` at the first
+    /// barrier that is not complete yet.
+    fn drive(&self, target: u64, block: bool) -> Result<bool> {
+        while self.done.get() < target {
+            self.check_usable()?;
+            let next = self.done.get() + 1;
+            let mut engine = self.engine.borrow_mut();
+            if self.armed.get() < next {
+                engine.arrive(next).map_err(|e| self.module_error(e, next))?;
+                self.armed.set(next);
+            }
+            if block {
+                self.finish_with(&mut engine, next)?;
+            } else {
+                match engine.progress(next) {
+                    Ok(Poll::Ready) => {}
+                    Ok(Poll::Pending { .. }) => return Ok(false),
+                    Err(e) => return Err(self.module_error(e, next)),
+                }
+            }
+            self.done.set(next);
+        }
+        Ok(true)
     }
 
     #[inline(always)]
@@ -435,8 +443,9 @@ impl Communicator {
     /// rank. Everything a rank wrote before the call is visible to every rank after it returns.
     ///
     /// Errors: a timeout (`BARRIER_TIMEOUT`) naming the ranks that have not arrived, an abort
-    /// because another rank died, or a pending `ibarrier()`. After a timeout or abort the
-    /// communicator is broken and every later call fails.
+    /// because another rank died, a rank that left. After any of them the communicator is
+    /// broken and every later call fails. With `ibarrier()` requests outstanding, they complete
+    /// first (barriers complete in the order they were started).
     #[inline]
     pub fn barrier(&self) -> Result<()> {
         self.check_usable()?;
@@ -446,21 +455,35 @@ impl Communicator {
         // writes; others read it only to explain a wait: who has not arrived, whether a rank
         // that is gone had done its part).
         self.arrival.signal(epoch, false);
+        if self.done.get() + 1 != epoch {
+            return self.drive(epoch, true).map(|_| ());
+        }
         let mut engine = self.engine.borrow_mut();
         if let Err(e) = engine.arrive(epoch) {
             return Err(self.module_error(e, epoch));
         }
-        self.finish_with(&mut engine, epoch)
+        self.armed.set(epoch);
+        self.finish_with(&mut engine, epoch)?;
+        self.done.set(epoch);
+        Ok(())
     }
 
-    /// Starts a barrier and returns at once (split phase): this rank's arrival is announced now;
-    /// [`Request::test`] or [`Request::wait`] completes it later. Only one request may be
-    /// pending per communicator.
+    /// Starts a barrier and returns at once (split phase, MPI_Ibarrier): this rank's arrival is
+    /// announced now; [`Request::test`] or [`Request::wait`] completes it later. Several may be
+    /// outstanding; they complete in the order they were started (a later one is announced to
+    /// the module once the one before it completes). See [`Request::wait_all`] and
+    /// [`Request::test_any`].
     pub fn ibarrier(&self) -> Result<Request<'_>> {
-        let epoch = self.start()?;
-        self.set_pending(true);
+        self.check_usable()?;
+        let epoch = self.epoch.get() + 1;
+        self.epoch.set(epoch);
+        self.arrival.signal(epoch, false);
+        if self.armed.get() == self.done.get() && self.done.get() + 1 == epoch {
+            self.engine.borrow_mut().arrive(epoch).map_err(|e| self.module_error(e, epoch))?;
+            self.armed.set(epoch);
+        }
         let started = self.wait.timeout.map(|_| std::time::Instant::now());
-        Ok(Request { comm: self, watch: self.watch(epoch), epoch, done: false, started, polls: 0 })
+        Ok(Request { comm: self, watch: self.watch(epoch), epoch, started, polls: 0 })
     }
 
     /// Splits into disjoint communicators, one per color, ordered by `key` then by rank
@@ -585,16 +608,9 @@ impl Drop for Communicator {
     /// Records that this rank left, after the last barrier it completed: members still waiting
     /// for it in a later barrier or collective stop with [`Error::RankLeft`] instead of hanging.
     fn drop(&mut self) {
-        let epoch = self.epoch.get();
         // Dropped while unwinding: a barrier may have been cut short by the panic.
         let panicking = std::thread::panicking();
-        let completed = match (self.state.get(), self.failed_epoch.get()) {
-            (_, Some(failed)) => failed - 1,
-            (PENDING, None) => epoch - 1,
-            _ if panicking => epoch.saturating_sub(1),
-            _ => epoch,
-        };
-        self.region.depart(self.rank, completed, self.state.get() == BROKEN || panicking);
+        self.region.depart(self.rank, self.done.get(), self.state.get() == BROKEN || panicking);
     }
 }
 
@@ -607,17 +623,20 @@ pub struct Request<'c> {
     /// Looks for departed or exited peers and reports stalls while the request is polled.
     watch: PeerWatch<'c>,
     epoch: u64,
-    done: bool,
     /// When the request started, if a timeout applies.
     started: Option<std::time::Instant>,
     /// Calls to `test` so far (the watch runs on every 64th).
     polls: u32,
 }
 
-impl Request<'_> {
+impl<'c> Request<'c> {
     /// The barrier epoch this request completes.
     pub fn epoch(&self) -> u64 {
         self.epoch
+    }
+
+    fn is_done(&self) -> bool {
+        self.comm.done.get() >= self.epoch
     }
 
     /// Makes progress; `Ok(true)` once every rank has arrived. Never blocks. Once the request
@@ -625,76 +644,85 @@ impl Request<'_> {
     /// ranks that have not arrived, and once a rank has left without arriving, the error that
     /// says so (polling for ever would otherwise hang silently).
     pub fn test(&mut self) -> Result<bool> {
-        if self.done {
+        if self.is_done() {
             return Ok(true);
         }
-        let mut engine = self.comm.engine.borrow_mut();
-        match engine.progress(self.epoch) {
-            Ok(Poll::Ready) => {
-                self.done = true;
-                self.comm.set_pending(false);
-                Ok(true)
+        if self.comm.drive(self.epoch, false)? {
+            return Ok(true);
+        }
+        self.polls = self.polls.wrapping_add(1);
+        let verdict = match (self.started, self.comm.wait.timeout) {
+            (Some(t0), Some(limit)) if t0.elapsed() >= limit => Err(WaitError::Timeout(t0.elapsed())),
+            _ if self.polls.is_multiple_of(64) => self.watch.check(Duration::ZERO),
+            _ => Ok(()),
+        };
+        match verdict {
+            Ok(()) => Ok(false),
+            Err(w) => {
+                let failed = self.comm.done.get() + 1;
+                Err(self.comm.wait_error(&self.watch, w, failed))
             }
-            Ok(Poll::Pending { .. }) => {
-                drop(engine);
-                self.polls = self.polls.wrapping_add(1);
-                let verdict = match (self.started, self.comm.wait.timeout) {
-                    (Some(t0), Some(limit)) if t0.elapsed() >= limit => Err(WaitError::Timeout(t0.elapsed())),
-                    _ if self.polls.is_multiple_of(64) => self.watch.check(Duration::ZERO),
-                    _ => Ok(()),
-                };
-                match verdict {
-                    Ok(()) => Ok(false),
-                    Err(w) => {
-                        self.done = true;
-                        self.comm.set_pending(false);
-                        Err(self.comm.wait_error(&self.watch, w, self.epoch))
+        }
+    }
+
+    /// Blocks until the barrier completes (and every barrier started before it).
+    pub fn wait(self) -> Result<()> {
+        self.comm.drive(self.epoch, true).map(|_| ())
+    }
+
+    /// Completes every request (MPI_Waitall), of one communicator or several, progressing all
+    /// of them in turn so that none waits on another rank that waits on this one elsewhere.
+    /// Returns the first error; the other requests are still completed (or fail) first.
+    pub fn wait_all(requests: Vec<Request<'c>>) -> Result<()> {
+        let mut pending = requests;
+        let mut first_error = None;
+        while !pending.is_empty() {
+            let mut still = Vec::with_capacity(pending.len());
+            for mut r in pending {
+                match r.test() {
+                    Ok(true) => {}
+                    Ok(false) => still.push(r),
+                    Err(e) => {
+                        first_error.get_or_insert(e);
                     }
                 }
             }
-            Err(e) => {
-                self.done = true;
-                drop(engine);
-                self.comm.set_pending(false);
-                Err(self.comm.module_error(e, self.epoch))
+            pending = still;
+            if !pending.is_empty() {
+                std::thread::yield_now();
             }
         }
+        first_error.map_or(Ok(()), Err)
     }
 
-    /// Blocks until the barrier completes.
-    pub fn wait(mut self) -> Result<()> {
-        self.complete()
-    }
-
-    fn complete(&mut self) -> Result<()> {
-        if self.done {
-            return Ok(());
+    /// Tests the requests in order (MPI_Testany): the index of the first complete one, or
+    /// `None` if none is complete yet. Never blocks.
+    pub fn test_any(requests: &mut [Request<'c>]) -> Result<Option<usize>> {
+        for (i, r) in requests.iter_mut().enumerate() {
+            if r.test()? {
+                return Ok(Some(i));
+            }
         }
-        self.done = true;
-        // `finish` must not see PENDING: clear it first (it only waits and progresses).
-        self.comm.set_pending(false);
-        self.comm.finish(self.epoch)
+        Ok(None)
     }
 }
 
 impl Drop for Request<'_> {
     fn drop(&mut self) {
-        if self.done {
+        if self.is_done() || self.comm.state.get() == BROKEN {
             return;
         }
         if std::thread::panicking() {
             // Waiting here could wait for ranks that are themselves waiting for this one (in
             // another collective); the panic must reach the job instead.
-            self.done = true;
-            self.comm.set_pending(false);
-            self.comm.failed_epoch.set(Some(self.epoch));
+            self.comm.failed_epoch.set(Some(self.comm.done.get() + 1));
             self.comm.fail(Error::Broken(format!(
                 "an ibarrier() request for barrier {} was dropped while the thread panicked",
                 self.epoch
             )));
             return;
         }
-        if let Err(e) = self.complete() {
+        if let Err(e) = self.comm.drive(self.epoch, true) {
             tracing::warn!(error = %e, "ibarrier request dropped and its completion failed");
         }
     }

@@ -120,9 +120,6 @@ pub enum Error {
     /// The launcher's environment is present but inconsistent.
     #[error("bad launcher environment: {0}; start the program with `barrier run -n N -- PROGRAM`")]
     Bootstrap(String),
-    /// An `ibarrier` request is still pending on this communicator.
-    #[error("an ibarrier() request is still pending on this communicator; wait() or test() it to completion first")]
-    RequestPending,
     /// The job's shared segment has no room for another communicator or window.
     #[error("the job's shared segment is full ({needed} bytes needed, {free} free); free communicators or start the job with a larger BARRIER_SHM_POOL_BYTES")]
     SegmentFull {
