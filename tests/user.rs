@@ -202,3 +202,55 @@ fn the_launcher_honours_the_pool_size() {
         .unwrap_or_else(|| panic!("{}", report.stderr[0]));
     assert!(total < 2 << 20, "a 1 MiB pool made a {total}-byte segment");
 }
+
+#[test]
+fn a_collective_call_with_a_request_outstanding_completes_it_first() {
+    // Rank 0 calls dup() with an ibarrier outstanding; rank 1 is in a plain barrier, which needs
+    // rank 0's later dissemination rounds. The dup must drive the request, not deadlock.
+    let p = Params::defaults_only().set("BARRIER_SW_ALGORITHM", "dissemination").set("BARRIER_TIMEOUT", "20s");
+    let out = Job::new(3)
+        .params(p)
+        .run(|w| {
+            if w.rank() == 0 {
+                let r = w.ibarrier().unwrap();
+                let d = w.dup().unwrap();
+                r.wait().unwrap();
+                d.size()
+            } else {
+                w.barrier().unwrap();
+                w.dup().unwrap().size()
+            }
+        })
+        .unwrap();
+    assert_eq!(out, vec![3, 3, 3]);
+}
+
+#[test]
+fn a_request_queued_behind_another_does_not_time_out_while_it_waits_its_turn() {
+    let p = Params::defaults_only().set("BARRIER_TIMEOUT", "300ms");
+    let out = Job::new(2)
+        .params(p)
+        .run(|w| {
+            let _first = w.ibarrier().unwrap();
+            let mut second = w.ibarrier().unwrap();
+            // Longer than the timeout, on both ranks: nobody is missing, nobody is late.
+            std::thread::sleep(Duration::from_millis(500));
+            while !second.test().unwrap() {
+                std::thread::yield_now();
+            }
+            w.epoch()
+        })
+        .unwrap();
+    assert_eq!(out, vec![2, 2]);
+}
+
+#[test]
+fn a_window_of_half_the_pool_fits() {
+    let out = Job::new(2)
+        .params(Params::defaults_only())
+        .run(|w| w.shared_window(1 << 22).map(|win| win.words().len()))
+        .unwrap();
+    for r in out {
+        assert_eq!(r.unwrap(), 1 << 22);
+    }
+}

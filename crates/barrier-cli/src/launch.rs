@@ -231,6 +231,7 @@ pub fn launch(spec: &JobSpec) -> Result<JobReport, LaunchError> {
     for rank in 0..spec.ranks {
         progress.show(rank);
         if let Some(sig) = crate::signals::take() {
+            progress.done(start.elapsed());
             return Ok(abandon_start(ranks, sig, start, &emulators));
         }
         let mut cmd = Command::new(&spec.program);
@@ -301,6 +302,7 @@ pub fn launch(spec: &JobSpec) -> Result<JobReport, LaunchError> {
                 ranks.push(RankProcess { pid, pidfd: proc::pidfd_open(pid).ok(), alive: true });
             }
             Err(e) => {
+                progress.done(start.elapsed());
                 abandon_start(ranks, libc::SIGKILL, start, &emulators);
                 return Err(LaunchError(format!("barrier run: cannot start {}: {e}", spec.program.display())));
             }
@@ -357,8 +359,16 @@ pub fn launch(spec: &JobSpec) -> Result<JobReport, LaunchError> {
     }
     drop(lifeline_write);
     drop(signals);
+    // A rank may have left a background child holding its output open: copy what comes for a
+    // moment, then let the copying threads go rather than wait for that child.
+    let deadline = Instant::now() + Duration::from_secs(1);
     for t in taggers {
-        let _ = t.join();
+        while !t.is_finished() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        if t.is_finished() {
+            let _ = t.join();
+        }
     }
     let stdout = readers.into_iter().map(|h| h.join().unwrap_or_default()).collect();
     let stderr = err_readers.into_iter().map(|h| h.join().unwrap_or_default()).collect();
@@ -531,7 +541,8 @@ impl StartProgress {
 
     fn new(ranks: usize) -> Self {
         let on = ranks >= Self::FROM && proc::stderr_terminal();
-        StartProgress { ranks, shown: on.then(|| Instant::now() - Duration::from_secs(1)) }
+        let long_ago = Instant::now().checked_sub(Duration::from_secs(1)).unwrap_or_else(Instant::now);
+        StartProgress { ranks, shown: on.then_some(long_ago) }
     }
 
     fn show(&mut self, started: usize) {

@@ -343,7 +343,9 @@ fn a_killed_daemon_is_a_device_fault_and_a_new_daemon_replaces_its_file() {
 
 #[test]
 fn launcher_options_and_settings_are_checked_before_anything_starts() {
-    let cases: [(&[&str], Option<(&str, &str)>, &str); 4] = [
+    /// Arguments, an environment variable, and what the error must say.
+    type Case<'a> = (&'a [&'a str], Option<(&'a str, &'a str)>, &'a str);
+    let cases: [Case<'_>; 4] = [
         (
             &["run", "-n", "2", "--timeout", "abc", "--", "true"],
             None,

@@ -142,6 +142,10 @@ pub struct Communicator {
     armed: Cell<u64>,
     /// The last barrier completed. Barriers complete in order: `done <= armed <= epoch`.
     done: Cell<u64>,
+    /// When the barrier in flight was handed to the module by a split-phase call (only kept
+    /// when a timeout applies): a polled request times out from then, not from when it was
+    /// queued behind earlier ones.
+    armed_at: Cell<Option<std::time::Instant>>,
     /// The barrier whose failure broke the communicator (it did not complete).
     failed_epoch: Cell<Option<u64>>,
     ctrl_epoch: Cell<u64>,
@@ -248,6 +252,7 @@ impl Communicator {
             epoch: Cell::new(0),
             armed: Cell::new(0),
             done: Cell::new(0),
+            armed_at: Cell::new(None),
             failed_epoch: Cell::new(None),
             ctrl_epoch,
             engine: RefCell::new(engine),
@@ -383,6 +388,12 @@ impl Communicator {
         self.fail(err)
     }
 
+    fn note_armed(&self) {
+        if self.wait.timeout.is_some() {
+            self.armed_at.set(Some(std::time::Instant::now()));
+        }
+    }
+
     /// Completes barriers in order up to `target`, handing each to the module when the one
     /// before it is complete. Blocks if `block`; otherwise returns `Ok(false)` at the first
     /// barrier that is not complete yet.
@@ -394,6 +405,7 @@ impl Communicator {
             if self.armed.get() < next {
                 engine.arrive(next).map_err(|e| self.module_error(e, next))?;
                 self.armed.set(next);
+                self.note_armed();
             }
             if block {
                 self.finish_with(&mut engine, next)?;
@@ -481,9 +493,9 @@ impl Communicator {
         if self.armed.get() == self.done.get() && self.done.get() + 1 == epoch {
             self.engine.borrow_mut().arrive(epoch).map_err(|e| self.module_error(e, epoch))?;
             self.armed.set(epoch);
+            self.note_armed();
         }
-        let started = self.wait.timeout.map(|_| std::time::Instant::now());
-        Ok(Request { comm: self, watch: self.watch(epoch), epoch, started, polls: 0 })
+        Ok(Request { comm: self, watch: self.watch(self.done.get() + 1), epoch, polls: 0 })
     }
 
     /// Splits into disjoint communicators, one per color, ordered by `key` then by rank
@@ -494,6 +506,9 @@ impl Communicator {
 
     fn split_as(&self, call: &'static str, color: Color, key: Key) -> Result<Option<Communicator>> {
         self.check_usable()?;
+        // Collective calls happen in order: outstanding ibarriers complete first (the control
+        // plane does not move the barrier module, and peers may need this rank's rounds).
+        self.drive(self.epoch.get(), true)?;
         let (defined, code) = match color {
             Color::Value(v) => (1, v),
             Color::Undefined => (0, 0),
@@ -555,6 +570,7 @@ impl Communicator {
     /// error on every rank.
     pub fn shared_window(&self, len: usize) -> Result<SharedWindow> {
         self.check_usable()?;
+        self.drive(self.epoch.get(), true)?;
         let ctrl = self.ctrl("shared_window");
         // One header line (the count of handles) before the words.
         let bytes = len.max(1).checked_mul(8).and_then(|b| b.checked_add(WINDOW_HEADER)).filter(|&b| b <= isize::MAX as usize);
@@ -623,8 +639,6 @@ pub struct Request<'c> {
     /// Looks for departed or exited peers and reports stalls while the request is polled.
     watch: PeerWatch<'c>,
     epoch: u64,
-    /// When the request started, if a timeout applies.
-    started: Option<std::time::Instant>,
     /// Calls to `test` so far (the watch runs on every 64th).
     polls: u32,
 }
@@ -650,18 +664,20 @@ impl<'c> Request<'c> {
         if self.comm.drive(self.epoch, false)? {
             return Ok(true);
         }
+        // The barrier in flight: this one, or an earlier one it is queued behind.
+        let flight = self.comm.done.get() + 1;
+        if self.watch.need != Need::Barrier(flight) {
+            self.watch = self.comm.watch(flight);
+        }
         self.polls = self.polls.wrapping_add(1);
-        let verdict = match (self.started, self.comm.wait.timeout) {
+        let verdict = match (self.comm.armed_at.get(), self.comm.wait.timeout) {
             (Some(t0), Some(limit)) if t0.elapsed() >= limit => Err(WaitError::Timeout(t0.elapsed())),
             _ if self.polls.is_multiple_of(64) => self.watch.check(Duration::ZERO),
             _ => Ok(()),
         };
         match verdict {
             Ok(()) => Ok(false),
-            Err(w) => {
-                let failed = self.comm.done.get() + 1;
-                Err(self.comm.wait_error(&self.watch, w, failed))
-            }
+            Err(w) => Err(self.comm.wait_error(&self.watch, w, flight)),
         }
     }
 

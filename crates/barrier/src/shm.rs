@@ -16,7 +16,8 @@
 //!
 //! Communicator regions and shared windows come from an allocator in the header that any rank
 //! may use, without locks (a rank that dies mid-call can leak a block, never block the others):
-//! blocks come in size classes of `CACHE_LINE << c` bytes; a freed block goes onto its class's
+//! blocks come in size classes of whole lines, four per power of two (at most a quarter
+//! wasted); a freed block goes onto its class's
 //! free list (a Treiber stack whose head carries a tag against ABA), and an allocation takes
 //! from that list first, from the untouched rest of the pool (a bump pointer) otherwise. A block
 //! is zeroed when it is reused, because regions rely on starting from zeros.
@@ -53,7 +54,7 @@ const MAGIC: u64 = u64::from_le_bytes(*b"BARRIER1");
 /// Layout version of the header and regions: bumped whenever either changes, so that a launcher
 /// and a program built from different versions fail with a clear message instead of misreading
 /// each other's memory.
-const LAYOUT_VERSION: u64 = 5;
+const LAYOUT_VERSION: u64 = 6;
 /// Bytes reserved for the header at the start of the segment.
 const HEADER_BYTES: usize = 4096;
 /// Default bytes of the pool for communicators and windows beyond the world region.
@@ -81,18 +82,41 @@ struct Header {
     exits: CachePadded<AtomicU64>,
 }
 
-/// Size classes: blocks of `CACHE_LINE << c` bytes for `c < CLASSES`.
-const CLASSES: usize = 40;
+/// Size classes, in whole lines: 1, 2, 3, then four steps per power of two (4, 5, 6, 7, 8, 10,
+/// 12, 14, 16, 20, ...), so a block wastes at most a quarter of what it holds.
+const CLASSES: usize = 3 + 4 * 38;
 /// A free list head: the low bits are a block index (offset / CACHE_LINE, 0 = empty list), the
 /// high bits a tag bumped by every change (so a stale head cannot win a compare-and-swap).
 const INDEX_BITS: u32 = 40;
 const INDEX_MASK: u64 = (1 << INDEX_BITS) - 1;
 
-/// The size class of a block of `bytes`, if any class is that large.
+/// Lines in a block of class `c`.
+fn class_lines(c: usize) -> usize {
+    if c < 3 {
+        c + 1
+    } else {
+        let (k, sub) = ((c - 3) / 4 + 2, (c - 3) % 4);
+        (4 + sub) << (k - 2)
+    }
+}
+
+/// The smallest size class that holds `bytes`, if any class is that large.
 fn class_of(bytes: usize) -> Option<usize> {
-    let lines = bytes.max(1).div_ceil(CACHE_LINE).checked_next_power_of_two()?;
-    let class = lines.trailing_zeros() as usize;
+    let lines = bytes.max(1).div_ceil(CACHE_LINE);
+    let class = if lines <= 3 {
+        lines - 1
+    } else {
+        let k = (usize::BITS - 1 - lines.leading_zeros()) as usize;
+        let step = 1usize << (k - 2);
+        let sub = (lines - (1 << k)).div_ceil(step);
+        3 + (k - 2) * 4 + sub
+    };
     (class < CLASSES).then_some(class)
+}
+
+/// Bytes of the block `alloc` hands out for `bytes` (what a segment must reserve for it).
+fn block_bytes(bytes: usize) -> usize {
+    class_of(bytes).map_or(bytes, |c| class_lines(c) * CACHE_LINE)
 }
 
 /// The abort word's value once the job's launcher is gone.
@@ -166,8 +190,9 @@ impl Segment {
     }
 
     fn total_len(shape: &JobShape, pool: usize) -> usize {
-        let world = crate::region::RegionLayout::new(shape.world_size).total;
-        let table = (shape.world_size.max(1) * RANK_WORDS * 8).next_multiple_of(CACHE_LINE);
+        // The blocks `init` allocates, as the allocator rounds them, so the pool stays whole.
+        let world = block_bytes(crate::region::RegionLayout::new(shape.world_size).total);
+        let table = block_bytes(shape.world_size.max(1) * RANK_WORDS * 8);
         (HEADER_BYTES + world + table + pool).next_multiple_of(4096)
     }
 
@@ -286,10 +311,10 @@ impl Segment {
     /// Allocates a zeroed block of at least `bytes` and returns its offset.
     pub(crate) fn alloc(&self, bytes: usize) -> Result<usize> {
         let len = self.map.len();
-        let Some(class) = class_of(bytes).filter(|&c| CACHE_LINE << c <= len) else {
+        let Some(class) = class_of(bytes).filter(|&c| class_lines(c) * CACHE_LINE <= len) else {
             return Err(Error::SegmentFull { needed: bytes, free: self.free_bytes() });
         };
-        let size = CACHE_LINE << class;
+        let size = class_lines(class) * CACHE_LINE;
         let h = self.header();
         let list = &h.free_lists[class];
         let mut head = list.load(Ordering::Acquire);
@@ -340,7 +365,7 @@ impl Segment {
                 Err(now) => head = now,
             }
         }
-        h.in_use.fetch_sub((CACHE_LINE << class) as u64, Ordering::Relaxed);
+        h.in_use.fetch_sub((class_lines(class) * CACHE_LINE) as u64, Ordering::Relaxed);
     }
 
     /// Bytes never handed out yet (the pool beyond the bump pointer; freed blocks come on top).
@@ -513,3 +538,34 @@ unsafe impl SharedPlain for crate::wait::Flag {}
 unsafe impl<const N: usize> SharedPlain for CachePadded<[AtomicU64; N]> {}
 // SAFETY: as above.
 unsafe impl SharedPlain for CachePadded<AtomicU64> {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn size_classes_hold_what_they_are_asked_and_waste_at_most_a_quarter() {
+        for bytes in (1..5000).chain([CACHE_LINE * 1000 + 1, 33_554_432, 1 << 30]) {
+            let c = class_of(bytes).unwrap();
+            let lines = bytes.div_ceil(CACHE_LINE);
+            assert!(class_lines(c) >= lines, "{bytes}");
+            assert!(c == 0 || class_lines(c - 1) < lines, "{bytes}: not the smallest class");
+            assert!(lines < 4 || class_lines(c) * 4 <= lines * 5, "{bytes}: {} lines for {lines}", class_lines(c));
+        }
+    }
+
+    #[test]
+    fn freed_blocks_are_reused_and_zeroed() {
+        let seg = Segment::anonymous(JobShape::local(2, 1), 1 << 20).unwrap();
+        let before = seg.usage().0;
+        let a = seg.alloc(1000).unwrap();
+        seg.slice::<AtomicU64>(a, 100).iter().for_each(|w| w.store(7, Ordering::Relaxed));
+        seg.free(a, 1000);
+        assert_eq!(seg.usage().0, before);
+        let b = seg.alloc(900).unwrap();
+        assert_eq!(a, b, "same class, same block");
+        assert!(seg.slice::<AtomicU64>(b, 100).iter().all(|w| w.load(Ordering::Relaxed) == 0));
+        // A window of most of the pool still fits.
+        assert!(seg.alloc((1 << 20) * 3 / 4).is_ok());
+    }
+}
