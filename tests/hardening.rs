@@ -7,7 +7,8 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use barrier::{threads::Job, Error, Params};
-use barrier_cli::launch::{launch, JobReport, JobSpec};
+use barrier_cli::launch::{launch, JobSpec};
+use common::faults;
 
 /// Runs `f` on a thread and fails the test if it has not finished within `limit` (a hang).
 fn within<T: Send + 'static>(limit: Duration, what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
@@ -20,30 +21,6 @@ fn within<T: Send + 'static>(limit: Duration, what: &str, f: impl FnOnce() -> T 
         Ok(Err(p)) => std::panic::resume_unwind(p),
         Err(_) => panic!("{what}: still running after {limit:?} (a hang)"),
     }
-}
-
-/// Launches `faults MODE ARGS` on `n` ranks (through `sh -c` when `wrapper` is given), with
-/// `env`, capturing output; no BARRIER_TIMEOUT unless `env` sets one.
-fn faults(n: usize, wrapper: Option<&str>, args: &[&str], env: &[(&str, &str)]) -> JobReport {
-    let _machine = common::one_job_at_a_time();
-    let exe = common::example("faults");
-    let mut spec = match wrapper {
-        Some(script) => {
-            let mut s = JobSpec::new(n, "sh");
-            s.args = vec!["-c".into(), script.into(), "sh".into(), exe.into()];
-            s.args.extend(args.iter().map(|a| a.into()));
-            s
-        }
-        None => {
-            let mut s = JobSpec::new(n, exe);
-            s.args = args.iter().map(|a| a.into()).collect();
-            s
-        }
-    };
-    spec.env = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-    spec.capture_stdout = true;
-    spec.capture_stderr = true;
-    launch(&spec).expect("launching the job")
 }
 
 #[test]

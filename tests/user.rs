@@ -7,29 +7,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use barrier::{threads::Job, Error, Params, Request};
-use barrier_cli::launch::{launch, JobReport, JobSpec};
-
-fn faults(n: usize, wrapper: Option<&str>, args: &[&str], env: &[(&str, &str)]) -> JobReport {
-    let _machine = common::one_job_at_a_time();
-    let exe = common::example("faults");
-    let mut spec = match wrapper {
-        Some(script) => {
-            let mut s = JobSpec::new(n, "sh");
-            s.args = vec!["-c".into(), script.into(), "sh".into(), exe.into()];
-            s.args.extend(args.iter().map(|a| a.into()));
-            s
-        }
-        None => {
-            let mut s = JobSpec::new(n, exe);
-            s.args = args.iter().map(|a| a.into()).collect();
-            s
-        }
-    };
-    spec.env = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-    spec.capture_stdout = true;
-    spec.capture_stderr = true;
-    launch(&spec).expect("launching the job")
-}
+use common::faults;
 
 #[test]
 fn a_bad_software_setting_is_reported_as_that_setting() {

@@ -49,3 +49,28 @@ pub fn shm_segments() -> Vec<String> {
         })
         .unwrap_or_default()
 }
+
+/// Launches the `faults` example (`examples/faults.rs`) with `args` on `n` ranks, through
+/// `sh -c SCRIPT sh FAULTS ARGS` when `wrapper` is given, with `env`, capturing output; no
+/// BARRIER_TIMEOUT unless `env` sets one.
+pub fn faults(n: usize, wrapper: Option<&str>, args: &[&str], env: &[(&str, &str)]) -> JobReport {
+    let _machine = one_job_at_a_time();
+    let exe = example("faults");
+    let mut spec = match wrapper {
+        Some(script) => {
+            let mut s = JobSpec::new(n, "sh");
+            s.args = vec!["-c".into(), script.into(), "sh".into(), exe.into()];
+            s.args.extend(args.iter().map(|a| a.into()));
+            s
+        }
+        None => {
+            let mut s = JobSpec::new(n, exe);
+            s.args = args.iter().map(|a| a.into()).collect();
+            s
+        }
+    };
+    spec.env = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    spec.capture_stdout = true;
+    spec.capture_stderr = true;
+    launch(&spec).expect("launching the job")
+}
