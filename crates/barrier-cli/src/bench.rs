@@ -7,6 +7,10 @@
 //!   Virtual machines change speed from one second to the next, so the floor is measured before
 //!   every row and the row reported as `floor` pools those measurements (median of medians).
 //! * **std**: `std::sync::Barrier` with as many threads as ranks.
+//! * **hurdles**: `hurdles::Barrier`, the fastest Rust barrier crate measured here, likewise.
+//!
+//! `--interleave` compares instead ours, the floor protocol and hurdles timed in alternating
+//! chunks in the same two pinned threads (see [`interleave`]).
 //!
 //! Backends run as real processes under the launcher (this same binary, hidden subcommand
 //! `bench-rank`), pinned one per core when the ranks fit on the cores. Time is read once per
@@ -149,6 +153,131 @@ pub fn std_barrier(n: usize, iters: u64, batch: u64) -> Stats {
         t.join().expect("std barrier thread");
     }
     Stats::from_samples(samples)
+}
+
+/// `hurdles::Barrier` (the fastest Rust barrier crate measured here) with `n` threads; thread
+/// 0's timings.
+pub fn hurdles_barrier(n: usize, iters: u64, batch: u64) -> Stats {
+    let b = hurdles::Barrier::new(n);
+    let warmup = (iters / 10).min(10_000);
+    let batches = (iters / batch).max(1);
+    let others: Vec<_> = (1..n)
+        .map(|_| {
+            let mut b = b.clone();
+            std::thread::spawn(move || {
+                for _ in 0..warmup + batches * batch {
+                    b.wait();
+                }
+            })
+        })
+        .collect();
+    let mut b = b;
+    for _ in 0..warmup {
+        b.wait();
+    }
+    let samples = timed_batches(iters, batch, || {
+        b.wait();
+    });
+    for t in others {
+        t.join().expect("hurdles barrier thread");
+    }
+    Stats::from_samples(samples)
+}
+
+/// Per-chunk latencies (ns per barrier) of the three contenders of [`interleave`].
+#[derive(Debug, Clone, Default)]
+pub struct Interleaved {
+    /// The raw floor protocol.
+    pub floor: Vec<f64>,
+    /// This library's barrier (`Communicator::barrier`, thread mode, as configured).
+    pub ours: Vec<f64>,
+    /// `hurdles::Barrier`.
+    pub hurdles: Vec<f64>,
+}
+
+/// Ours against the raw floor protocol and hurdles, timed chunk by chunk in the same two
+/// threads pinned to two cores: on a machine whose speed changes from one moment to the next,
+/// only figures taken side by side like this compare. The order of the three rotates every
+/// chunk, and the communicator's barrier lines the threads up before each timed chunk.
+pub fn interleave(chunks: usize, per_chunk: u64, params: barrier::Params) -> Result<Interleaved, String> {
+    let cores = barrier::sys::affinity_cores();
+    if cores.len() < 2 {
+        return Err("--interleave needs two cores (the floor is a two-party protocol)".into());
+    }
+    let lines: [CachePadded<AtomicU64>; 2] = Default::default();
+    let hb = hurdles::Barrier::new(2);
+    let out = barrier::threads::Job::new(2)
+        .params(params)
+        .run(|w| -> Result<Interleaved, barrier::Error> {
+            let me = w.rank();
+            let _ = barrier::sys::pin_to_core(cores[me]);
+            let mut hb = hb.clone();
+            let mut epoch = 0u64;
+            let mut times = Interleaved::default();
+            for chunk in 0..chunks + 1 {
+                for turn in 0..3 {
+                    w.barrier()?;
+                    let t = Instant::now();
+                    match (chunk + turn) % 3 {
+                        0 => {
+                            for _ in 0..per_chunk {
+                                epoch += 1;
+                                lines[me].store(epoch, Ordering::Release);
+                                while lines[1 - me].load(Ordering::Acquire) < epoch {
+                                    std::hint::spin_loop();
+                                }
+                            }
+                        }
+                        1 => {
+                            for _ in 0..per_chunk {
+                                w.barrier()?;
+                            }
+                        }
+                        _ => {
+                            for _ in 0..per_chunk {
+                                hb.wait();
+                            }
+                        }
+                    }
+                    let ns = t.elapsed().as_nanos() as f64 / per_chunk as f64;
+                    // The first round warms up caches and the branch predictors: not kept.
+                    if chunk > 0 {
+                        match (chunk + turn) % 3 {
+                            0 => times.floor.push(ns),
+                            1 => times.ours.push(ns),
+                            _ => times.hurdles.push(ns),
+                        }
+                    }
+                }
+            }
+            Ok(times)
+        })
+        .map_err(|e| e.to_string())?;
+    out.into_iter().next().expect("rank 0").map_err(|e| e.to_string())
+}
+
+/// The median of per-chunk ratios `a[i] / b[i]`, and their range.
+pub fn ratio(a: &[f64], b: &[f64]) -> (f64, f64, f64) {
+    let mut r: Vec<f64> = a.iter().zip(b).map(|(x, y)| x / y).collect();
+    r.sort_by(|x, y| x.total_cmp(y));
+    (r[r.len() / 2], r[0], r[r.len() - 1])
+}
+
+/// Runs and prints `barrier bench --interleave`.
+pub fn run_interleave(iters: u64, chunk: u64) -> Result<(), String> {
+    let chunks = (iters / chunk.max(1)).max(10) as usize;
+    let t = interleave(chunks, chunk, barrier::Params::from_env())?;
+    let med = |v: &[f64]| Stats::from_samples(v.to_vec()).median;
+    println!(
+        "barrier bench --interleave: 2 threads pinned to 2 cores, {chunks} rounds of {chunk} barriers per contender, order rotating"
+    );
+    println!("{:<12} {:>10} {:>22}", "contender", "median ns", "x floor (median, range)");
+    println!("{:<12} {:>10.1} {:>22}", "floor", med(&t.floor), "1.00");
+    for (name, v) in [("ours", &t.ours), ("hurdles", &t.hurdles)] {
+        let (m, lo, hi) = ratio(v, &t.floor);
+        println!("{:<12} {:>10.1} {:>10.3} ({lo:.2}-{hi:.2})", name, med(v), m);
+    }
+    Ok(())
 }
 
 /// The body of one rank of a backend measurement (the hidden `bench-rank` subcommand).
@@ -371,7 +500,7 @@ pub fn run(opts: &BenchOptions) -> Result<Vec<Row>, String> {
         }
     }
     let mut progress =
-        Progress { total: 1 + opts.ranks.len() * (1 + configs.len()), done: 0, tty: std::io::stderr().is_terminal() };
+        Progress { total: 1 + opts.ranks.len() * (2 + configs.len()), done: 0, tty: std::io::stderr().is_terminal() };
     let mut rows = Vec::new();
     // The VM's speed changes from second to second, so the floor is measured again before every
     // row and the reported floor pools all of those samples.
@@ -389,6 +518,16 @@ pub fn run(opts: &BenchOptions) -> Result<Vec<Row>, String> {
             stats: std_barrier(n, opts.iters, opts.batch),
             emulator_ns: None,
             label: "std".into(),
+        });
+        progress.step(&format!("hurdles n={n}"));
+        rows.push(Row {
+            backend: "hurdles".into(),
+            algorithm: "-".into(),
+            ranks: n,
+            iters: opts.iters,
+            stats: hurdles_barrier(n, opts.iters, opts.batch),
+            emulator_ns: None,
+            label: "hurdles".into(),
         });
         for (label, env) in &configs {
             progress.step(&format!("{label} n={n}"));

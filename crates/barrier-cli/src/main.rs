@@ -76,6 +76,11 @@ enum Cmd {
         /// Draw latency against rank count into this SVG file.
         #[arg(long)]
         plot: Option<PathBuf>,
+        /// Instead: time ours against the raw floor protocol (and hurdles) in alternating
+        /// chunks of --batch barriers in the same two pinned threads, the comparison that holds
+        /// on machines whose speed changes from moment to moment.
+        #[arg(long)]
+        interleave: bool,
     },
     /// List backends and parameters, and show which backend a job of N ranks gets and why.
     Info {
@@ -224,10 +229,19 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Cmd::Bench { ranks, backend, algorithms, no_emulate, iters, batch, json, plot } => {
+        Cmd::Bench { ranks, backend, algorithms, no_emulate, iters, batch, json, plot, interleave } => {
             if ranks.contains(&0) || iters == 0 || batch == 0 {
                 eprintln!("barrier bench: -n, --iters and --batch must be at least 1");
                 return ExitCode::from(2);
+            }
+            if interleave {
+                return match bench::run_interleave(iters, batch.max(100)) {
+                    Ok(()) => ExitCode::SUCCESS,
+                    Err(e) => {
+                        eprintln!("barrier bench: {e}");
+                        ExitCode::FAILURE
+                    }
+                };
             }
             let opts = BenchOptions {
                 ranks,

@@ -106,7 +106,9 @@ fn bench_json_has_the_reference_rows_and_fields() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8_lossy(&out.stdout);
     let lines: Vec<&str> = text.lines().collect();
-    for backend in ["\"backend\":\"floor\"", "\"backend\":\"std\"", "\"backend\":\"dissemination\""] {
+    for backend in
+        ["\"backend\":\"floor\"", "\"backend\":\"std\"", "\"backend\":\"hurdles\"", "\"backend\":\"dissemination\""]
+    {
         assert!(lines.iter().any(|l| l.contains(backend)), "no {backend} row in {text}");
     }
     for l in &lines {
@@ -474,4 +476,17 @@ fn the_plot_says_what_the_table_says() {
         assert!(svg.contains(needle), "the plot lacks {needle}");
     }
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn interleave_times_ours_against_the_floor_and_hurdles_side_by_side() {
+    let out = barrier().args(["bench", "--interleave", "--iters", "20000", "--batch", "500"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    for contender in ["floor", "ours", "hurdles"] {
+        let line =
+            text.lines().find(|l| l.starts_with(contender)).unwrap_or_else(|| panic!("no {contender} row: {text}"));
+        let ns: f64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+        assert!(ns > 0.0 && ns.is_finite(), "{line}");
+    }
 }

@@ -19,7 +19,7 @@ use crate::region::Region;
 use crate::selector::{self, Selection};
 use crate::shm::{Segment, Shared};
 use crate::wait::{Flag, WaitConfig, WaitError, WaitPolicy, Watch};
-use crate::watch::{Need, PeerWatch};
+use crate::watch::{LazyWatch, Need, PeerWatch};
 
 /// The name of the backend a communicator uses. Compares equal to its `&str` name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -423,7 +423,7 @@ impl Communicator {
 
     #[inline(always)]
     fn finish_with(&self, engine: &mut Engine, epoch: u64) -> Result<()> {
-        let watch = self.watch(epoch);
+        let watch = LazyWatch::new(|| self.watch(epoch));
         // Time already spent in earlier recheck slices of this barrier (hardware modules).
         let mut waited = Duration::ZERO;
         loop {
@@ -432,7 +432,7 @@ impl Communicator {
                 Ok(Poll::Pending { flag, target, recheck: None }) => self
                     .wait
                     .wait(flag, target, &watch)
-                    .map_err(|w| self.wait_error(&watch, w, epoch))?,
+                    .map_err(|w| self.wait_error(watch.get(), w, epoch))?,
                 Ok(Poll::Pending { flag, target, recheck: Some(slice) }) => {
                     let budget =
                         WaitConfig { timeout: self.wait.timeout.map(|t| t.saturating_sub(waited)), ..self.wait };
@@ -441,9 +441,9 @@ impl Communicator {
                         Ok(()) => {}
                         Err(WaitError::Recheck) => waited += started.elapsed(),
                         Err(WaitError::Timeout(d)) => {
-                            return Err(self.wait_error(&watch, WaitError::Timeout(waited + d), epoch))
+                            return Err(self.wait_error(watch.get(), WaitError::Timeout(waited + d), epoch))
                         }
-                        Err(w) => return Err(self.wait_error(&watch, w, epoch)),
+                        Err(w) => return Err(self.wait_error(watch.get(), w, epoch)),
                     }
                 }
                 Err(e) => return Err(self.module_error(e, epoch)),

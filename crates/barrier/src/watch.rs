@@ -201,6 +201,31 @@ impl Watch for PeerWatch<'_> {
     }
 }
 
+/// A [`PeerWatch`] built only when a wait first reaches its slow path: a barrier that
+/// completes within the inline spins (the common case at two spinning ranks) never builds one.
+pub(crate) struct LazyWatch<'a, F: Fn() -> PeerWatch<'a>> {
+    make: F,
+    watch: std::cell::OnceCell<PeerWatch<'a>>,
+}
+
+impl<'a, F: Fn() -> PeerWatch<'a>> LazyWatch<'a, F> {
+    #[inline(always)]
+    pub fn new(make: F) -> Self {
+        LazyWatch { make, watch: std::cell::OnceCell::new() }
+    }
+
+    /// The watch, built now if it was not yet.
+    pub fn get(&self) -> &PeerWatch<'a> {
+        self.watch.get_or_init(&self.make)
+    }
+}
+
+impl<'a, F: Fn() -> PeerWatch<'a>> Watch for LazyWatch<'a, F> {
+    fn check(&self, waited: Duration) -> Result<(), WaitError> {
+        self.get().check(waited)
+    }
+}
+
 impl PeerWatch<'_> {
     /// The error a rank returns when this wait ended with `w`.
     pub fn error(&self, w: WaitError) -> Error {
