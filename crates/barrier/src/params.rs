@@ -126,10 +126,10 @@ pub fn core_params() -> Vec<ParamInfo> {
         ParamInfo::new(
             "BARRIER_SPIN_COUNT",
             "auto",
-            "Busy-wait rounds before yielding (auto: 2000 with spin, 64 with park).",
+            "Busy-wait rounds before yielding (auto: 2000 with spin, 0 with park).",
         )
         .kind(ParamKind::Int { min: 0, max: U32_MAX }),
-        ParamInfo::new("BARRIER_YIELD_COUNT", "auto", "Yields before parking with the park policy (auto: 4).")
+        ParamInfo::new("BARRIER_YIELD_COUNT", "auto", "Yields before parking with the park policy (auto: 256).")
             .kind(ParamKind::Int { min: 0, max: U32_MAX }),
         ParamInfo::new(
             "BARRIER_SHM_POOL_BYTES",

@@ -351,8 +351,10 @@ impl WaitConfig {
         recheck: Option<Duration>,
     ) -> Result<(), WaitError> {
         // A few checks inline: at 2 spinning ranks the partner's store usually lands within
-        // them, and an out-of-line call on every barrier is measurable latency.
-        for _ in 0..INLINE_SPINS {
+        // them, and an out-of-line call on every barrier is measurable latency. Ranks that park
+        // (more ranks than cores) check once: their partner is likely not even running.
+        let inline = if self.policy == WaitPolicy::Spin { INLINE_SPINS } else { 1 };
+        for _ in 0..inline {
             if flag.reached(epoch) {
                 return Ok(());
             }
