@@ -44,6 +44,10 @@ pub enum Poll<'a> {
         /// Call `progress` again after this long even if the flag has not moved (hardware
         /// modules watch for device faults this way). `None`: only when the flag moves.
         recheck: Option<std::time::Duration>,
+        /// Once `flag` reaches `target`, the barrier is complete for this rank and `progress`
+        /// need not be called again for this epoch (the next `arrive` starts afresh). Saves a
+        /// call on the critical path between seeing the last signal and the next barrier.
+        last: bool,
     },
 }
 

@@ -434,11 +434,13 @@ impl Communicator {
         loop {
             match engine.progress(epoch) {
                 Ok(Poll::Ready) => return Ok(()),
-                Ok(Poll::Pending { flag, target, recheck: None }) => self
-                    .wait
-                    .wait(flag, target, &watch)
-                    .map_err(|w| self.wait_error(watch.get(), w, epoch))?,
-                Ok(Poll::Pending { flag, target, recheck: Some(slice) }) => {
+                Ok(Poll::Pending { flag, target, recheck: None, last }) => {
+                    self.wait.wait(flag, target, &watch).map_err(|w| self.wait_error(watch.get(), w, epoch))?;
+                    if last {
+                        return Ok(());
+                    }
+                }
+                Ok(Poll::Pending { flag, target, recheck: Some(slice), .. }) => {
                     let budget =
                         WaitConfig { timeout: self.wait.timeout.map(|t| t.saturating_sub(waited)), ..self.wait };
                     let started = std::time::Instant::now();

@@ -838,7 +838,8 @@ impl HwModule {
     fn flat(&mut self, epoch: u64) -> Poll<'_> {
         while self.flat_next < self.n {
             if !self.arrivals[self.flat_next].reached(epoch) {
-                return Poll::Pending { flag: &self.arrivals[self.flat_next], target: epoch, recheck: None };
+                let last = self.flat_next + 1 == self.n;
+                return Poll::Pending { flag: &self.arrivals[self.flat_next], target: epoch, recheck: None, last };
             }
             self.flat_next += 1;
         }
@@ -1024,7 +1025,7 @@ impl Module for HwModule {
                         self.degrade(epoch, reason, true);
                     } else {
                         let flag = self.dev.mmio.flag(a.flag_off);
-                        return Ok(Poll::Pending { flag, target: base + epoch, recheck: Some(RECHECK) });
+                        return Ok(Poll::Pending { flag, target: base + epoch, recheck: Some(RECHECK), last: false });
                     }
                 }
             }

@@ -326,12 +326,14 @@ impl Module for SoftwareModule {
                     self.phase = Phase::Done;
                     return Ok(Poll::Ready);
                 }
-                Ok(Poll::Pending { flag, target: epoch, recheck: None })
+                Ok(Poll::Pending { flag, target: epoch, recheck: None, last: true })
             }
             Algorithm::Dissemination => {
                 while self.step < self.inbox.len() {
                     if !self.inbox[self.step].reached(epoch) {
-                        return Ok(Poll::Pending { flag: &self.inbox[self.step], target: epoch, recheck: None });
+                        // After the last round there is nothing left to signal.
+                        let last = self.step + 1 == self.inbox.len();
+                        return Ok(Poll::Pending { flag: &self.inbox[self.step], target: epoch, recheck: None, last });
                     }
                     self.step += 1;
                     if let Some(next) = self.outbox.get(self.step) {
@@ -345,7 +347,8 @@ impl Module for SoftwareModule {
                 if self.phase == Phase::Gather {
                     while self.step < self.inbox.len() {
                         if !self.inbox[self.step].reached(epoch) {
-                            return Ok(Poll::Pending { flag: &self.inbox[self.step], target: epoch, recheck: None });
+                            let flag = &self.inbox[self.step];
+                            return Ok(Poll::Pending { flag, target: epoch, recheck: None, last: false });
                         }
                         self.step += 1;
                     }
@@ -356,7 +359,8 @@ impl Module for SoftwareModule {
                 }
                 if let Some(down) = self.down.as_deref() {
                     if !down.reached(epoch) {
-                        return Ok(Poll::Pending { flag: down, target: epoch, recheck: None });
+                        let last = self.outbox.is_empty();
+                        return Ok(Poll::Pending { flag: down, target: epoch, recheck: None, last });
                     }
                 }
                 for flag in &self.outbox {
