@@ -477,3 +477,50 @@ fn a_chunk_leader_that_computes_inside_an_ibarrier_is_not_a_lost_arrival() {
         .unwrap();
     assert!(out.iter().all(|a| a.starts_with("offload tree")), "{:?}", out[0]);
 }
+
+#[test]
+fn hardware_backends_are_correct_on_inline_devices() {
+    // The device's work runs in the ranks that ring it (the benchmark's default), with the same
+    // engine code: the whole correctness check, at odd sizes, with split communicators.
+    for (kind, map) in DEVICES {
+        let emu = Emulator::start(Config::new(map).inline()).unwrap();
+        for n in [2, 3, 8, 13] {
+            let opts = StressOptions { iterations: 400, seed: n as u64, ..Default::default() };
+            let out = Job::new(n)
+                .params(params(kind, &emu))
+                .run(|w| {
+                    let sub = w.split(w.rank() % 2, w.rank()).unwrap().unwrap();
+                    let result = stress(&w, &opts).and_then(|k| stress(&sub, &opts).map(|m| k + m));
+                    (w.algorithm(), sub.algorithm(), result.map_err(|e| e.to_string()))
+                })
+                .unwrap();
+            for (algorithm, sub_algorithm, result) in out {
+                assert!(algorithm.starts_with("offload") && sub_algorithm.starts_with("offload"), "{kind} at {n}");
+                assert_eq!(result, Ok(800), "{kind} at {n}");
+            }
+        }
+        assert!(emu.quiesce(Duration::from_secs(2)));
+        let c = emu.counters();
+        assert_eq!((c.errors, c.groups_in_use), (0, 0), "{kind}: {c:?}");
+        assert!(c.barriers >= 4 * 800, "{kind}: {c:?}");
+    }
+}
+
+#[test]
+fn a_program_without_the_emulator_cannot_drive_an_inline_device_and_says_why() {
+    let _machine = common::one_job_at_a_time();
+    let mut spec = barrier_cli::launch::JobSpec::new(2, common::example("correctness"));
+    spec.args = vec!["100".into()];
+    spec.env = vec![("BARRIER_BACKEND".into(), "switch".into()), ("BARRIER_TIMEOUT".into(), "60s".into())];
+    spec.emulate = vec![Config::new(&barrier_hw::SWITCH).inline()];
+    spec.capture_stdout = true;
+    spec.capture_stderr = true;
+    let report = barrier_cli::launch::launch(&spec).unwrap();
+    let first = report.failure.as_ref().expect("a forced backend that cannot run fails").rank;
+    assert!(report.stderr[first].contains("emulated inline"), "{}", report.stderr[first]);
+    // Chosen automatically, it declines and the job runs in software.
+    spec.env = vec![("BARRIER_TIMEOUT".into(), "60s".into())];
+    let report = barrier_cli::launch::launch(&spec).unwrap();
+    assert!(report.success(), "{:?}", report.stderr);
+    assert!(report.stdout[0].contains("(dissemination,"), "{:?}", report.stdout);
+}

@@ -318,6 +318,8 @@ pub struct BenchOptions {
     pub algorithms: bool,
     /// Start an emulated device for each hardware row.
     pub emulate: bool,
+    /// Emulate devices inline (their work runs in the ranks) rather than on an engine thread.
+    pub inline: bool,
     /// Barriers per measurement.
     pub iters: u64,
     /// Barriers per timed batch.
@@ -420,7 +422,7 @@ impl Progress {
 pub fn measure_backend(
     n: usize,
     env: Vec<(String, String)>,
-    emulate: Option<&'static barrier_hw::DeviceMap>,
+    emulate: Option<barrier_emu::Config>,
     iters: u64,
     batch: u64,
 ) -> Result<Row, String> {
@@ -436,7 +438,7 @@ pub fn measure_backend(
     spec.env = env;
     spec.pin = true;
     spec.capture_stdout = true;
-    spec.emulate = emulate.map(barrier_emu::Config::new).into_iter().collect();
+    spec.emulate = emulate.into_iter().collect();
     let report = launch(&spec).map_err(|e| e.to_string())?;
     if let Some(why) = report.describe(n) {
         return Err(why);
@@ -534,7 +536,14 @@ pub fn run(opts: &BenchOptions) -> Result<Vec<Row>, String> {
             floor_samples.push(floor(floor_iters, opts.batch));
             let mut env = env.clone();
             env.push(("BARRIER_TIMEOUT".into(), "60s".into()));
-            let device = crate::device_map(label).filter(|_| opts.emulate);
+            let device = crate::device_map(label).filter(|_| opts.emulate).map(|map| {
+                let config = barrier_emu::Config::new(map);
+                if opts.inline {
+                    config.inline()
+                } else {
+                    config
+                }
+            });
             let row = measure_backend(n, env, device, opts.iters, opts.batch)
                 .map_err(|e| format!("{label} at {n} ranks: {e}"))?;
             rows.push(Row { label: label.clone(), ..row });

@@ -192,8 +192,8 @@ pub fn launch(spec: &JobSpec) -> Result<JobReport, LaunchError> {
     let signals = crate::signals::install();
     proc::ensure_open_files(spec.ranks as u64 * 4 + 256);
     let mut shape = JobShape::local(spec.ranks, spec.nodes);
-    // An emulated device's engine is one more thread that needs a core while barriers run.
-    shape.ranks_on_machine += usize::from(!spec.emulate.is_empty());
+    // An emulated device's engine thread needs a core while barriers run (an inline one has none).
+    shape.ranks_on_machine += usize::from(spec.emulate.iter().any(|c| !c.inline));
     let emulators = spec
         .emulate
         .iter()

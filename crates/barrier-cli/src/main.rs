@@ -64,6 +64,10 @@ enum Cmd {
         /// Do not start emulated devices (hardware rows then need real devices).
         #[arg(long)]
         no_emulate: bool,
+        /// Emulated devices with an engine thread of their own, instead of inline (their work
+        /// then competes with the ranks for the cores).
+        #[arg(long)]
+        threaded_emulator: bool,
         /// Barriers per measurement.
         #[arg(long, default_value_t = 100_000)]
         iters: u64,
@@ -229,7 +233,18 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Cmd::Bench { ranks, backend, algorithms, no_emulate, iters, batch, json, plot, interleave } => {
+        Cmd::Bench {
+            ranks,
+            backend,
+            algorithms,
+            no_emulate,
+            threaded_emulator,
+            iters,
+            batch,
+            json,
+            plot,
+            interleave,
+        } => {
             if ranks.contains(&0) || iters == 0 || batch == 0 {
                 eprintln!("barrier bench: -n, --iters and --batch must be at least 1");
                 return ExitCode::from(2);
@@ -248,6 +263,7 @@ fn main() -> ExitCode {
                 backends: backend,
                 algorithms,
                 emulate: !no_emulate,
+                inline: !threaded_emulator,
                 iters,
                 batch: batch.min(iters),
                 json,
@@ -303,7 +319,7 @@ fn main() -> ExitCode {
                 per_hop: std::time::Duration::from_nanos(hop_ns),
                 per_member: std::time::Duration::from_nanos(member_ns),
             };
-            match barrier_cli::emu::serve(barrier_emu::Config { map, latency, faults }, &device) {
+            match barrier_cli::emu::serve(barrier_emu::Config { map, latency, faults, inline: false }, &device) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("barrier emu: {e}");
@@ -311,12 +327,20 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Cmd::BenchRank { iters, batch } => match bench::rank_main(iters, batch) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("barrier bench-rank: {e}");
-                ExitCode::FAILURE
-            }
-        },
+        Cmd::BenchRank { iters, batch } => {
+            // Bench rows emulate devices inline: their work runs in these ranks.
+            barrier_emu::inline::install();
+            bench_rank(iters, batch)
+        }
+    }
+}
+
+fn bench_rank(iters: u64, batch: u64) -> ExitCode {
+    match bench::rank_main(iters, batch) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("barrier bench-rank: {e}");
+            ExitCode::FAILURE
+        }
     }
 }

@@ -138,6 +138,7 @@ impl DeviceFile {
                 self.group_word(m, g, &barrier_hw::SWITCH_GROUP_NETWORK_ADDR, 0).store(net, Ordering::Relaxed);
             }
         }
+        self.word(global::INSTANCE.offset).store(random_instance(), Ordering::Relaxed);
         self.word(global::DEVICE_STATUS.offset).store(1, Ordering::Relaxed);
         self.word(global::MAGIC.offset).store(m.magic, Ordering::Release);
     }
@@ -174,6 +175,15 @@ impl Drop for DeviceFile {
             let _ = std::fs::remove_file(&self.path);
         }
     }
+}
+
+/// A random, non-zero id for one power-on of a device.
+fn random_instance() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    // RandomState is seeded from the operating system's random source.
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    h.finish() | 1
 }
 
 fn same_file(path: &Path, fd: &OwnedFd) -> bool {

@@ -29,11 +29,15 @@
 //! * **Liveness**: the emulator holds the device file's `flock` while it serves it; drivers
 //!   refuse a file nobody serves and fall back when the lock goes away mid-job.
 //!
+//! An inline device ([`Config::inline`], see [`inline`]) runs the same engine code in the
+//! ranks, in the context of the doorbell ring that triggers it, instead of on a thread.
+//!
 //! The [`Latency`] model delays releases; the [`Faults`] model drops or duplicates messages,
 //! sticks the ERROR bit, makes the device vanish (every register reads all ones) or slows the
 //! engine. Counters live in the global window (`barrier info` and tests read them).
 
 mod device;
+pub mod inline;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -84,12 +88,20 @@ pub struct Config {
     pub latency: Latency,
     /// Faults.
     pub faults: Faults,
+    /// Run the device's work inline, in the ranks that ring it, instead of on an engine thread
+    /// (see [`inline`]; faults and latency need the thread).
+    pub inline: bool,
 }
 
 impl Config {
-    /// A fault-free, zero-latency device.
+    /// A fault-free, zero-latency device with an engine thread.
     pub fn new(map: &'static DeviceMap) -> Self {
-        Config { map, latency: Latency::default(), faults: Faults::default() }
+        Config { map, latency: Latency::default(), faults: Faults::default(), inline: false }
+    }
+
+    /// The same device, emulated inline.
+    pub fn inline(self) -> Self {
+        Config { inline: true, ..self }
     }
 }
 
@@ -148,12 +160,18 @@ impl Emulator {
 
     fn run(device: Arc<DeviceFile>, config: Config) -> Emulator {
         let stop = Arc::new(AtomicBool::new(false));
+        if config.inline {
+            // No engine: whoever rings does the work (this process too, for `quiesce`).
+            inline::install();
+            device.word(global::DEVICE_MODE.offset).store(global::DEVICE_MODE_INLINE, Ordering::Release);
+            return Emulator { device, stop, engine: None };
+        }
         let engine = {
             let device = device.clone();
             let stop = stop.clone();
             std::thread::Builder::new()
                 .name(format!("emu-{}", config.map.kind))
-                .spawn(move || Engine::new(device, config, stop).run())
+                .spawn(move || Engine::new(Dev::Own(device), config, stop).run())
                 .expect("spawning the emulator thread")
         };
         Emulator { device, stop, engine: Some(engine) }
@@ -179,8 +197,13 @@ impl Emulator {
     pub fn quiesce(&self, limit: Duration) -> bool {
         let target = self.device.word(global::CONFIG_SEQ.offset).load(Ordering::Acquire);
         let start = Instant::now();
+        let inline = self.engine.is_none();
         loop {
             bump_doorbell(&self.device);
+            if inline {
+                let instance = self.device.word(global::INSTANCE.offset).load(Ordering::Relaxed);
+                inline::ring(self.device.path(), instance, self.device.map(), None);
+            }
             if self.device.word(global::CONFIG_SEEN.offset).load(Ordering::Acquire) >= target {
                 return true;
             }
@@ -202,17 +225,36 @@ impl Drop for Emulator {
     }
 }
 
-fn doorbell(dev: &DeviceFile) -> &barrier::wait::Flag {
+fn doorbell(dev: &barrier::mmio::Mmio) -> &barrier::wait::Flag {
     dev.flag(global::DOORBELL.offset)
 }
 
-fn bump_doorbell(dev: &DeviceFile) {
+fn bump_doorbell(dev: &barrier::mmio::Mmio) {
     doorbell(dev).bump(true);
+}
+
+/// The device memory an engine works on: its own device file (an engine with a thread), or a
+/// mapping of another process's device file (an inline engine in a rank).
+enum Dev {
+    Own(Arc<DeviceFile>),
+    Mapped(barrier::mmio::Mmio),
+}
+
+impl std::ops::Deref for Dev {
+    type Target = barrier::mmio::Mmio;
+    fn deref(&self) -> &barrier::mmio::Mmio {
+        match self {
+            Dev::Own(file) => file,
+            Dev::Mapped(mmio) => mmio,
+        }
+    }
 }
 
 /// Per-group engine state.
 #[derive(Clone, Debug, Default)]
 struct Group {
+    /// The owner id the group had when this engine configured or adopted it.
+    owner: u64,
     enabled: bool,
     /// ERROR was raised; the group stays failed until RESET or until it is freed.
     failed: bool,
@@ -227,7 +269,7 @@ struct Group {
 }
 
 struct Engine {
-    dev: Arc<DeviceFile>,
+    dev: Dev,
     map: &'static DeviceMap,
     config: Config,
     stop: Arc<AtomicBool>,
@@ -240,7 +282,7 @@ struct Engine {
 }
 
 impl Engine {
-    fn new(dev: Arc<DeviceFile>, config: Config, stop: Arc<AtomicBool>) -> Self {
+    fn new(dev: Dev, config: Config, stop: Arc<AtomicBool>) -> Self {
         let map = config.map;
         let rng = config.faults.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
         Engine {
@@ -283,7 +325,7 @@ impl Engine {
 
     fn run(mut self) {
         let mut seen = doorbell(&self.dev).load();
-        let config_seq = |dev: &DeviceFile| dev.word(global::CONFIG_SEQ.offset).load(Ordering::Acquire);
+        let config_seq = |dev: &barrier::mmio::Mmio| dev.word(global::CONFIG_SEQ.offset).load(Ordering::Acquire);
         let mut config_seen = config_seq(&self.dev);
         self.refresh();
         let idle_wait =
@@ -394,6 +436,7 @@ impl Engine {
         }
         let base = self.reg(g, &m.group.epoch_base);
         self.groups[g] = Group {
+            owner: self.reg(g, &m.group.owner),
             enabled: true,
             failed: false,
             arrived: vec![0; words],
@@ -604,7 +647,8 @@ impl Engine {
     fn collect_garbage(&mut self) {
         self.last_gc = Instant::now();
         let m = self.map;
-        let fd = self.dev.raw_fd();
+        let Dev::Own(file) = &self.dev else { return };
+        let fd = file.raw_fd();
         let in_use = |g: usize| {
             barrier::sys::ofd_held(fd, m.claim_lock(g), 1)
                 || barrier::sys::ofd_held(fd, m.member_lock(g, 0), m.max_members as u64)
@@ -673,7 +717,7 @@ mod tests {
     fn a_crafted_iommu_entry_near_the_top_of_the_address_space_does_not_translate() {
         let map = &barrier_hw::SWITCH;
         let dev = Arc::new(DeviceFile::create_private(map).unwrap());
-        let engine = Engine::new(dev.clone(), Config::new(map), Arc::new(AtomicBool::new(false)));
+        let engine = Engine::new(Dev::Own(dev.clone()), Config::new(map), Arc::new(AtomicBool::new(false)));
         let e = map.iommu_entry(0);
         let start = u64::MAX - 64;
         // A window that wraps past 2^64 onto a DMA offset: unchecked, `iova + FLAG_BYTES`

@@ -130,6 +130,20 @@ pub mod global {
     /// Incremented by the device every time it scans its groups for arrivals: a driver that
     /// suspects a lost arrival first checks that the device has looked since it arrived.
     pub const HEARTBEAT: Register = reg("HEARTBEAT", 0x140, 8, ReadOnly, "scans of the arrival slots so far");
+    /// How the device does its work: [`DEVICE_MODE_SELF`] (hardware, or an emulator's own
+    /// engine) or [`DEVICE_MODE_INLINE`] (an emulated device whose work runs in the context of
+    /// the doorbell ring that triggers it, the way an emulator traps an MMIO write).
+    pub const DEVICE_MODE: Register =
+        reg("DEVICE_MODE", 0x148, 8, ReadOnly, "0: the device works on its own; 1: emulated inline");
+    /// The inline engine's lock (whoever rang runs the device's work under it).
+    pub const ENGINE_LOCK: Register = reg("ENGINE_LOCK", 0x150, 8, ReadWrite, "inline engine lock");
+    /// A random number fixed when the device powers on: tells two devices apart that were
+    /// reached through the same path at different times.
+    pub const INSTANCE: Register = reg("INSTANCE", 0x158, 8, ReadOnly, "random id of this power-on");
+    /// DEVICE_MODE: the device works on its own.
+    pub const DEVICE_MODE_SELF: u64 = 0;
+    /// DEVICE_MODE: emulated inline.
+    pub const DEVICE_MODE_INLINE: u64 = 1;
     /// Every global register.
     pub const ALL: &[Register] = &[
         MAGIC,
@@ -145,6 +159,10 @@ pub mod global {
         ENGINE_BUSY_NS,
         CONFIG_SEQ,
         CONFIG_SEEN,
+        HEARTBEAT,
+        DEVICE_MODE,
+        ENGINE_LOCK,
+        INSTANCE,
     ];
 }
 

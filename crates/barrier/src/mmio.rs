@@ -12,6 +12,27 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use crate::sys::{self, Mapping};
 use crate::wait::Flag;
 
+/// Device work that runs in the context of the doorbell ring that triggers it: a device
+/// emulated *inline* (its DEVICE_MODE register says so) has no engine of its own; whoever rings
+/// runs the device's work, with the emulator's code, on the device file at `path`. `group`
+/// names the group whose arrival was just sent, if any; `instance` is the device's INSTANCE
+/// register as the driver read it (a path can name another device later). `barrier-emu`
+/// installs the hook ([`install_inline_device`]); a program without it cannot drive an inline
+/// device.
+pub type InlineDevice = fn(path: &Path, instance: u64, map: &'static barrier_hw::DeviceMap, group: Option<usize>);
+
+static INLINE_DEVICE: std::sync::OnceLock<InlineDevice> = std::sync::OnceLock::new();
+
+/// Installs the inline device hook for this process (the first one wins).
+pub fn install_inline_device(hook: InlineDevice) {
+    let _ = INLINE_DEVICE.set(hook);
+}
+
+/// The inline device hook, if this process has one.
+pub fn inline_device() -> Option<InlineDevice> {
+    INLINE_DEVICE.get().copied()
+}
+
 /// A mapped device.
 #[derive(Debug)]
 pub struct Mmio {

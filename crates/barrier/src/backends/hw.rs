@@ -121,7 +121,7 @@ impl HwBackend {
         }
         let mmio = Mmio::open(&path, self.map.size).map_err(|e| format!("cannot map {}: {e}", path.display()))?;
         let regular = mmio.file().and_then(|f| f.metadata().ok()).is_some_and(|m| m.file_type().is_file());
-        let dev = Device { mmio, map: self.map, path, regular };
+        let dev = Device { mmio, map: self.map, path, regular, inline: None };
         let magic = dev.mmio.word(global::MAGIC.offset).load(Ordering::Acquire);
         if magic != self.map.magic {
             return Err(format!("{} is not a {} device (MAGIC {magic:#x})", dev.path.display(), self.name));
@@ -133,6 +133,18 @@ impl HwBackend {
                 dev.path.display(),
                 self.map.version
             ));
+        }
+        let mut dev = dev;
+        if dev.mmio.word(global::DEVICE_MODE.offset).load(Ordering::Acquire) == global::DEVICE_MODE_INLINE {
+            dev.inline = Some(crate::mmio::inline_device().ok_or_else(|| {
+                format!(
+                    "the {} device at {} is emulated inline (its work runs in the ranks that ring it), which \
+                     needs the emulator linked into this program (as in `barrier bench`); use a device with \
+                     an engine of its own instead (`barrier run --emulate`, `barrier emu`)",
+                    self.name,
+                    dev.path.display()
+                )
+            })?);
         }
         if dev.served() == Some(false) {
             return Err(format!(
@@ -180,6 +192,8 @@ pub struct Device {
     path: PathBuf,
     /// A regular file (an emulated device), as opposed to a character device.
     regular: bool,
+    /// An inline emulated device: its work runs here, after each ring.
+    inline: Option<crate::mmio::InlineDevice>,
 }
 
 impl Device {
@@ -228,9 +242,17 @@ impl Device {
     }
 
     /// Rings the doorbell (the device, or its emulator, looks for new work). An atomic add:
-    /// two rings are never merged into one, so the device cannot sleep past an arrival.
+    /// two rings are never merged into one, so the device cannot sleep past an arrival. An
+    /// inline device does the work now, in this call; `group` is the group just arrived at.
+    fn ring_for(&self, group: Option<usize>) {
+        self.mmio.flag(global::DOORBELL.offset).bump(self.inline.is_none());
+        if let Some(work) = self.inline {
+            work(&self.path, self.mmio.word(global::INSTANCE.offset).load(Ordering::Relaxed), self.map, group);
+        }
+    }
+
     fn ring(&self) {
-        self.mmio.flag(global::DOORBELL.offset).bump(true);
+        self.ring_for(None)
     }
 
     fn config_changed(&self) {
@@ -869,7 +891,7 @@ impl HwModule {
         // The arrival word last: the device takes the message as complete only when it agrees
         // with the member/sequence word written above.
         self.dev.mmio.word(a.slot + 32).store(words[4], Ordering::Release);
-        self.dev.ring();
+        self.dev.ring_for(Some(a.group));
         // For the lost-arrival check of whoever waits on this group: how many of this rank's
         // arrivals (in plan order) it has sent for this epoch.
         let sends = self.plan[..=self.step].iter().filter(|s| matches!(s, Step::Arrive(_))).count() as u64;
