@@ -369,10 +369,11 @@ impl Row {
 
     fn to_json_with(&self, floor: Option<f64>, p99_ok: bool) -> String {
         let x = floor.and_then(|f| self.x_floor(f)).map_or("null".to_string(), |x| format!("{x:.3}"));
+        let host = self.host_ns().map_or("null".to_string(), |h| format!("{h:.1}"));
         let p99 = if p99_ok { format!("{:.1}", self.stats.p99) } else { "null".into() };
         let emu = self.emulator_ns.map_or("null".to_string(), |e| format!("{e:.1}"));
         format!(
-            "{{\"backend\":\"{}\",\"algorithm\":\"{}\",\"ranks\":{},\"iters\":{},\"median_ns\":{:.1},\"p99_ns\":{},\"mean_ns\":{:.1},\"min_ns\":{:.1},\"x_floor\":{},\"emulator_ns_per_barrier\":{}}}",
+            "{{\"backend\":\"{}\",\"algorithm\":\"{}\",\"ranks\":{},\"iters\":{},\"median_ns\":{:.1},\"p99_ns\":{},\"mean_ns\":{:.1},\"min_ns\":{:.1},\"x_floor\":{},\"emulator_ns_per_barrier\":{},\"host_ns_per_barrier\":{}}}",
             self.backend.replace('"', "'"),
             self.algorithm.replace('"', "'"),
             self.ranks,
@@ -382,8 +383,15 @@ impl Row {
             self.stats.mean,
             self.stats.min,
             x,
-            emu
+            emu,
+            host
         )
+    }
+
+    /// For emulated hardware: what the host side costs per barrier (the driver's stores, waits
+    /// and the calls around them), the median less the device model's share.
+    pub fn host_ns(&self) -> Option<f64> {
+        self.emulator_ns.map(|e| (self.stats.median - e).max(0.0))
     }
 }
 
@@ -590,17 +598,18 @@ fn print_table(rows: &[Row], floor_ns: f64, opts: &BenchOptions) {
         floor_ns
     );
     println!(
-        "{:>5}  {:<14} {:<16} {:>11} {:>11} {:>11} {:>11} {:>8} {:>15}",
-        "ranks", "backend", "algorithm", "median ns", "p99 ns", "mean ns", "min ns", "x floor", "emu ns/barrier"
+        "{:>5}  {:<14} {:<16} {:>11} {:>11} {:>11} {:>11} {:>8} {:>10} {:>8}",
+        "ranks", "backend", "algorithm", "median ns", "p99 ns", "mean ns", "min ns", "x floor", "device ns", "host ns"
     );
     for r in rows {
         let emu = r.emulator_ns.map_or("-".to_string(), |e| format!("{e:.0}"));
+        let host = r.host_ns().map_or("-".to_string(), |h| format!("{h:.0}"));
         let algorithm: String = r.algorithm.chars().take(16).collect();
         let p99 = if r.p99_meaningful(opts.batch) { format!("{:.1}", r.stats.p99) } else { "-".into() };
         let x = r.x_floor(floor_ns).map_or("-".into(), |x| format!("{x:.2}"));
         println!(
-            "{:>5}  {:<14} {:<16} {:>11.1} {:>11} {:>11.1} {:>11.1} {:>8} {:>15}",
-            r.ranks, r.backend, algorithm, r.stats.median, p99, r.stats.mean, r.stats.min, x, emu
+            "{:>5}  {:<14} {:<16} {:>11.1} {:>11} {:>11.1} {:>11.1} {:>8} {:>10} {:>8}",
+            r.ranks, r.backend, algorithm, r.stats.median, p99, r.stats.mean, r.stats.min, x, emu, host
         );
     }
     if rows.iter().any(|r| !r.p99_meaningful(opts.batch)) {

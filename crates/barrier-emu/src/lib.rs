@@ -552,7 +552,11 @@ impl Engine {
             self.dev.group_word(m, g, &m.group.arrival_count, 0).fetch_add(new, Ordering::Relaxed);
             self.count(&global::ARRIVALS, new);
             let st = self.reg(g, &m.group.status);
-            self.set_reg(g, &m.group.status, (st | status::ACTIVE) & !status::COMPLETE);
+            let active = (st | status::ACTIVE) & !status::COMPLETE;
+            // Only if it changes: STATUS shares its line with registers every pass reads.
+            if active != st {
+                self.set_reg(g, &m.group.status, active);
+            }
         }
         new > 0
     }
