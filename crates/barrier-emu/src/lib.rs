@@ -202,7 +202,8 @@ impl Emulator {
             bump_doorbell(&self.device);
             if inline {
                 let instance = self.device.word(global::INSTANCE.offset).load(Ordering::Relaxed);
-                inline::ring(self.device.path(), instance, self.device.map(), None);
+                let ticket = doorbell(&self.device).load();
+                inline::ring(self.device.path(), instance, self.device.map(), None, ticket);
             }
             if self.device.word(global::CONFIG_SEEN.offset).load(Ordering::Acquire) >= target {
                 return true;

@@ -137,6 +137,9 @@ pub mod global {
         reg("DEVICE_MODE", 0x148, 8, ReadOnly, "0: the device works on its own; 1: emulated inline");
     /// The inline engine's lock (whoever rang runs the device's work under it).
     pub const ENGINE_LOCK: Register = reg("ENGINE_LOCK", 0x150, 8, ReadWrite, "inline engine lock");
+    /// The inline engine's record: every doorbell ring up to this value has been served.
+    pub const RINGS_SERVED: Register =
+        reg("RINGS_SERVED", 0x160, 8, ReadOnly, "inline engine: doorbell value served up to");
     /// A random number fixed when the device powers on: tells two devices apart that were
     /// reached through the same path at different times.
     pub const INSTANCE: Register = reg("INSTANCE", 0x158, 8, ReadOnly, "random id of this power-on");
@@ -163,6 +166,7 @@ pub mod global {
         DEVICE_MODE,
         ENGINE_LOCK,
         INSTANCE,
+        RINGS_SERVED,
     ];
 }
 

@@ -15,11 +15,12 @@ use crate::wait::Flag;
 /// Device work that runs in the context of the doorbell ring that triggers it: a device
 /// emulated *inline* (its DEVICE_MODE register says so) has no engine of its own; whoever rings
 /// runs the device's work, with the emulator's code, on the device file at `path`. `group`
-/// names the group whose arrival was just sent, if any; `instance` is the device's INSTANCE
-/// register as the driver read it (a path can name another device later). `barrier-emu`
-/// installs the hook ([`install_inline_device`]); a program without it cannot drive an inline
-/// device.
-pub type InlineDevice = fn(path: &Path, instance: u64, map: &'static barrier_hw::DeviceMap, group: Option<usize>);
+/// names the group whose arrival was just sent, if any, and `ticket` the doorbell's value after
+/// this ring; `instance` is the device's INSTANCE register as the driver read it (a path can
+/// name another device later). `barrier-emu` installs the hook ([`install_inline_device`]); a
+/// program without it cannot drive an inline device.
+pub type InlineDevice =
+    fn(path: &Path, instance: u64, map: &'static barrier_hw::DeviceMap, group: Option<usize>, ticket: u64);
 
 static INLINE_DEVICE: std::sync::OnceLock<InlineDevice> = std::sync::OnceLock::new();
 

@@ -245,9 +245,10 @@ impl Device {
     /// two rings are never merged into one, so the device cannot sleep past an arrival. An
     /// inline device does the work now, in this call; `group` is the group just arrived at.
     fn ring_for(&self, group: Option<usize>) {
-        self.mmio.flag(global::DOORBELL.offset).bump(self.inline.is_none());
+        let ticket = self.mmio.flag(global::DOORBELL.offset).bump(self.inline.is_none());
         if let Some(work) = self.inline {
-            work(&self.path, self.mmio.word(global::INSTANCE.offset).load(Ordering::Relaxed), self.map, group);
+            let instance = self.mmio.word(global::INSTANCE.offset).load(Ordering::Relaxed);
+            work(&self.path, instance, self.map, group, ticket);
         }
     }
 
