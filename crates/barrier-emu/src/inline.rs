@@ -157,13 +157,8 @@ impl Engine {
         };
         let mut worked = false;
         for g in groups {
-            if !self.load_shared(g) {
-                continue;
-            }
-            worked |= self.collect_arrivals(g);
-            if self.groups[g].enabled && self.groups[g].arrived == self.groups[g].mask {
-                self.release(g);
-                worked = true;
+            if self.load_shared(g) {
+                worked |= self.serve_group(g);
             }
         }
         worked

@@ -489,11 +489,17 @@ impl Engine {
             if self.reg(g, &self.map.group.control) & control::ARM == 0 {
                 continue;
             }
-            worked |= self.collect_arrivals(g);
-            if self.groups[g].enabled && self.groups[g].arrived == self.groups[g].mask {
-                self.release(g);
-                worked = true;
-            }
+            worked |= self.serve_group(g);
+        }
+        worked
+    }
+
+    /// Collects group `g`'s arrivals and releases it once every member arrived (both engines).
+    fn serve_group(&mut self, g: usize) -> bool {
+        let mut worked = self.collect_arrivals(g);
+        if self.groups[g].enabled && self.groups[g].arrived == self.groups[g].mask {
+            self.release(g);
+            worked = true;
         }
         worked
     }
