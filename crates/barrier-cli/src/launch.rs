@@ -350,6 +350,15 @@ pub fn launch(spec: &JobSpec) -> Result<JobReport, LaunchError> {
                 // Ranks still waiting for this one learn that it is gone (see barrier's watch).
                 seg.mark_exited(rank, RankExit::Status(0));
             } else if failure.is_none() && interrupted.is_none() {
+                // A rank that failed because another called abort(): the job failed with the
+                // aborting rank's code.
+                let (rank, end) = match seg.abort_state() {
+                    Err(barrier::wait::WaitError::Aborted(r)) if r != rank => match seg.exited(r) {
+                        Some(RankExit::Status(code)) => (r, RankEnd::Exited(code)),
+                        _ => (rank, end),
+                    },
+                    _ => (rank, end),
+                };
                 failure = Some(RankFailure { rank, pid: ranks[rank].pid, end, after: start.elapsed() });
                 seg.set_abort(rank);
                 signal_all(&ranks, libc::SIGTERM);

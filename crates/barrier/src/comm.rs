@@ -566,6 +566,9 @@ impl Communicator {
     /// others and exits with `code`. In thread mode it ends the whole process.
     pub fn abort(&self, code: i32) -> ! {
         let world = self.world_rank();
+        // The code first: the launcher reports this rank and this code, even if another rank,
+        // woken by the abort, exits before this one.
+        self.seg.mark_exited(world, crate::shm::RankExit::Status(code));
         self.seg.set_abort(world);
         crate::sys::say(&format!("barrier: world rank {world} called abort({code}); ending the job"));
         std::process::exit(code)
