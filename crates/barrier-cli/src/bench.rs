@@ -128,60 +128,53 @@ pub fn floor(iters: u64, batch: u64) -> Stats {
     Stats::from_samples(samples)
 }
 
-/// `std::sync::Barrier` with `n` threads; thread 0's timings.
-pub fn std_barrier(n: usize, iters: u64, batch: u64) -> Stats {
-    let b = Arc::new(std::sync::Barrier::new(n));
+/// A thread barrier with `n` threads, each waiting through its own `waiter()`; thread 0's
+/// timings.
+fn thread_barrier<W: FnMut() + Send + 'static>(n: usize, iters: u64, batch: u64, waiter: impl Fn() -> W) -> Stats {
     let warmup = (iters / 10).min(10_000);
     let batches = (iters / batch).max(1);
     let others: Vec<_> = (1..n)
         .map(|_| {
-            let b = b.clone();
+            let mut wait = waiter();
             std::thread::spawn(move || {
                 for _ in 0..warmup + batches * batch {
-                    b.wait();
+                    wait();
                 }
             })
         })
         .collect();
+    let mut wait = waiter();
     for _ in 0..warmup {
-        b.wait();
+        wait();
     }
-    let samples = timed_batches(iters, batch, || {
-        b.wait();
-    });
+    let samples = timed_batches(iters, batch, &mut wait);
     for t in others {
-        t.join().expect("std barrier thread");
+        t.join().expect("reference barrier thread");
     }
     Stats::from_samples(samples)
+}
+
+/// `std::sync::Barrier` with `n` threads; thread 0's timings.
+pub fn std_barrier(n: usize, iters: u64, batch: u64) -> Stats {
+    let b = Arc::new(std::sync::Barrier::new(n));
+    thread_barrier(n, iters, batch, || {
+        let b = b.clone();
+        move || {
+            b.wait();
+        }
+    })
 }
 
 /// `hurdles::Barrier` (the fastest Rust barrier crate measured here) with `n` threads; thread
 /// 0's timings.
 pub fn hurdles_barrier(n: usize, iters: u64, batch: u64) -> Stats {
     let b = hurdles::Barrier::new(n);
-    let warmup = (iters / 10).min(10_000);
-    let batches = (iters / batch).max(1);
-    let others: Vec<_> = (1..n)
-        .map(|_| {
-            let mut b = b.clone();
-            std::thread::spawn(move || {
-                for _ in 0..warmup + batches * batch {
-                    b.wait();
-                }
-            })
-        })
-        .collect();
-    let mut b = b;
-    for _ in 0..warmup {
-        b.wait();
-    }
-    let samples = timed_batches(iters, batch, || {
-        b.wait();
-    });
-    for t in others {
-        t.join().expect("hurdles barrier thread");
-    }
-    Stats::from_samples(samples)
+    thread_barrier(n, iters, batch, || {
+        let mut b = b.clone();
+        move || {
+            b.wait();
+        }
+    })
 }
 
 /// Per-chunk latencies (ns per barrier) of the three contenders of [`interleave`].

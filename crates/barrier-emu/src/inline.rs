@@ -210,17 +210,8 @@ impl Engine {
                 None => return false,
             }
         }
-        self.groups[g] = Group {
-            owner,
-            enabled: true,
-            failed: false,
-            arrived: vec![0; words],
-            mask,
-            members,
-            release,
-            expected: 0,
-            duplicates: Vec::new(),
-        };
+        // The expected epoch is read from the registers at every pass (`load_shared`).
+        self.groups[g] = Group::running(owner, mask, members, release, 0);
         true
     }
 }

@@ -269,6 +269,24 @@ struct Group {
     duplicates: Vec<(u64, u64)>,
 }
 
+impl Group {
+    /// A configured, running group (the threaded engine configured it, or an inline engine
+    /// adopted it).
+    fn running(owner: u64, mask: Vec<u64>, members: Vec<usize>, release: Vec<(u64, usize)>, expected: u64) -> Self {
+        Group {
+            owner,
+            enabled: true,
+            failed: false,
+            arrived: vec![0; mask.len()],
+            mask,
+            members,
+            release,
+            expected,
+            duplicates: Vec::new(),
+        }
+    }
+}
+
 struct Engine {
     dev: Dev,
     map: &'static DeviceMap,
@@ -436,17 +454,7 @@ impl Engine {
             }
         }
         let base = self.reg(g, &m.group.epoch_base);
-        self.groups[g] = Group {
-            owner: self.reg(g, &m.group.owner),
-            enabled: true,
-            failed: false,
-            arrived: vec![0; words],
-            mask,
-            members,
-            release,
-            expected: base + 1,
-            duplicates: Vec::new(),
-        };
+        self.groups[g] = Group::running(self.reg(g, &m.group.owner), mask, members, release, base + 1);
         self.set_reg(g, &m.group.completed_epoch, base);
         self.set_reg(g, &m.group.status, status::READY);
     }
