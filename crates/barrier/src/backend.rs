@@ -28,6 +28,8 @@ use crate::coll::Ctrl;
 use crate::error::Error;
 use crate::params::{ParamInfo, Params};
 use crate::shm::JobShape;
+use crate::transport::segment::local_fabric;
+use crate::transport::{Fabric, Peer};
 use crate::wait::{Flag, WaitPolicy};
 
 /// What a module's `progress` returns.
@@ -61,6 +63,13 @@ pub trait Module: Send + Debug {
 
     /// Advances the barrier at `epoch` as far as possible without blocking.
     fn progress(&mut self, epoch: u64) -> Result<Poll<'_>, Error>;
+
+    /// Operations this rank has sent across the network so far: transport puts and atomics to
+    /// other nodes, and arrival messages to a barrier device (the switch or GBA is reached over
+    /// the network). Counters for tests and `barrier bench`.
+    fn network_ops(&self) -> u64 {
+        0
+    }
 }
 
 /// Why a backend cannot serve a communicator, in words a person can act on.
@@ -93,6 +102,10 @@ pub struct QueryContext<'a> {
     pub nodes: usize,
     /// The node this rank is on.
     pub node: usize,
+    /// World rank of each member, by communicator rank.
+    pub members: &'a [usize],
+    /// Node of each member, by communicator rank (the same numbering as `node`).
+    pub node_of: &'a [usize],
     /// Parameters.
     pub params: &'a Params,
 }
@@ -123,7 +136,22 @@ impl EnableContext<'_> {
     pub fn allgather(&self, words: &[u64]) -> Result<Vec<Vec<u64>>, Error> {
         self.ctrl.allgather(words)
     }
+
+    /// Member `rank` as transports see it.
+    pub fn peer(&self, rank: usize) -> Peer {
+        Peer { world_rank: self.query.members[rank], node: self.query.node_of[rank] }
+    }
+
+    /// This rank's transports (self, shared memory, and the simulated network when the job
+    /// spans simulated nodes), with `BARRIER_NET_PUT_LATENCY` applied.
+    pub fn fabric(&self) -> Result<Fabric, Error> {
+        let latency = self.query.params.duration(NET_PUT_LATENCY)?;
+        Ok(local_fabric(self.region.segment(), self.peer(self.query.rank), self.policy.wakes(), latency))
+    }
 }
+
+/// The parameter that gives the simulated network's per-put latency.
+pub const NET_PUT_LATENCY: &str = "BARRIER_NET_PUT_LATENCY";
 
 /// A way of doing barriers. Implementations are stateless descriptions; state lives in modules.
 pub trait Backend: Send + Sync + Debug {

@@ -229,13 +229,16 @@ impl Communicator {
         let ctrl = Ctrl::new(&region, rank, &members, &ctrl_epoch, wait.timeout, stall);
 
         let nodes = distinct_nodes(&members, shape.world_size, shape.nodes);
+        let node_of_member: Vec<usize> = members.iter().map(|&w| node_of(w, shape.world_size, shape.nodes)).collect();
         let (engine, selection) = selector::select(selector::SelectInput {
             query: QueryContext {
                 rank,
                 size,
                 job: shape,
                 nodes,
-                node: node_of(members[rank], shape.world_size, shape.nodes),
+                node: node_of_member[rank],
+                members: &members,
+                node_of: &node_of_member,
                 params: &params,
             },
             members: &members,
@@ -311,6 +314,14 @@ impl Communicator {
     /// The algorithm or mode of the backend in use, e.g. `central`.
     pub fn algorithm(&self) -> String {
         self.engine.borrow().module().algorithm().to_string()
+    }
+
+    /// Operations this rank has sent across the network for this communicator's barriers so
+    /// far: transport puts and atomics to other nodes, and arrival messages to a barrier device.
+    /// With the hierarchical backend only node roots send any. `barrier bench` divides it by
+    /// the barriers run.
+    pub fn network_ops(&self) -> u64 {
+        self.engine.borrow().module().network_ops()
     }
 
     /// How the backend was chosen: every backend with its outcome.

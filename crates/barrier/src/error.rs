@@ -129,6 +129,9 @@ pub enum Error {
         free: usize,
     },
     /// An argument is outside what the call accepts.
+    #[error("transport failure: {0}")]
+    Transport(String),
+
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
     /// The operating system refused an operation.

@@ -41,6 +41,7 @@ not_under_loom! {
     pub mod selector;
     pub mod shm;
     pub mod sys;
+    pub mod transport;
     mod universe;
     mod watch;
 

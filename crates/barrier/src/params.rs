@@ -129,6 +129,13 @@ pub fn core_params() -> Vec<ParamInfo> {
             "Busy-wait rounds before yielding (auto: 2000 with spin, 0 with park).",
         )
         .kind(ParamKind::Int { min: 0, max: U32_MAX }),
+        ParamInfo::new(
+            crate::backend::NET_PUT_LATENCY,
+            "0",
+            "Simulated nodes (`barrier run --nodes M`): how long every put or atomic between nodes \
+             takes to land (the initiator waits it out), to see what saving network traffic is worth.",
+        )
+        .kind(ParamKind::Duration),
         ParamInfo::new("BARRIER_YIELD_COUNT", "auto", "Yields before parking with the park policy (auto: 256).")
             .kind(ParamKind::Int { min: 0, max: U32_MAX }),
         ParamInfo::new(

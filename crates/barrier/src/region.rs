@@ -246,6 +246,11 @@ impl Region {
     pub fn diss(&self, rank: usize, round: usize) -> &Flag {
         &self.flags(self.layout.diss, self.layout.n * self.layout.rounds)[rank * self.layout.rounds + round]
     }
+    /// Every dissemination flag of `rank`, round 0 first (what it registers for its peers).
+    pub fn diss_row(&self, rank: usize) -> &[Flag] {
+        let r = self.layout.rounds;
+        &self.flags(self.layout.diss, self.layout.n * r)[rank * r..rank * r + r]
+    }
     /// Tournament flag of winner `rank` for `round`.
     pub fn tourn(&self, rank: usize, round: usize) -> &Flag {
         &self.flags(self.layout.tourn, self.layout.n * self.layout.rounds)[rank * self.layout.rounds + round]

@@ -24,10 +24,11 @@ use crate::region::Region;
 use crate::wait::WaitPolicy;
 
 static SOFTWARE: Software = Software;
+static HIERARCHICAL: crate::backends::hierarchical::Hierarchical = crate::backends::hierarchical::Hierarchical;
 
 /// Every backend this build knows, in registry order.
 pub fn backends() -> Vec<&'static dyn Backend> {
-    vec![&crate::backends::hw::GBA, &crate::backends::hw::SWITCH, &SOFTWARE]
+    vec![&crate::backends::hw::GBA, &crate::backends::hw::SWITCH, &HIERARCHICAL, &SOFTWARE]
 }
 
 /// What happened to one backend during selection.

@@ -194,6 +194,30 @@ impl Flag {
         now
     }
 
+    /// Adds `value` (a transport's remote atomic add) and wakes parked waiters if `wake` is set;
+    /// returns the previous value.
+    pub fn fetch_add(&self, value: u64, wake: bool) -> u64 {
+        let prev = self.value.fetch_add(value, Ordering::AcqRel);
+        if wake {
+            self.wake_parked();
+        }
+        prev
+    }
+
+    /// Stores `new` if the flag holds `expected` (a transport's remote compare-swap), waking
+    /// parked waiters if it did and `wake` is set; returns the value it held.
+    pub fn compare_swap(&self, expected: u64, new: u64, wake: bool) -> u64 {
+        match self.value.compare_exchange(expected, new, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(prev) => {
+                if wake {
+                    self.wake_parked();
+                }
+                prev
+            }
+            Err(current) => current,
+        }
+    }
+
     /// The low 32 bits of `value`, as the kernel sees them.
     #[cfg(loom)]
     fn futex_word(&self) -> FutexWord<'_> {

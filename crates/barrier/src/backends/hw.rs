@@ -590,6 +590,7 @@ impl Backend for HwBackend {
             verbose: q.params.flag("BARRIER_VERBOSE").unwrap_or(false),
             flat_next: 0,
             algorithm: String::from("offload"),
+            messages: std::cell::Cell::new(0),
         };
         // From here on the module owns the attachments: an error below detaches them.
         let all = ctx.allgather(&report).map_err(coll)?;
@@ -827,6 +828,8 @@ pub struct HwModule {
     verbose: bool,
     flat_next: usize,
     algorithm: String,
+    /// Arrival messages sent to the device (each one crosses the network to it).
+    messages: std::cell::Cell<u64>,
 }
 
 impl HwModule {
@@ -893,6 +896,7 @@ impl HwModule {
         // with the member/sequence word written above.
         self.dev.mmio.word(a.slot + 32).store(words[4], Ordering::Release);
         self.dev.ring_for(Some(a.group));
+        self.messages.set(self.messages.get() + 1);
         // For the lost-arrival check of whoever waits on this group: how many of this rank's
         // arrivals (in plan order) it has sent for this epoch.
         let sends = self.plan[..=self.step].iter().filter(|s| matches!(s, Step::Arrive(_))).count() as u64;
@@ -994,6 +998,10 @@ impl HwModule {
 impl Module for HwModule {
     fn algorithm(&self) -> &str {
         &self.algorithm
+    }
+
+    fn network_ops(&self) -> u64 {
+        self.messages.get() + self.software.network_ops()
     }
 
     fn arrive(&mut self, epoch: u64) -> Result<(), Error> {

@@ -2,5 +2,6 @@
 //! the Global Barrier Accelerator); the software barrier that works everywhere is [`software`],
 //! named `dissemination` in parameters and reports.
 
+pub mod hierarchical;
 pub mod hw;
 pub mod software;

@@ -32,6 +32,7 @@ use crate::error::Error;
 use crate::params::{ParamInfo, ParamKind};
 use crate::region::Region;
 use crate::shm::Shared;
+use crate::transport::{Fabric, MemHandle, Signal};
 use crate::wait::Flag;
 
 /// The software barrier algorithms.
@@ -156,6 +157,23 @@ impl Backend for Software {
     }
 }
 
+/// Across nodes only put-based dissemination runs: every flag is written by one peer and read
+/// by its owner, so a signal is one put into the owner's memory. (Central and tournament end in
+/// one flag that every rank reads, which over a network is a remote read per rank and poll;
+/// the tree's flags work with puts too, but the hierarchical backend is the tree for nodes.)
+fn multi_node_algorithm(requested: Algorithm) -> Algorithm {
+    match requested {
+        Algorithm::Dissemination | Algorithm::Auto => Algorithm::Dissemination,
+        other => {
+            tracing::info!(
+                requested = other.name(),
+                "the communicator spans nodes: the software backend runs dissemination, its put-based algorithm"
+            );
+            Algorithm::Dissemination
+        }
+    }
+}
+
 impl Software {
     /// [`Backend::enable`] returning the concrete module, which the communicator dispatches
     /// statically.
@@ -170,7 +188,11 @@ impl Software {
         let n = ctx.query.size;
         let algo = Algorithm::from_code(agreed & 0xff).resolve(n, ctx.policy.wakes());
         let arity = ((agreed >> 8) as usize).clamp(2, 64);
-        Ok(SoftwareModule::new(ctx.region.clone(), ctx.query.rank, algo, arity, ctx.policy.wakes()))
+        let mut module = SoftwareModule::new(ctx.region.clone(), ctx.query.rank, algo, arity, ctx.policy.wakes());
+        if ctx.query.nodes > 1 {
+            module.route_over_fabric(ctx)?;
+        }
+        Ok(module)
     }
 }
 
@@ -205,12 +227,16 @@ pub struct SoftwareModule {
     release: Option<Shared<Flag>>,
     /// Flags to wait for, in order.
     inbox: Vec<Shared<Flag>>,
-    /// Dissemination: the partner's flag per round; tree/tournament: flags to release.
-    outbox: Vec<Shared<Flag>>,
+    /// Dissemination: the partner's flag per round; tree/tournament: flags to release. A store
+    /// within a node, a put through the transport across nodes.
+    outbox: Vec<Signal>,
     /// Tree/tournament: the flag that reports this rank's subtree or loss upwards.
-    up: Option<Shared<Flag>>,
+    up: Option<Signal>,
     /// Tree/tournament: the flag that releases this rank.
     down: Option<Shared<Flag>>,
+    /// Across nodes: the transports the outbox goes through (boxed: the module is dispatched
+    /// by value, and single-node communicators never have one).
+    fabric: Option<Box<Fabric>>,
 }
 
 impl SoftwareModule {
@@ -230,8 +256,10 @@ impl SoftwareModule {
             outbox: Vec::new(),
             up: None,
             down: None,
+            fabric: None,
         };
         let f = |flag: &Flag| region.shared_flag(flag);
+        let store = |flag: &Flag| Signal::Store(region.shared_flag(flag));
         match algo {
             Algorithm::Central | Algorithm::Auto => {
                 m.counter = Some(region.shared_counter(region.central_count()));
@@ -240,7 +268,7 @@ impl SoftwareModule {
             Algorithm::Dissemination => {
                 for r in 0..rounds {
                     m.inbox.push(f(region.diss(rank, r)));
-                    m.outbox.push(f(region.diss((rank + (1 << r)) % n, r)));
+                    m.outbox.push(store(region.diss((rank + (1 << r)) % n, r)));
                 }
             }
             Algorithm::Tournament => {
@@ -252,14 +280,14 @@ impl SoftwareModule {
                         }
                     } else {
                         // Lowest set bit: this rank loses in round r to rank - 2^r.
-                        m.up = Some(f(region.tourn(rank - span, r)));
+                        m.up = Some(store(region.tourn(rank - span, r)));
                         break;
                     }
                 }
                 if m.up.is_some() {
                     m.down = Some(f(region.tourn_release()));
                 } else {
-                    m.outbox.push(f(region.tourn_release()));
+                    m.outbox.push(store(region.tourn_release()));
                 }
             }
             Algorithm::Tree => {
@@ -267,21 +295,66 @@ impl SoftwareModule {
                 let last = (rank * arity + arity + 1).min(n);
                 for c in first..last {
                     m.inbox.push(f(&region.tree_up()[c]));
-                    m.outbox.push(f(&region.tree_down()[c]));
+                    m.outbox.push(store(&region.tree_down()[c]));
                 }
                 if rank != 0 {
-                    m.up = Some(f(&region.tree_up()[rank]));
+                    m.up = Some(store(&region.tree_up()[rank]));
                     m.down = Some(f(&region.tree_down()[rank]));
                 }
             }
         }
         m
     }
+
+    /// A communicator that spans nodes: every rank registers its dissemination flags, the
+    /// handles are exchanged, and each round's partner flag is reached through the transport
+    /// the fabric ranks first for that partner (a store within a node, a put across nodes).
+    /// Collective.
+    fn route_over_fabric(&mut self, ctx: &EnableContext<'_>) -> Result<(), Decline> {
+        let q = &ctx.query;
+        let decline = |e: Error| Decline::new(e.to_string());
+        self.algo = multi_node_algorithm(self.algo);
+        let fabric = ctx.fabric().map_err(decline)?;
+        let region = ctx.region;
+        let rounds = region.rounds();
+        let mine = if rounds == 0 { Ok(MemHandle { owner: fabric.me().world_rank, offset: 0, slots: 0 }) } else {
+            fabric.register(region.diss_row(q.rank))
+        };
+        let words = mine.as_ref().map_or([0, 0], |h| h.to_words());
+        let all = ctx.allgather(&words).map_err(decline)?;
+        let outbox: Result<Vec<Signal>, Error> = mine.and_then(|_| {
+            (0..rounds)
+                .map(|r| {
+                    let partner = (q.rank + (1 << r)) % q.size;
+                    let handle = MemHandle::from_words([all[partner][0], all[partner][1]]);
+                    fabric.signal_to(ctx.peer(partner), handle, r)
+                })
+                .collect()
+        });
+        if !ctx.all_agree(outbox.is_ok()).map_err(decline)? {
+            return Err(Decline::new(outbox.err().map_or_else(
+                || "another rank could not reach its dissemination partners".into(),
+                |e| e.to_string(),
+            )));
+        }
+        self.outbox = outbox.map_err(decline)?;
+        self.inbox = (0..rounds).map(|r| region.shared_flag(region.diss(q.rank, r))).collect();
+        self.counter = None;
+        self.release = None;
+        self.up = None;
+        self.down = None;
+        self.fabric = Some(Box::new(fabric));
+        Ok(())
+    }
 }
 
 impl Module for SoftwareModule {
     fn algorithm(&self) -> &str {
         self.algo.name()
+    }
+
+    fn network_ops(&self) -> u64 {
+        self.fabric.as_ref().map_or(0, |f| f.network_ops())
     }
 
     #[inline]
@@ -303,7 +376,7 @@ impl Module for SoftwareModule {
             }
             Algorithm::Dissemination => {
                 if let Some(first) = self.outbox.first() {
-                    first.signal(epoch, self.wake);
+                    first.signal(epoch, self.wake)?;
                 }
             }
             // Tournament losers and tree leaves report upwards without waiting.
@@ -337,7 +410,7 @@ impl Module for SoftwareModule {
                     }
                     self.step += 1;
                     if let Some(next) = self.outbox.get(self.step) {
-                        next.signal(epoch, self.wake);
+                        next.signal(epoch, self.wake)?;
                     }
                 }
                 self.phase = Phase::Done;
@@ -353,7 +426,7 @@ impl Module for SoftwareModule {
                         self.step += 1;
                     }
                     if let Some(up) = &self.up {
-                        up.signal(epoch, self.wake);
+                        up.signal(epoch, self.wake)?;
                     }
                     self.phase = Phase::Release;
                 }
@@ -364,7 +437,7 @@ impl Module for SoftwareModule {
                     }
                 }
                 for flag in &self.outbox {
-                    flag.signal(epoch, self.wake);
+                    flag.signal(epoch, self.wake)?;
                 }
                 self.phase = Phase::Done;
                 Ok(Poll::Ready)

@@ -1,0 +1,219 @@
+//! Phase 2 of the hierarchical barrier: the node roots, one per node, and nobody else.
+//!
+//! * **dissemination** over the transport: ⌈log2 nodes⌉ rounds; in round `r` root `j` puts the
+//!   epoch into round-`r` slot of root `(j + 2^r) mod nodes` and waits for its own round-`r`
+//!   slot. Each root registers its row of slots and publishes the handle while the
+//!   communicator is created; every put goes through the transport the fabric ranks first for
+//!   that peer (across nodes: the network, so it is counted). Slots only grow, so nothing is
+//!   reset between barriers and no put is spent on a reset.
+//! * **a hardware group of the roots** (`switch` or `gba`): the same driver as the flat hardware
+//!   backends, enabled on a communicator-like context that holds only the roots (their own
+//!   region in the job segment, their own control plane). Each root sends one arrival per
+//!   barrier and polls its release flag; a 4,096-rank job on 128 nodes needs one 128-member
+//!   group. A device fault is the driver's: every root leaves the device at the same epoch for
+//!   the flat barrier and then software dissemination among the roots, so ranks below the roots
+//!   never notice.
+
+use std::cell::Cell;
+
+use crate::backend::{Backend, Decline, EnableContext, Module, QueryContext};
+use crate::backends::hw::HwBackend;
+use crate::error::Error;
+use crate::region::Region;
+use crate::shm::Shared;
+use crate::transport::{Fabric, MemHandle, Signal};
+use crate::wait::Flag;
+
+use super::Topology;
+
+/// Put-based dissemination among the roots: this root's state.
+#[derive(Debug)]
+pub(super) struct RootDissemination {
+    /// Own slot per round.
+    inbox: Vec<Shared<Flag>>,
+    /// The partner root's slot per round.
+    outbox: Vec<Signal>,
+    step: usize,
+}
+
+impl RootDissemination {
+    /// Sets up the roots' dissemination (collective over the whole communicator: non-roots
+    /// take part in the handle exchange with empty words). `None` on a non-root.
+    pub fn enable(ctx: &EnableContext<'_>, fabric: &Fabric, topo: &Topology) -> Result<Option<Self>, Decline> {
+        let q = &ctx.query;
+        let decline = |e: Error| Decline::new(e.to_string());
+        let rounds = crate::region::rounds(topo.nodes());
+        let mine = match topo.root_index(q.rank) {
+            Some(_) if rounds > 0 => fabric.register(&ctx.region.diss_row(q.rank)[..rounds]).map(Some),
+            _ => Ok(None),
+        };
+        let words = mine.as_ref().ok().and_then(|h| h.map(MemHandle::to_words)).unwrap_or([0, 0]);
+        let all = ctx.allgather(&words).map_err(decline)?;
+        let outbox: Result<Vec<Signal>, Error> = match (&mine, topo.root_index(q.rank)) {
+            (Ok(_), Some(j)) => (0..rounds)
+                .map(|r| {
+                    let partner = topo.roots()[(j + (1 << r)) % topo.nodes()];
+                    let handle = MemHandle::from_words([all[partner][0], all[partner][1]]);
+                    fabric.signal_to(ctx.peer(partner), handle, r)
+                })
+                .collect(),
+            (Ok(_), None) => Ok(Vec::new()),
+            (Err(e), _) => Err(Error::Transport(e.to_string())),
+        };
+        if !ctx.all_agree(outbox.is_ok()).map_err(decline)? {
+            return Err(Decline::new(outbox.err().map_or_else(
+                || "a node root could not reach its dissemination partners".into(),
+                |e| e.to_string(),
+            )));
+        }
+        let outbox = outbox.map_err(decline)?;
+        Ok(topo.root_index(q.rank).map(|_| RootDissemination {
+            inbox: (0..rounds).map(|r| ctx.region.shared_flag(ctx.region.diss(q.rank, r))).collect(),
+            outbox,
+            step: 0,
+        }))
+    }
+
+    /// Starts epoch `epoch`: the first round's put.
+    #[inline]
+    pub fn start(&mut self, epoch: u64, wake: bool) -> Result<(), Error> {
+        self.step = 0;
+        match self.outbox.first() {
+            Some(first) => first.signal(epoch, wake),
+            None => Ok(()),
+        }
+    }
+
+    /// Advances: `Some((slot, last))` to wait on (`last`: it is the final round), `None` when
+    /// every round is done.
+    #[inline]
+    pub fn progress(&mut self, epoch: u64, wake: bool) -> Result<Option<(&Flag, bool)>, Error> {
+        while let Some(slot) = self.inbox.get(self.step) {
+            if !slot.reached(epoch) {
+                return Ok(Some((slot, self.step + 1 == self.inbox.len())));
+            }
+            self.step += 1;
+            if let Some(next) = self.outbox.get(self.step) {
+                next.signal(epoch, wake)?;
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// The roots' own region, left when the root's module goes (the last root out frees it).
+#[derive(Debug)]
+pub(super) struct RootsRegion {
+    region: Region,
+    index: usize,
+}
+
+impl Drop for RootsRegion {
+    fn drop(&mut self) {
+        self.region.depart(self.index, 0, false);
+    }
+}
+
+/// A hardware group of the node roots.
+#[derive(Debug)]
+pub(super) struct RootsDevice {
+    /// The device kind (`switch`, `gba`).
+    pub kind: &'static str,
+    /// The driver's module over the roots (dropped before the region it lives in).
+    pub module: Box<dyn Module>,
+    _region: RootsRegion,
+}
+
+/// Why a device could not serve the roots (agreed: the same on every rank), or a failed
+/// collective.
+pub(super) enum DeviceOutcome {
+    /// Runs on this rank (a root).
+    Root(RootsDevice),
+    /// Runs on the roots; this rank is not one.
+    NotRoot,
+    /// Declined, with the reason.
+    Declined(String),
+}
+
+/// Tries to enable `backend` on a group of the node roots. Collective over the whole
+/// communicator; every rank returns the same variant (`Root` on roots, `NotRoot` elsewhere)
+/// or the same decline.
+pub(super) fn enable_device(
+    ctx: &EnableContext<'_>,
+    backend: &'static HwBackend,
+    topo: &Topology,
+) -> Result<DeviceOutcome, Decline> {
+    let q = &ctx.query;
+    let coll = |e: Error| Decline::new(e.to_string());
+    let root_members: Vec<usize> = topo.roots().iter().map(|&r| q.members[r]).collect();
+    let root_nodes: Vec<usize> = topo.roots().iter().map(|&r| q.node_of[r]).collect();
+    let me = topo.root_index(q.rank);
+    let roots_query = |index: usize| QueryContext {
+        rank: index,
+        size: topo.nodes(),
+        job: q.job,
+        nodes: topo.nodes(),
+        node: q.node,
+        members: &root_members,
+        node_of: &root_nodes,
+        params: q.params,
+    };
+    // 1. Can every root use the device? (A cheap local check on each root, agreed.)
+    let usable = match me {
+        Some(j) => backend.query(&roots_query(j)).map_err(|d| d.0),
+        None => Ok(()),
+    };
+    let all = ctx.allgather(&[usable.is_ok() as u64]).map_err(coll)?;
+    if let Some(bad) = all.iter().position(|w| w[0] == 0) {
+        return Ok(DeviceOutcome::Declined(usable.err().unwrap_or_else(|| {
+            format!("node root rank {bad} (world rank {}) cannot use the {} device", q.members[bad], backend.name)
+        })));
+    }
+    // 2. The roots' region, made by rank 0 (always a root: the lowest rank of its node).
+    const NO_REGION: u64 = u64::MAX;
+    let created = if q.rank == 0 { Region::create(ctx.region.segment(), topo.nodes()).ok() } else { None };
+    let base = ctx.broadcast(0, created.as_ref().map_or(NO_REGION, |r| r.base() as u64)).map_err(coll)?;
+    if base == NO_REGION {
+        return Ok(DeviceOutcome::Declined("the job segment has no room for the node roots' region".into()));
+    }
+    // 3. The roots attach to it (agreed, so that no root enters the roots' collectives alone).
+    let region: Option<Result<Region, String>> = me.map(|_| match created {
+        Some(r) => Ok(r),
+        None => Region::attach(ctx.region.segment(), base as usize, topo.nodes()).map_err(|e| e.to_string()),
+    });
+    let attached = region.as_ref().is_none_or(|r| r.is_ok());
+    // A root that attached leaves the region whatever happens next (the last one frees it).
+    let guard = match (&region, me) {
+        (Some(Ok(r)), Some(j)) => Some(RootsRegion { region: r.clone(), index: j }),
+        _ => None,
+    };
+    if !ctx.all_agree(attached).map_err(coll)? {
+        drop(guard);
+        return Ok(DeviceOutcome::Declined(match region {
+            Some(Err(why)) => why,
+            _ => "a node root could not attach to the roots' region".into(),
+        }));
+    }
+    // 4. The roots enable the device among themselves, with their own control plane.
+    let attempt: Option<Result<RootsDevice, String>> = match (region, me, guard) {
+        (Some(Ok(region)), Some(j), Some(guard)) => {
+            let epoch = Cell::new(0);
+            let ctrl = ctx.ctrl.over(&region, j, &root_members, &epoch);
+            let rctx = EnableContext { query: roots_query(j), policy: ctx.policy, ctrl: &ctrl, region: &region };
+            Some(backend.enable(&rctx).map(|module| RootsDevice { kind: backend.name, module, _region: guard }).map_err(|d| d.0))
+        }
+        _ => None,
+    };
+    let ok = attempt.as_ref().is_none_or(|a| a.is_ok());
+    if !ctx.all_agree(ok).map_err(coll)? {
+        let why = match attempt {
+            Some(Err(why)) => why,
+            _ => format!("enabling the {} group of the node roots failed on a root", backend.name),
+        };
+        return Ok(DeviceOutcome::Declined(why));
+    }
+    Ok(match attempt {
+        Some(Ok(device)) => DeviceOutcome::Root(device),
+        _ => DeviceOutcome::NotRoot,
+    })
+}

@@ -1,0 +1,226 @@
+//! The hierarchical backend: the correctness suite on every (nodes x ranks per node) shape, as
+//! threads and as processes, with split communicators used concurrently; what crosses the
+//! network per barrier; the node roots on an emulated switch or GBA, with faults.
+
+mod common;
+
+use std::time::Duration;
+
+use barrier::{threads::Job, Params};
+use barrier_emu::{Config, Emulator, Faults};
+use barrier_suite::{stress, StressOptions};
+
+/// (nodes, ranks per node).
+const SHAPES: [(usize, usize); 7] = [(1, 2), (2, 1), (2, 2), (3, 3), (4, 2), (2, 8), (5, 3)];
+
+fn params() -> Params {
+    Params::defaults_only().set("BARRIER_BACKEND", "hierarchical").set("BARRIER_TIMEOUT", "60s")
+}
+
+/// ⌈log2 n⌉.
+fn rounds(n: usize) -> u64 {
+    barrier::rounds(n) as u64
+}
+
+#[test]
+fn every_shape_is_correct_as_threads_with_splits_used_concurrently() {
+    for (nodes, per) in SHAPES {
+        for radix in ["2", "4"] {
+            let n = nodes * per;
+            let opts = StressOptions { iterations: 300, seed: n as u64, ..Default::default() };
+            let out = Job::new(n)
+                .nodes(nodes)
+                .params(params().set("BARRIER_HIER_RADIX", radix))
+                .run(|w| {
+                    // Two colors that cut across the nodes, each its own hierarchical barrier.
+                    let sub = w.split(w.rank() % 2, 0).map_err(|e| e.to_string())?.expect("a color");
+                    let a = stress(&sub, &opts).map_err(|e| e.to_string())?;
+                    let b = stress(&w, &StressOptions { iterations: 150, ..opts }).map_err(|e| e.to_string())?;
+                    let c = stress(&sub, &StressOptions { iterations: 150, ..opts }).map_err(|e| e.to_string())?;
+                    Ok::<_, String>((w.backend().to_string(), sub.backend().to_string(), a + b + c))
+                })
+                .unwrap();
+            for (rank, r) in out.into_iter().enumerate() {
+                let (world, sub, count) = r.unwrap_or_else(|e| panic!("{nodes}x{per} radix {radix} rank {rank}: {e}"));
+                assert_eq!((world.as_str(), sub.as_str(), count), ("hierarchical", "hierarchical", 600));
+            }
+        }
+    }
+}
+
+#[test]
+fn every_shape_is_correct_as_processes_with_splits() {
+    for (nodes, per) in SHAPES {
+        let n = nodes * per;
+        let _machine = common::one_job_at_a_time();
+        let mut spec = barrier_cli::launch::JobSpec::new(n, common::example("correctness"));
+        spec.nodes = nodes;
+        spec.args = vec!["400".into(), "--split".into(), "--seed".into(), n.to_string().into()];
+        spec.env = vec![("BARRIER_BACKEND".into(), "hierarchical".into()), ("BARRIER_TIMEOUT".into(), "60s".into())];
+        spec.capture_stdout = true;
+        spec.capture_stderr = true;
+        let report = barrier_cli::launch::launch(&spec).unwrap();
+        assert!(report.success(), "{nodes}x{per}: {:?} {:?}", report.describe(n), report.stderr);
+        assert!(report.stdout[0].contains("(hierarchical"), "{nodes}x{per}: {:?}", report.stdout);
+    }
+}
+
+#[test]
+fn auto_takes_hierarchical_only_across_nodes_with_enough_ranks_on_each() {
+    let choose = |n: usize, nodes: usize, extra: &[(&str, &str)]| {
+        let mut p = Params::defaults_only();
+        for (k, v) in extra {
+            p = p.set(*k, *v);
+        }
+        Job::new(n).nodes(nodes).params(p).run(|w| w.backend().to_string()).unwrap()
+    };
+    assert!(choose(8, 2, &[]).iter().all(|b| b == "hierarchical"));
+    assert!(choose(8, 1, &[]).iter().all(|b| b == "dissemination"), "one node: no hierarchy");
+    assert!(choose(4, 4, &[]).iter().all(|b| b == "dissemination"), "one rank per node is under the threshold");
+    assert!(choose(9, 3, &[("BARRIER_HIER_THRESHOLD", "4")]).iter().all(|b| b == "dissemination"));
+    // Splits: a color with one rank per node falls back on its own, the world keeps the hierarchy.
+    let out = Job::new(8)
+        .nodes(2)
+        .params(Params::defaults_only())
+        .run(|w| {
+            let pairs = w.split(w.local_rank(), 0).unwrap().unwrap();
+            (w.backend().to_string(), pairs.backend().to_string(), pairs.num_nodes())
+        })
+        .unwrap();
+    assert!(out.iter().all(|(w, p, nodes)| w == "hierarchical" && p == "dissemination" && *nodes == 2), "{out:?}");
+}
+
+/// Network operations per barrier on each rank of `world`, over `iterations` barriers.
+fn network_per_barrier(w: &barrier::Communicator, iterations: u64) -> (bool, u64) {
+    w.barrier().unwrap();
+    let before = w.network_ops();
+    for _ in 0..iterations {
+        w.barrier().unwrap();
+    }
+    let sent = w.network_ops() - before;
+    assert_eq!(sent % iterations, 0, "rank {}: {sent} network operations in {iterations} barriers", w.rank());
+    (w.local_rank() == 0, sent / iterations)
+}
+
+#[test]
+fn only_node_roots_put_to_the_network_log2_nodes_puts_each() {
+    for (nodes, per) in [(2, 2), (3, 3), (4, 2), (5, 3), (2, 8)] {
+        let out = Job::new(nodes * per).nodes(nodes).params(params()).run(|w| network_per_barrier(&w, 50)).unwrap();
+        for (rank, (root, puts)) in out.iter().enumerate() {
+            let expected = if *root { rounds(nodes) } else { 0 };
+            assert_eq!(*puts, expected, "{nodes}x{per}: rank {rank} (root: {root})");
+        }
+        // Flat dissemination over the same job puts far more, from every rank.
+        let flat = Job::new(nodes * per)
+            .nodes(nodes)
+            .params(params().set("BARRIER_BACKEND", "dissemination"))
+            .run(|w| network_per_barrier(&w, 50).1)
+            .unwrap();
+        let hier: u64 = out.iter().map(|(_, p)| p).sum();
+        assert!(flat.iter().sum::<u64>() > hier, "{nodes}x{per}: flat {flat:?} vs hierarchical {hier}");
+    }
+}
+
+fn device_params(kind: &str, emu: &Emulator) -> Params {
+    params()
+        .set("BARRIER_HIER_INTERNODE", kind)
+        .set(format!("BARRIER_{}_DEVICE_PATH", kind.to_ascii_uppercase()), emu.path().display().to_string())
+        .set(format!("BARRIER_{}_WATCHDOG", kind.to_ascii_uppercase()), "20ms")
+}
+
+#[test]
+fn roots_on_a_device_send_one_arrival_each_and_nothing_else_crosses() {
+    for (kind, map) in [("switch", &barrier_hw::SWITCH), ("gba", &barrier_hw::GBA)] {
+        let emu = Emulator::start(Config::new(map)).unwrap();
+        for (nodes, per) in [(2, 2), (3, 3), (4, 2)] {
+            let out = Job::new(nodes * per)
+                .nodes(nodes)
+                .busy_threads(1)
+                .params(device_params(kind, &emu))
+                .run(|w| {
+                    let (root, ops) = network_per_barrier(&w, 50);
+                    let opts = StressOptions { iterations: 200, ..Default::default() };
+                    (root, ops, w.algorithm(), stress(&w, &opts).map_err(|e| e.to_string()))
+                })
+                .unwrap();
+            for (rank, (root, ops, algorithm, result)) in out.iter().enumerate() {
+                assert_eq!(*ops, u64::from(*root), "{kind} {nodes}x{per}: rank {rank} ({algorithm})");
+                assert!(algorithm.contains(&format!("roots: {kind}")), "{algorithm}");
+                assert_eq!(result, &Ok(200), "{kind} {nodes}x{per} rank {rank}");
+            }
+        }
+        emu.quiesce(Duration::from_secs(2));
+        let c = emu.counters();
+        assert_eq!((c.errors, c.groups_in_use), (0, 0), "{kind}: {c:?}");
+    }
+}
+
+#[test]
+fn an_explicit_device_that_is_missing_fails_with_the_reason_and_auto_uses_dissemination() {
+    let p = params().set("BARRIER_HIER_INTERNODE", "switch").set("BARRIER_SWITCH_DEVICE_PATH", "/nonexistent/switch0");
+    let err = Job::new(4).nodes(2).params(p).run(|w| w.barrier()).unwrap_err().to_string();
+    assert!(err.contains("BARRIER_HIER_INTERNODE=switch") && err.contains("/nonexistent/switch0"), "{err}");
+    let p = params()
+        .set("BARRIER_SWITCH_DEVICE_PATH", "/nonexistent/switch0")
+        .set("BARRIER_GBA_DEVICE_PATH", "/nonexistent/gba0");
+    let algos = Job::new(4).nodes(2).params(p).run(|w| w.algorithm()).unwrap();
+    assert!(algos.iter().all(|a| a.contains("roots: dissemination over net-sim")), "{algos:?}");
+}
+
+#[test]
+fn a_device_fault_among_the_roots_moves_every_root_to_software_at_once_and_nobody_hangs() {
+    for (kind, map) in [("switch", &barrier_hw::SWITCH), ("gba", &barrier_hw::GBA)] {
+        for faults in [
+            Faults { vanish_after: Some(40), ..Faults::default() },
+            Faults { stick_error_after: Some(25), ..Faults::default() },
+            Faults { drop_arrival: 0.02, seed: 7, ..Faults::default() },
+        ] {
+            let emu = Emulator::start(Config { faults, ..Config::new(map) }).unwrap();
+            let opts = StressOptions { iterations: 300, sleep_one_in: 0, ..Default::default() };
+            let out = Job::new(9)
+                .nodes(3)
+                .busy_threads(1)
+                .params(device_params(kind, &emu).set("BARRIER_TIMEOUT", "30s"))
+                .run(|w| {
+                    let result = stress(&w, &opts).map_err(|e| e.to_string());
+                    (w.local_rank() == 0, w.algorithm(), result)
+                })
+                .unwrap();
+            for (root, algorithm, result) in &out {
+                assert_eq!(result, &Ok(300), "{kind} {faults:?}: {algorithm}");
+                if faults.drop_arrival == 0.0 {
+                    assert!(!root || algorithm.contains("fallback"), "{kind} {faults:?}: a root stayed: {algorithm}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn simulated_network_latency_slows_the_network_puts_it_is_meant_to() {
+    // Not a speed assertion: a floor. Every barrier passes through 2 rounds of 200 us puts
+    // among the 4 roots, so 20 barriers cannot take less than 20 * 2 * 200 us on any rank.
+    let p = params().set("BARRIER_NET_PUT_LATENCY", "200us");
+    let out = Job::new(8)
+        .nodes(4)
+        .params(p)
+        .run(|w| {
+            w.barrier().unwrap();
+            let t = std::time::Instant::now();
+            for _ in 0..20 {
+                w.barrier().unwrap();
+            }
+            t.elapsed()
+        })
+        .unwrap();
+    assert!(out.iter().all(|&t| t >= Duration::from_millis(8)), "{out:?}");
+}
+
+#[test]
+fn phase_times_are_reported_with_hier_debug() {
+    let report =
+        common::run_example(4, "hello", &[], &[("BARRIER_BACKEND", "hierarchical"), ("BARRIER_HIER_DEBUG", "1")]);
+    assert!(report.success(), "{:?}", report.stderr);
+    let all = report.stderr.concat();
+    assert!(all.contains("per barrier: gather") && all.contains("internode") && all.contains("fanout"), "{all}");
+}
