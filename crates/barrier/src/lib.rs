@@ -59,6 +59,12 @@ pub mod pad;
 pub mod wait;
 pub use wait::WaitPolicy;
 
+/// Under loom: the hierarchical backend's intranode slot protocol, the same file as
+/// `backends::hierarchical::tree`, built on loom's primitives for `tests/loom.rs`.
+#[cfg(loom)]
+#[path = "backends/hierarchical/tree.rs"]
+pub mod hier_tree;
+
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
