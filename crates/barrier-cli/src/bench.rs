@@ -282,6 +282,7 @@ pub fn rank_main(iters: u64, batch: u64) -> Result<(), barrier::Error> {
         world.barrier()?;
     }
     let mut err = None;
+    let network_before = world.network_ops();
     let samples = timed_batches(iters, batch, || {
         if err.is_none() {
             if let Err(e) = world.barrier() {
@@ -292,8 +293,10 @@ pub fn rank_main(iters: u64, batch: u64) -> Result<(), barrier::Error> {
     if let Some(e) = err {
         return Err(e);
     }
+    let network = world.network_ops() - network_before;
     // Everyone finishes timing before anyone exits.
     world.barrier()?;
+    println!("NETWORK\t{network}");
     if world.rank() == 0 {
         println!("RESULT\t{}\t{}\t{}", world.backend(), world.algorithm(), Stats::from_samples(samples).encode());
     }
@@ -305,6 +308,8 @@ pub fn rank_main(iters: u64, batch: u64) -> Result<(), barrier::Error> {
 pub struct BenchOptions {
     /// Rank counts.
     pub ranks: Vec<usize>,
+    /// Simulated nodes the ranks are spread over.
+    pub nodes: usize,
     /// Backend names, or `all`.
     pub backends: Vec<String>,
     /// Add a row per software algorithm.
@@ -338,6 +343,9 @@ pub struct Row {
     pub stats: Stats,
     /// For emulated hardware: the emulator's busy time per barrier, ns.
     pub emulator_ns: Option<f64>,
+    /// Operations sent across the (simulated) network per barrier, all ranks together: puts,
+    /// atomics and device arrival messages. `None` for the thread references.
+    pub network_ops: Option<f64>,
     /// What was asked for: `floor`, `std`, a backend (its automatic choice), or
     /// `backend/algorithm` (forced); the plot draws one line per label.
     pub label: String,
@@ -365,8 +373,9 @@ impl Row {
         let host = self.host_ns().map_or("null".to_string(), |h| format!("{h:.1}"));
         let p99 = if p99_ok { format!("{:.1}", self.stats.p99) } else { "null".into() };
         let emu = self.emulator_ns.map_or("null".to_string(), |e| format!("{e:.1}"));
+        let net = self.network_ops.map_or("null".to_string(), |e| format!("{e:.2}"));
         format!(
-            "{{\"backend\":\"{}\",\"algorithm\":\"{}\",\"ranks\":{},\"iters\":{},\"median_ns\":{:.1},\"p99_ns\":{},\"mean_ns\":{:.1},\"min_ns\":{:.1},\"x_floor\":{},\"emulator_ns_per_barrier\":{},\"host_ns_per_barrier\":{}}}",
+            "{{\"backend\":\"{}\",\"algorithm\":\"{}\",\"ranks\":{},\"iters\":{},\"median_ns\":{:.1},\"p99_ns\":{},\"mean_ns\":{:.1},\"min_ns\":{:.1},\"x_floor\":{},\"emulator_ns_per_barrier\":{},\"host_ns_per_barrier\":{},\"network_ops_per_barrier\":{}}}",
             self.backend.replace('"', "'"),
             self.algorithm.replace('"', "'"),
             self.ranks,
@@ -377,7 +386,8 @@ impl Row {
             self.stats.min,
             x,
             emu,
-            host
+            host,
+            net
         )
     }
 
@@ -422,6 +432,7 @@ impl Progress {
 /// Measures one backend configuration at `n` ranks as processes under the launcher.
 pub fn measure_backend(
     n: usize,
+    nodes: usize,
     env: Vec<(String, String)>,
     emulate: Option<barrier_emu::Config>,
     iters: u64,
@@ -437,6 +448,7 @@ pub fn measure_backend(
         batch.to_string().into(),
     ];
     spec.env = env;
+    spec.nodes = nodes;
     spec.pin = true;
     spec.capture_stdout = true;
     spec.emulate = emulate.into_iter().collect();
@@ -455,7 +467,15 @@ pub fn measure_backend(
     let algorithm = parts.next().unwrap_or_default().to_string();
     let stats = Stats::decode(parts.next().unwrap_or_default()).ok_or("unreadable result line")?;
     let emulator_ns = report.devices.first().map(|(_, c)| c.busy_ns as f64 / c.barriers.max(1) as f64);
-    Ok(Row { backend, algorithm, ranks: n, iters, stats, emulator_ns, label: String::new() })
+    // Every rank reports what it sent over the network while it was timed.
+    let mut network = 0u64;
+    for (rank, out) in report.stdout.iter().enumerate() {
+        let line = out.lines().find_map(|l| l.strip_prefix("NETWORK\t"));
+        network +=
+            line.and_then(|v| v.trim().parse::<u64>().ok()).ok_or(format!("rank {rank} printed no network count"))?;
+    }
+    let network_ops = Some(network as f64 / iters as f64);
+    Ok(Row { backend, algorithm, ranks: n, iters, stats, emulator_ns, network_ops, label: String::new() })
 }
 
 /// Runs the whole benchmark and prints it.
@@ -520,6 +540,7 @@ pub fn run(opts: &BenchOptions) -> Result<Vec<Row>, String> {
             iters: opts.iters,
             stats: std_barrier(n, opts.iters, opts.batch),
             emulator_ns: None,
+            network_ops: None,
             label: "std".into(),
         });
         progress.step(&format!("hurdles n={n}"));
@@ -530,6 +551,7 @@ pub fn run(opts: &BenchOptions) -> Result<Vec<Row>, String> {
             iters: opts.iters,
             stats: hurdles_barrier(n, opts.iters, opts.batch),
             emulator_ns: None,
+            network_ops: None,
             label: "hurdles".into(),
         });
         for (label, env) in &configs {
@@ -545,7 +567,7 @@ pub fn run(opts: &BenchOptions) -> Result<Vec<Row>, String> {
                     config
                 }
             });
-            let row = measure_backend(n, env, device, opts.iters, opts.batch)
+            let row = measure_backend(n, opts.nodes, env, device, opts.iters, opts.batch)
                 .map_err(|e| format!("{label} at {n} ranks: {e}"))?;
             rows.push(Row { label: label.clone(), ..row });
         }
@@ -561,6 +583,7 @@ pub fn run(opts: &BenchOptions) -> Result<Vec<Row>, String> {
             iters: floor_iters * floor_samples.len() as u64,
             stats: floor_stats,
             emulator_ns: None,
+            network_ops: None,
             label: "floor".into(),
         },
     );
@@ -583,26 +606,40 @@ pub fn run(opts: &BenchOptions) -> Result<Vec<Row>, String> {
 }
 
 fn print_table(rows: &[Row], floor_ns: f64, opts: &BenchOptions) {
+    let on_nodes = opts.nodes > 1;
     println!(
-        "barrier bench: {} cores, {} barriers per row in batches of {}, floor {:.1} ns (median)",
+        "barrier bench: {} cores, {} barriers per row in batches of {}, floor {:.1} ns (median){}",
         barrier::sys::available_cores(),
         opts.iters,
         opts.batch,
-        floor_ns
+        floor_ns,
+        if on_nodes { format!(", ranks on {} simulated nodes", opts.nodes) } else { String::new() }
     );
+    let net_header = if on_nodes { format!(" {:>8}", "net ops") } else { String::new() };
     println!(
-        "{:>5}  {:<14} {:<16} {:>11} {:>11} {:>11} {:>11} {:>8} {:>10} {:>8}",
+        "{:>5}  {:<14} {:<36} {:>11} {:>11} {:>11} {:>11} {:>8} {:>10} {:>8}{net_header}",
         "ranks", "backend", "algorithm", "median ns", "p99 ns", "mean ns", "min ns", "x floor", "device ns", "host ns"
     );
     for r in rows {
         let emu = r.emulator_ns.map_or("-".to_string(), |e| format!("{e:.0}"));
         let host = r.host_ns().map_or("-".to_string(), |h| format!("{h:.0}"));
-        let algorithm: String = r.algorithm.chars().take(16).collect();
+        let algorithm: String = r.algorithm.chars().take(36).collect();
         let p99 = if r.p99_meaningful(opts.batch) { format!("{:.1}", r.stats.p99) } else { "-".into() };
         let x = r.x_floor(floor_ns).map_or("-".into(), |x| format!("{x:.2}"));
+        let net = match (on_nodes, r.network_ops) {
+            (false, _) => String::new(),
+            (true, None) => format!(" {:>8}", "-"),
+            (true, Some(ops)) => format!(" {ops:>8.2}"),
+        };
         println!(
-            "{:>5}  {:<14} {:<16} {:>11.1} {:>11} {:>11.1} {:>11.1} {:>8} {:>10} {:>8}",
+            "{:>5}  {:<14} {:<36} {:>11.1} {:>11} {:>11.1} {:>11.1} {:>8} {:>10} {:>8}{net}",
             r.ranks, r.backend, algorithm, r.stats.median, p99, r.stats.mean, r.stats.min, x, emu, host
+        );
+    }
+    if on_nodes {
+        println!(
+            "net ops: operations per barrier that crossed between simulated nodes, all ranks together \
+             (puts, atomics, device arrivals)"
         );
     }
     if rows.iter().any(|r| !r.p99_meaningful(opts.batch)) {
@@ -636,6 +673,7 @@ mod tests {
             iters: 10,
             stats: Stats { median: 2.0, p99: 3.0, mean: 2.5, min: 1.0 },
             emulator_ns: None,
+            network_ops: None,
             label: "std".into(),
         };
         let j = r.to_json(Some(1.0));
@@ -647,6 +685,7 @@ mod tests {
             "\"p99_ns\":3.0",
             "\"mean_ns\":2.5",
             "\"min_ns\":1.0",
+            "\"network_ops_per_barrier\":null",
         ] {
             assert!(j.contains(key), "{j} lacks {key}");
         }

@@ -65,10 +65,25 @@ pub fn report(ranks: usize, nodes: usize, emulate: &[&'static barrier_hw::Device
         .nodes(nodes)
         .busy_threads(usize::from(!emulators.is_empty()))
         .params(params)
-        .run(|w| (w.selection().clone(), w.wait_policy(), w.segment_usage()))
+        .run(|w| (w.selection().clone(), w.wait_policy(), w.segment_usage(), w.transport_ranking(), w.algorithm()))
         .map_err(|e| format!("selection failed: {e}"))?;
-    let (selection, policy, (used, total)) = &sel[0];
+    let (selection, policy, (used, total), ranking, algorithm) = &sel[0];
     let _ = writeln!(out, "  wait policy: {policy}");
+    let _ = writeln!(
+        out,
+        "  transports as rank 0 sees them (per peer, the reaching transport with the highest exclusivity wins):"
+    );
+    for route in ranking {
+        let _ = writeln!(
+            out,
+            "    {:<8} exclusivity {:>5}{}  {} peer(s){}",
+            route.name,
+            route.exclusivity,
+            if route.network { " (network)" } else { "          " },
+            route.peers.len(),
+            ranks_text(&route.peers)
+        );
+    }
     let _ = writeln!(
         out,
         "  job segment: {} KiB in use of {} KiB (BARRIER_SHM_POOL_BYTES sets the pool; freed communicators and windows are reused)",
@@ -78,5 +93,25 @@ pub fn report(ranks: usize, nodes: usize, emulate: &[&'static barrier_hw::Device
     for line in selection.to_string().lines() {
         let _ = writeln!(out, "  {line}");
     }
+    let _ = writeln!(out, "  rank 0's module: {algorithm}");
     Ok(out)
+}
+
+/// `: 0-3, 8, 10-11` for a sorted list of ranks (empty for none).
+fn ranks_text(ranks: &[usize]) -> String {
+    let mut runs: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < ranks.len() {
+        let mut j = i;
+        while j + 1 < ranks.len() && ranks[j + 1] == ranks[j] + 1 {
+            j += 1;
+        }
+        runs.push(if i == j { ranks[i].to_string() } else { format!("{}-{}", ranks[i], ranks[j]) });
+        i = j + 1;
+    }
+    if runs.is_empty() {
+        String::new()
+    } else {
+        format!(": {}", runs.join(", "))
+    }
 }

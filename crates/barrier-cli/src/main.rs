@@ -58,6 +58,11 @@ enum Cmd {
         /// Backend name, or all.
         #[arg(long, value_delimiter = ',', default_value = "all")]
         backend: Vec<String>,
+        /// Spread the ranks over M simulated nodes (contiguous blocks): internode traffic goes
+        /// through the simulated network, is counted (the `net ops` column), and waits out
+        /// BARRIER_NET_PUT_LATENCY.
+        #[arg(long, default_value_t = 1)]
+        nodes: usize,
         /// Also measure each software algorithm on its own.
         #[arg(long)]
         algorithms: bool,
@@ -236,6 +241,7 @@ fn main() -> ExitCode {
         Cmd::Bench {
             ranks,
             backend,
+            nodes,
             algorithms,
             no_emulate,
             threaded_emulator,
@@ -245,8 +251,12 @@ fn main() -> ExitCode {
             plot,
             interleave,
         } => {
-            if ranks.contains(&0) || iters == 0 || batch == 0 {
-                eprintln!("barrier bench: -n, --iters and --batch must be at least 1");
+            if ranks.contains(&0) || iters == 0 || batch == 0 || nodes == 0 {
+                eprintln!("barrier bench: -n, --nodes, --iters and --batch must be at least 1");
+                return ExitCode::from(2);
+            }
+            if let Some(&n) = ranks.iter().find(|&&n| n < nodes) {
+                eprintln!("barrier bench: -n {n} is fewer ranks than --nodes {nodes}: every node needs a rank");
                 return ExitCode::from(2);
             }
             if interleave {
@@ -260,6 +270,7 @@ fn main() -> ExitCode {
             }
             let opts = BenchOptions {
                 ranks,
+                nodes,
                 backends: backend,
                 algorithms,
                 emulate: !no_emulate,

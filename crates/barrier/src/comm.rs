@@ -324,6 +324,17 @@ impl Communicator {
         self.engine.borrow().module().network_ops()
     }
 
+    /// The transports this rank would use to reach each member, highest exclusivity first:
+    /// self, shared memory within its node, the simulated network across simulated nodes.
+    pub fn transport_ranking(&self) -> Vec<crate::transport::Route> {
+        let s = self.seg.shape();
+        let peer = |w: usize| crate::transport::Peer { world_rank: w, node: node_of(w, s.world_size, s.nodes) };
+        let latency = self.params.duration(crate::backend::NET_PUT_LATENCY).ok().flatten();
+        let fabric =
+            crate::transport::segment::local_fabric(&self.seg, peer(self.world_rank()), self.wait.policy.wakes(), latency);
+        fabric.ranking(&self.members.iter().map(|&w| peer(w)).collect::<Vec<_>>())
+    }
+
     /// How the backend was chosen: every backend with its outcome.
     pub fn selection(&self) -> &Selection {
         &self.selection

@@ -66,9 +66,16 @@ mod hier {
 
     /// Rank `l`'s slots in a node of `tree.size` ranks; `skip_last_child`: a broken gather
     /// that does not wait for its last child (the negative control).
-    fn slots(tree: LocalTree, l: usize, up: &[Arc<Flag>], down: &[Arc<Flag>], skip_last_child: bool) -> TreeSlots<Arc<Flag>> {
+    fn slots(
+        tree: LocalTree,
+        l: usize,
+        up: &[Arc<Flag>],
+        down: &[Arc<Flag>],
+        skip_last_child: bool,
+    ) -> TreeSlots<Arc<Flag>> {
         let children: Vec<usize> = tree.children(l).collect();
-        let waited = if skip_last_child && !children.is_empty() { &children[..children.len() - 1] } else { &children[..] };
+        let waited =
+            if skip_last_child && !children.is_empty() { &children[..children.len() - 1] } else { &children[..] };
         TreeSlots {
             up: tree.parent(l).map(|_| up[l].clone()),
             down: tree.parent(l).map(|_| down[l].clone()),

@@ -112,11 +112,7 @@ impl SimNetTransport {
         let Some(latency) = self.latency else { return };
         let until = Instant::now() + latency;
         while Instant::now() < until {
-            if self.slots.wake {
-                std::thread::yield_now();
-            } else {
-                std::hint::spin_loop();
-            }
+            std::hint::spin_loop();
         }
     }
 }

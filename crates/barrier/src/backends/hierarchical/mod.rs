@@ -59,7 +59,7 @@ pub const NAME: &str = "hierarchical";
 
 /// Children per rank in the node trees when `BARRIER_HIER_RADIX` is not set (see
 /// `docs/benchmark.md` for the measurement behind it).
-pub const DEFAULT_RADIX: usize = 4;
+pub const DEFAULT_RADIX: usize = 8;
 
 const INTERNODE: [&str; 4] = ["auto", "dissemination", "switch", "gba"];
 
@@ -280,11 +280,7 @@ impl Backend for Hierarchical {
                 // The transport between two nodes, as seen from this node (the same on every rank).
                 let my_node = topo.root_index(topo.rank_of(0)).expect("the root is a root");
                 let other = ctx.peer(topo.roots()[(my_node + 1) % topo.nodes()]);
-                label = format!(
-                    "dissemination over {} ({} rounds)",
-                    fabric.route(other).map_or("?", |t| t.name()),
-                    crate::region::rounds(topo.nodes())
-                );
+                label = format!("dissemination over {}", fabric.route(other).map_or("?", |t| t.name()));
                 internode = match diss {
                     Some(d) => Internode::Dissemination(d),
                     None => Internode::Remote,
@@ -307,12 +303,7 @@ impl Backend for Hierarchical {
             children_up: children.iter().map(|&c| slot(c, true)).collect(),
             children_down: children.iter().map(|&c| slot(c, false)).collect(),
         };
-        let algorithm = format!(
-            "{} node(s) x up to {} rank(s), radix {}; roots: {label}",
-            topo.nodes(),
-            topo.local.len(),
-            settings.radix
-        );
+        let algorithm = format!("radix {}; roots: {label}", settings.radix);
         Ok(Box::new(HierModule {
             wake: ctx.policy.wakes(),
             tree,
@@ -467,7 +458,8 @@ impl Module for HierModule {
             }
             self.phase = start_internode(&mut self.internode, epoch, self.wake)?;
         }
-        let leaf = !self.tree.has_children();
+        // `last` saves the call after the final wait; the phase clock needs that call.
+        let leaf = !self.tree.has_children() && self.clock.is_none();
         if self.phase == Phase::Internode {
             match &mut self.internode {
                 Internode::Dissemination(d) => {

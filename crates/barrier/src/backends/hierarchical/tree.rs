@@ -155,7 +155,8 @@ mod tests {
     fn a_parent_waits_for_the_child_that_has_not_arrived() {
         let flags: Vec<Flag> = (0..4).map(|_| Flag::default()).collect();
         let root = TreeSlots { up: None, down: None, children_up: vec![&flags[0]], children_down: vec![&flags[1]] };
-        let child = TreeSlots { up: Some(&flags[0]), down: Some(&flags[1]), children_up: vec![], children_down: vec![] };
+        let child =
+            TreeSlots { up: Some(&flags[0]), down: Some(&flags[1]), children_up: vec![], children_down: vec![] };
         let mut next = 0;
         assert!(std::ptr::eq(root.gather(&mut next, 1, false).unwrap_err(), &flags[0]));
         assert!(child.fanout(1, false).is_err(), "nobody released the child yet");
