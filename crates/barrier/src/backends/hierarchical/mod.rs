@@ -199,7 +199,7 @@ impl Backend for Hierarchical {
         }
         if ctx.nodes < 2 {
             return Err(Decline::new(
-                "the communicator runs on one node (set BARRIER_BACKEND=hierarchical to force it)",
+                "the communicator runs on one node (list hierarchical in BARRIER_BACKEND to force it)",
             ));
         }
         let threshold = ctx
