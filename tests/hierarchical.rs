@@ -224,3 +224,50 @@ fn phase_times_are_reported_with_hier_debug() {
     let all = report.stderr.concat();
     assert!(all.contains("per barrier: gather") && all.contains("internode") && all.contains("fanout"), "{all}");
 }
+
+#[test]
+fn a_device_setting_on_one_rank_does_not_split_the_roots() {
+    // Rank 2 (the root of node 1) alone disables the GBA; the device list among the roots is
+    // rank 0's, so every rank tries the same devices in the same order and all agree.
+    let _machine = common::one_job_at_a_time();
+    let script = "[ \"$BARRIER_RANK\" = 2 ] && export BARRIER_GBA_DISABLE=1; exec \"$@\"";
+    let mut spec = barrier_cli::launch::JobSpec::new(4, "sh");
+    spec.args = vec!["-c".into(), script.into(), "sh".into(), common::example("correctness").into(), "300".into()];
+    spec.nodes = 2;
+    spec.env = vec![("BARRIER_BACKEND".into(), "hierarchical".into()), ("BARRIER_TIMEOUT".into(), "30s".into())];
+    spec.emulate = vec![Config::new(&barrier_hw::SWITCH)];
+    spec.capture_stdout = true;
+    spec.capture_stderr = true;
+    let report = barrier_cli::launch::launch(&spec).unwrap();
+    assert!(report.success(), "{:?} {:?}", report.describe(4), report.stderr);
+    assert!(report.stdout[0].contains("roots: switch"), "{:?}", report.stdout);
+}
+
+#[test]
+fn asynchronous_network_puts_complete_through_progress_calls() {
+    // Puts that land only when their initiator progresses the transport (as MPI's would): both
+    // put-based backends must keep calling progress while they wait, and finish their puts
+    // before they report a barrier complete. (Without those calls the first barrier times out.)
+    for backend in ["hierarchical", "dissemination"] {
+        for (nodes, per, latency) in [(2, 2, "0"), (3, 3, "30us"), (5, 3, "0"), (4, 2, "30us")] {
+            let p = params()
+                .set("BARRIER_BACKEND", backend)
+                .set("BARRIER_NET_ASYNC", "1")
+                .set("BARRIER_NET_PUT_LATENCY", latency);
+            let opts = StressOptions { iterations: 300, seed: nodes as u64, ..Default::default() };
+            let out = Job::new(nodes * per)
+                .nodes(nodes)
+                .params(p)
+                .run(|w| {
+                    let sub = w.split(w.rank() % 2, 0).unwrap().unwrap();
+                    let a = stress(&w, &opts).map_err(|e| e.to_string());
+                    let b = stress(&sub, &StressOptions { iterations: 100, ..opts }).map_err(|e| e.to_string());
+                    (a, b)
+                })
+                .unwrap();
+            for (rank, r) in out.iter().enumerate() {
+                assert_eq!(r, &(Ok(300), Ok(100)), "{backend} {nodes}x{per} latency {latency}: rank {rank}");
+            }
+        }
+    }
+}

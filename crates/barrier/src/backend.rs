@@ -28,7 +28,7 @@ use crate::coll::Ctrl;
 use crate::error::Error;
 use crate::params::{ParamInfo, Params};
 use crate::shm::JobShape;
-use crate::transport::segment::local_fabric;
+use crate::transport::segment::{local_fabric, NetModel};
 use crate::transport::{Fabric, Peer};
 use crate::wait::{Flag, WaitPolicy};
 
@@ -145,13 +145,20 @@ impl EnableContext<'_> {
     /// This rank's transports (self, shared memory, and the simulated network when the job
     /// spans simulated nodes), with `BARRIER_NET_PUT_LATENCY` applied.
     pub fn fabric(&self) -> Result<Fabric, Error> {
-        let latency = self.query.params.duration(NET_PUT_LATENCY)?;
-        Ok(local_fabric(self.region.segment(), self.peer(self.query.rank), self.policy.wakes(), latency))
+        let net = net_model(self.query.params)?;
+        Ok(local_fabric(self.region.segment(), self.peer(self.query.rank), self.policy.wakes(), net))
     }
 }
 
 /// The parameter that gives the simulated network's per-put latency.
 pub const NET_PUT_LATENCY: &str = "BARRIER_NET_PUT_LATENCY";
+/// The parameter that makes the simulated network's puts asynchronous.
+pub const NET_ASYNC: &str = "BARRIER_NET_ASYNC";
+
+/// The simulated network's behaviour from the parameters.
+pub(crate) fn net_model(params: &Params) -> Result<NetModel, Error> {
+    Ok(NetModel { latency: params.duration(NET_PUT_LATENCY)?, asynchronous: params.flag(NET_ASYNC)? })
+}
 
 /// A way of doing barriers. Implementations are stateless descriptions; state lives in modules.
 pub trait Backend: Send + Sync + Debug {

@@ -329,9 +329,9 @@ impl Communicator {
     pub fn transport_ranking(&self) -> Vec<crate::transport::Route> {
         let s = self.seg.shape();
         let peer = |w: usize| crate::transport::Peer { world_rank: w, node: node_of(w, s.world_size, s.nodes) };
-        let latency = self.params.duration(crate::backend::NET_PUT_LATENCY).ok().flatten();
+        let net = crate::backend::net_model(&self.params).unwrap_or_default();
         let fabric =
-            crate::transport::segment::local_fabric(&self.seg, peer(self.world_rank()), self.wait.policy.wakes(), latency);
+            crate::transport::segment::local_fabric(&self.seg, peer(self.world_rank()), self.wait.policy.wakes(), net);
         fabric.ranking(&self.members.iter().map(|&w| peer(w)).collect::<Vec<_>>())
     }
 

@@ -136,6 +136,14 @@ pub fn core_params() -> Vec<ParamInfo> {
              takes to land (the initiator waits it out), to see what saving network traffic is worth.",
         )
         .kind(ParamKind::Duration),
+        ParamInfo::new(
+            crate::backend::NET_ASYNC,
+            "0",
+            "Simulated nodes: 1 makes puts between nodes asynchronous: they land, once their latency \
+             has passed, on the initiator's next progress call or flush (the model of an MPI or RDMA \
+             transport whose puts need the initiator's help).",
+        )
+        .kind(ParamKind::Bool),
         ParamInfo::new("BARRIER_YIELD_COUNT", "auto", "Yields before parking with the park policy (auto: 256).")
             .kind(ParamKind::Int { min: 0, max: U32_MAX }),
         ParamInfo::new(

@@ -453,6 +453,23 @@ impl Segment {
         unsafe { std::slice::from_raw_parts(self.map.as_ptr().add(offset) as *const T, count) }
     }
 
+    /// Whether `len` bytes at `offset` lie where communicators' regions and windows live: past
+    /// the header, outside the rank table, inside the segment (what a transport accepts as the
+    /// target of a peer's handle).
+    pub(crate) fn holds_regions(&self, offset: usize, len: usize) -> bool {
+        let Some(end) = offset.checked_add(len) else { return false };
+        let table = self.header().rank_table.load(Ordering::Relaxed) as usize;
+        let table_end = table + block_bytes(self.shape().world_size.max(1) * RANK_WORDS * 8);
+        offset >= HEADER_BYTES && end <= self.map.len() && (end <= table || offset >= table_end)
+    }
+
+    /// The offset of `value` if it lies inside this segment.
+    pub(crate) fn try_offset_of<T>(&self, value: &T) -> Option<usize> {
+        let addr = value as *const T as usize;
+        let base = self.map.as_ptr() as usize;
+        (addr >= base && addr < base + self.map.len()).then(|| addr - base)
+    }
+
     /// The offset of `value`, which must lie inside this segment.
     pub(crate) fn offset_of<T>(&self, value: &T) -> usize {
         let addr = value as *const T as usize;

@@ -32,7 +32,7 @@ use crate::error::Error;
 use crate::params::{ParamInfo, ParamKind};
 use crate::region::Region;
 use crate::shm::Shared;
-use crate::transport::{Fabric, MemHandle, Signal};
+use crate::transport::{Fabric, MemHandle, Signal, PROGRESS_SLICE};
 use crate::wait::Flag;
 
 /// The software barrier algorithms.
@@ -237,6 +237,8 @@ pub struct SoftwareModule {
     /// Across nodes: the transports the outbox goes through (boxed: the module is dispatched
     /// by value, and single-node communicators never have one).
     fabric: Option<Box<Fabric>>,
+    /// A transport of the outbox needs this rank's progress calls to complete its puts.
+    net_progress: bool,
 }
 
 impl SoftwareModule {
@@ -257,6 +259,7 @@ impl SoftwareModule {
             up: None,
             down: None,
             fabric: None,
+            net_progress: false,
         };
         let f = |flag: &Flag| region.shared_flag(flag);
         let store = |flag: &Flag| Signal::Store(region.shared_flag(flag));
@@ -314,15 +317,20 @@ impl SoftwareModule {
         let q = &ctx.query;
         let decline = |e: Error| Decline::new(e.to_string());
         self.algo = multi_node_algorithm(self.algo);
-        let fabric = ctx.fabric().map_err(decline)?;
+        // A local failure still takes part in the exchange (with empty words) and is agreed
+        // below, so that no rank waits in a collective another one skipped.
+        let fabric = ctx.fabric();
         let region = ctx.region;
         let rounds = region.rounds();
-        let mine = if rounds == 0 { Ok(MemHandle { owner: fabric.me().world_rank, offset: 0, slots: 0 }) } else {
-            fabric.register(region.diss_row(q.rank))
+        let mine = match &fabric {
+            Err(e) => Err(Error::Transport(e.to_string())),
+            Ok(f) if rounds == 0 => Ok(MemHandle { owner: f.me().world_rank, offset: 0, slots: 0 }),
+            Ok(f) => f.register(region.diss_row(q.rank)),
         };
         let words = mine.as_ref().map_or([0, 0], |h| h.to_words());
         let all = ctx.allgather(&words).map_err(decline)?;
         let outbox: Result<Vec<Signal>, Error> = mine.and_then(|_| {
+            let fabric = fabric.as_ref().map_err(|e| Error::Transport(e.to_string()))?;
             (0..rounds)
                 .map(|r| {
                     let partner = (q.rank + (1 << r)) % q.size;
@@ -343,8 +351,32 @@ impl SoftwareModule {
         self.release = None;
         self.up = None;
         self.down = None;
-        self.fabric = Some(Box::new(fabric));
+        self.net_progress = self.outbox.iter().any(Signal::needs_progress);
+        self.fabric = Some(Box::new(fabric.map_err(decline)?));
         Ok(())
+    }
+
+    /// Dissemination over a transport whose puts need this rank's help: the transports are
+    /// progressed on every call, a wait asks to be called back every [`PROGRESS_SLICE`], and the
+    /// barrier is complete only once this rank's puts are (a flush), so that no peer waits on
+    /// a put this rank left behind.
+    #[cold]
+    fn progress_helping_the_network(&mut self, epoch: u64) -> Result<Poll<'_>, Error> {
+        let fabric = self.fabric.as_deref().expect("a fabric across nodes");
+        fabric.progress();
+        while self.step < self.inbox.len() {
+            if !self.inbox[self.step].reached(epoch) {
+                let flag = &self.inbox[self.step];
+                return Ok(Poll::Pending { flag, target: epoch, recheck: Some(PROGRESS_SLICE), last: false });
+            }
+            self.step += 1;
+            if let Some(next) = self.outbox.get(self.step) {
+                next.signal(epoch, self.wake)?;
+            }
+        }
+        fabric.flush()?;
+        self.phase = Phase::Done;
+        Ok(Poll::Ready)
     }
 }
 
@@ -401,6 +433,7 @@ impl Module for SoftwareModule {
                 }
                 Ok(Poll::Pending { flag, target: epoch, recheck: None, last: true })
             }
+            Algorithm::Dissemination if self.net_progress => self.progress_helping_the_network(epoch),
             Algorithm::Dissemination => {
                 while self.step < self.inbox.len() {
                     if !self.inbox[self.step].reached(epoch) {

@@ -174,6 +174,13 @@ pub trait Transport: Send + Sync + fmt::Debug {
     /// Returns once every put this rank issued through this transport is visible at its target.
     fn flush(&self) -> Result<()>;
 
+    /// Whether puts need the initiator's calls to [`Transport::progress`] to complete. Modules
+    /// that use such a transport call the fabric's progress on every poll and ask to be polled
+    /// again regularly while they wait ([`PROGRESS_SLICE`]).
+    fn needs_progress(&self) -> bool {
+        false
+    }
+
     /// Advances outstanding operations without blocking (for transports that need the
     /// initiator's help); the default has nothing to do.
     fn progress(&self) {}
@@ -181,6 +188,10 @@ pub trait Transport: Send + Sync + fmt::Debug {
     /// What this transport has done for this rank.
     fn counters(&self) -> TransportCounters;
 }
+
+/// How often a module waiting with puts outstanding on a transport that
+/// [needs progress](Transport::needs_progress) gets called back.
+pub const PROGRESS_SLICE: std::time::Duration = std::time::Duration::from_micros(50);
 
 /// A slot this rank signals, resolved once at set-up.
 #[derive(Debug)]
@@ -202,6 +213,11 @@ impl Signal {
             }
             Signal::Put(put) => put.0.put(&put.1, epoch),
         }
+    }
+
+    /// Whether signalling needs the initiator's progress calls to complete.
+    pub fn needs_progress(&self) -> bool {
+        matches!(self, Signal::Put(put) if put.0.needs_progress())
     }
 
     /// Whether signalling crosses a network.
@@ -285,11 +301,21 @@ impl Fabric {
             .sum()
     }
 
+    /// Whether any transport needs this rank's progress calls.
+    pub fn needs_progress(&self) -> bool {
+        self.transports.iter().any(|t| t.needs_progress())
+    }
+
     /// Lets every transport advance outstanding operations.
     pub fn progress(&self) {
         for t in &self.transports {
             t.progress();
         }
+    }
+
+    /// Returns once every put this rank issued through any transport is visible at its target.
+    pub fn flush(&self) -> Result<()> {
+        self.transports.iter().try_for_each(|t| t.flush())
     }
 
     /// The ranking: every transport, highest exclusivity first, with the peers it serves.

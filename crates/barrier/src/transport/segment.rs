@@ -6,11 +6,15 @@
 //!   address, then every signal is one CPU store).
 //! * `net-sim`: the slots of ranks on other simulated nodes. The store is the same, but it goes
 //!   through this transport on every call, is counted, and lands only after
-//!   `BARRIER_NET_PUT_LATENCY` (the initiator waits it out before the store, spinning or, when
-//!   the job's ranks park, yielding), so that a benchmark shows what saving a network put is
-//!   worth. Its puts are complete when `put` returns, so `flush` has nothing to wait for.
+//!   `BARRIER_NET_PUT_LATENCY`: the initiator waits the wire time out before the store
+//!   (spinning for short latencies; yielding for latencies above 20 µs when the job's ranks
+//!   park, so that a long wire does not hold a core another rank needs), so that a benchmark
+//!   shows what saving a network put is worth. That wait is the one bounded delay inside an
+//!   `arrive` or `progress`; its puts are complete when `put` returns, so `flush` has nothing
+//!   to wait for.
 
-use std::sync::Arc;
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::{
@@ -36,7 +40,12 @@ impl SegmentSlots {
         let Some(first) = slots.first() else {
             return Err(Error::Transport(format!("{name}: cannot register an empty run of slots")));
         };
-        let offset = self.seg.offset_of(first);
+        let Some(offset) = self.seg.try_offset_of(first).filter(|&o| self.seg.holds_regions(o, slots.len() * SLOT))
+        else {
+            return Err(Error::Transport(format!(
+                "{name}: only slots of a communicator's region in the job segment can be registered"
+            )));
+        };
         Ok(MemHandle { owner: owner.world_rank, offset: offset as u64, slots: slots.len() as u32 })
     }
 
@@ -53,11 +62,12 @@ impl SegmentSlots {
                 handle.slots, handle.owner
             )));
         }
-        let at = (handle.offset as usize).checked_add(slot * SLOT);
-        let fits = at.is_some_and(|at| {
-            at % std::mem::align_of::<Flag>() == 0 && at.checked_add(SLOT).is_some_and(|end| end <= self.seg.len())
-        });
-        let Some(at) = at.filter(|_| fits) else {
+        // The whole run must lie where regions live (not the header, not the rank table), so a
+        // corrupt or hostile handle cannot aim a put at the job's control words.
+        let start = handle.offset as usize;
+        let fits = start.is_multiple_of(std::mem::align_of::<Flag>())
+            && (handle.slots as usize).checked_mul(SLOT).is_some_and(|len| self.seg.holds_regions(start, len));
+        let Some(at) = Some(start + slot * SLOT).filter(|_| fits) else {
             return Err(Error::Transport(format!(
                 "{name}: world rank {}'s handle (offset {}, {} slots) lies outside the job segment",
                 handle.owner, handle.offset, handle.slots
@@ -96,14 +106,39 @@ segment_transport!(ShmTransport, "The slots of ranks on this rank's node.");
 pub struct SimNetTransport {
     slots: SegmentSlots,
     latency: Option<Duration>,
+    /// Asynchronous puts: queued here (when they land, segment offset, value) until the
+    /// initiator's progress or flush delivers them.
+    queue: Option<Mutex<VecDeque<(Instant, usize, u64)>>>,
 }
 
 impl SimNetTransport {
-    /// Over the job segment `seg`, with `latency` per put or atomic.
-    pub fn new(seg: &Arc<Segment>, wake: bool, latency: Option<Duration>) -> Self {
+    /// Over the job segment `seg`, with `latency` per put or atomic; `asynchronous`: puts
+    /// return at once and land, once their latency has passed, on the initiator's next
+    /// [`Transport::progress`] or [`Transport::flush`] (the model of an MPI or RDMA transport
+    /// whose puts need the initiator's progress calls).
+    pub fn new(seg: &Arc<Segment>, wake: bool, latency: Option<Duration>, asynchronous: bool) -> Self {
         SimNetTransport {
             slots: SegmentSlots { seg: seg.clone(), wake, counters: Counters::default() },
             latency: latency.filter(|l| !l.is_zero()),
+            queue: asynchronous.then(|| Mutex::new(VecDeque::new())),
+        }
+    }
+
+    /// Delivers every queued put that is due (all of them with `all`, waiting for the last).
+    fn deliver(&self, all: bool) {
+        let Some(queue) = &self.queue else { return };
+        let mut queue = queue.lock().unwrap_or_else(|p| p.into_inner());
+        while let Some(&(due, offset, value)) = queue.front() {
+            let now = Instant::now();
+            if now < due {
+                if !all {
+                    break;
+                }
+                std::hint::spin_loop();
+                continue;
+            }
+            queue.pop_front();
+            self.slots.seg.at::<Flag>(offset).signal(value, self.slots.wake);
         }
     }
 
@@ -111,8 +146,15 @@ impl SimNetTransport {
     fn cross(&self) {
         let Some(latency) = self.latency else { return };
         let until = Instant::now() + latency;
+        // A yield costs about a microsecond and may hand the core away for a time slice:
+        // worth it only for a long wire, and only when ranks outnumber cores.
+        let yields = self.slots.wake && latency > Duration::from_micros(20);
         while Instant::now() < until {
-            std::hint::spin_loop();
+            if yields {
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
         }
     }
 }
@@ -143,8 +185,10 @@ macro_rules! segment_ops {
             fn put(&self, to: &RemoteSlot, value: u64) -> Result<()> {
                 let flag = self.slots.addr($name, to)?;
                 self.slots.counters.put();
-                self.wire();
-                flag.signal(value, self.slots.wake);
+                if !self.queued(flag, value) {
+                    self.wire();
+                    flag.signal(value, self.slots.wake);
+                }
                 Ok(())
             }
             fn atomic_add(&self, to: &RemoteSlot, value: u64) -> Result<u64> {
@@ -159,9 +203,15 @@ macro_rules! segment_ops {
                 self.wire();
                 Ok(flag.compare_swap(expected, new, self.slots.wake))
             }
+            fn needs_progress(&self) -> bool {
+                self.asynchronous()
+            }
+            fn progress(&self) {
+                self.deliver_due();
+            }
             fn flush(&self) -> Result<()> {
-                // Every operation landed before it returned.
                 self.slots.counters.flush();
+                self.deliver_all();
                 Ok(())
             }
             fn counters(&self) -> TransportCounters {
@@ -171,18 +221,48 @@ macro_rules! segment_ops {
     };
 }
 
-impl SelfTransport {
-    #[inline(always)]
-    fn wire(&self) {}
+/// What differs between the segment transports: the wire, and whether puts queue.
+macro_rules! synchronous_store {
+    ($ty:ident) => {
+        impl $ty {
+            #[inline(always)]
+            fn wire(&self) {}
+            #[inline(always)]
+            fn queued(&self, _flag: &Flag, _value: u64) -> bool {
+                false
+            }
+            fn asynchronous(&self) -> bool {
+                false
+            }
+            fn deliver_due(&self) {}
+            fn deliver_all(&self) {}
+        }
+    };
 }
-impl ShmTransport {
-    #[inline(always)]
-    fn wire(&self) {}
-}
+synchronous_store!(SelfTransport);
+synchronous_store!(ShmTransport);
+
 impl SimNetTransport {
     #[inline(always)]
     fn wire(&self) {
         self.cross();
+    }
+    /// Queues an asynchronous put; false if puts are synchronous.
+    fn queued(&self, flag: &Flag, value: u64) -> bool {
+        let Some(queue) = &self.queue else { return false };
+        let due = Instant::now() + self.latency.unwrap_or_default();
+        let offset = self.slots.seg.offset_of(flag);
+        queue.lock().unwrap_or_else(|p| p.into_inner()).push_back((due, offset, value));
+        true
+    }
+    fn asynchronous(&self) -> bool {
+        self.queue.is_some()
+    }
+    fn deliver_due(&self) {
+        self.deliver(false);
+    }
+    fn deliver_all(&self) {
+        self.deliver(true);
     }
 }
 
@@ -190,13 +270,22 @@ segment_ops!(SelfTransport, "self", EXCLUSIVITY_SELF, false, |me, peer| me.world
 segment_ops!(ShmTransport, "shm", EXCLUSIVITY_SHM, false, |me, peer| me.node == peer.node);
 segment_ops!(SimNetTransport, "net-sim", EXCLUSIVITY_NET, true, |me, peer| me.node != peer.node);
 
+/// How the simulated network behaves (`BARRIER_NET_PUT_LATENCY`, `BARRIER_NET_ASYNC`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NetModel {
+    /// Time for a put or atomic to land.
+    pub latency: Option<Duration>,
+    /// Puts complete asynchronously, on the initiator's progress calls.
+    pub asynchronous: bool,
+}
+
 /// The fabric of a rank in a job on this machine: self, shared memory, and the simulated
 /// network when the job spans simulated nodes.
-pub fn local_fabric(seg: &Arc<Segment>, me: Peer, wake: bool, latency: Option<Duration>) -> Fabric {
+pub fn local_fabric(seg: &Arc<Segment>, me: Peer, wake: bool, net: NetModel) -> Fabric {
     let mut transports: Vec<Arc<dyn Transport>> =
         vec![Arc::new(SelfTransport::new(seg, wake)), Arc::new(ShmTransport::new(seg, wake))];
     if seg.shape().nodes > 1 {
-        transports.push(Arc::new(SimNetTransport::new(seg, wake, latency)));
+        transports.push(Arc::new(SimNetTransport::new(seg, wake, net.latency, net.asynchronous)));
     }
     Fabric::new(me, transports)
 }
@@ -219,7 +308,7 @@ mod tests {
     fn ranking_prefers_self_then_shared_memory_then_the_network() {
         let seg = segment(2);
         let me = Peer { world_rank: 0, node: 0 };
-        let fabric = local_fabric(&seg, me, false, None);
+        let fabric = local_fabric(&seg, me, false, NetModel::default());
         let peers = [me, Peer { world_rank: 1, node: 0 }, Peer { world_rank: 2, node: 1 }];
         let ranking = fabric.ranking(&peers);
         let names: Vec<_> = ranking.iter().map(|r| (r.name, r.peers.clone())).collect();
@@ -230,7 +319,7 @@ mod tests {
     #[test]
     fn a_single_node_job_has_no_network() {
         let seg = segment(1);
-        let fabric = local_fabric(&seg, Peer { world_rank: 0, node: 0 }, false, None);
+        let fabric = local_fabric(&seg, Peer { world_rank: 0, node: 0 }, false, NetModel::default());
         assert!(fabric.route(Peer { world_rank: 3, node: 1 }).is_err());
         assert_eq!(fabric.ranking(&[]).len(), 2);
     }
@@ -240,10 +329,10 @@ mod tests {
         let seg = segment(2);
         let owner = Peer { world_rank: 2, node: 1 };
         let slots = run(&seg, 3);
-        let owner_fabric = local_fabric(&seg, owner, false, None);
+        let owner_fabric = local_fabric(&seg, owner, false, NetModel::default());
         let handle = owner_fabric.register(slots).unwrap();
         assert_eq!(MemHandle::from_words(handle.to_words()), handle);
-        let me = local_fabric(&seg, Peer { world_rank: 0, node: 0 }, false, Some(Duration::from_micros(1)));
+        let me = local_fabric(&seg, Peer { world_rank: 0, node: 0 }, false, NetModel { latency: Some(Duration::from_micros(1)), asynchronous: false });
         let signal = me.signal_to(owner, handle, 2).unwrap();
         assert!(signal.is_network());
         signal.signal(7, false).unwrap();
@@ -260,7 +349,7 @@ mod tests {
         // Within a node: a direct store, not counted as network traffic.
         let local = Peer { world_rank: 1, node: 0 };
         let mine = run(&seg, 1);
-        let h = local_fabric(&seg, local, false, None).register(mine).unwrap();
+        let h = local_fabric(&seg, local, false, NetModel::default()).register(mine).unwrap();
         let s = me.signal_to(local, h, 0).unwrap();
         assert!(matches!(s, crate::transport::Signal::Store(_)));
         s.signal(3, false).unwrap();
@@ -269,14 +358,42 @@ mod tests {
     }
 
     #[test]
+    fn asynchronous_puts_land_on_progress_or_flush_after_their_latency() {
+        let seg = segment(2);
+        let owner = Peer { world_rank: 2, node: 1 };
+        let slots = run(&seg, 2);
+        let handle = local_fabric(&seg, owner, false, NetModel::default()).register(slots).unwrap();
+        let net = NetModel { latency: Some(Duration::from_millis(20)), asynchronous: true };
+        let me = local_fabric(&seg, Peer { world_rank: 0, node: 0 }, false, net);
+        assert!(me.needs_progress());
+        let start = Instant::now();
+        me.signal_to(owner, handle, 0).unwrap().signal(4, false).unwrap();
+        me.signal_to(owner, handle, 1).unwrap().signal(5, false).unwrap();
+        me.progress();
+        if start.elapsed() < Duration::from_millis(20) {
+            assert_eq!(slots[0].load(), 0, "a put landed before its latency passed");
+        }
+        me.flush().unwrap();
+        assert!(start.elapsed() >= Duration::from_millis(20));
+        assert_eq!((slots[0].load(), slots[1].load()), (4, 5));
+        assert_eq!(me.network_ops(), 2);
+    }
+
+    #[test]
     fn bad_handles_are_refused_with_the_reason() {
         let seg = segment(2);
         let owner = Peer { world_rank: 2, node: 1 };
-        let fabric = local_fabric(&seg, Peer { world_rank: 0, node: 0 }, false, None);
-        let handle = MemHandle { owner: 2, offset: seg.len() as u64, slots: 1 };
-        let e = fabric.signal_to(owner, handle, 0).unwrap_err().to_string();
-        assert!(e.contains("outside the job segment"), "{e}");
-        let good = local_fabric(&seg, owner, false, None).register(run(&seg, 2)).unwrap();
+        let fabric = local_fabric(&seg, Peer { world_rank: 0, node: 0 }, false, NetModel::default());
+        for offset in [seg.len() as u64, 0, 128, (seg.len() - 128) as u64] {
+            let slots = if offset == (seg.len() - 128) as u64 { 2 } else { 1 };
+            let handle = MemHandle { owner: 2, offset, slots };
+            let e = fabric.signal_to(owner, handle, 0).unwrap_err().to_string();
+            assert!(e.contains("outside the job segment"), "offset {offset}: {e}");
+        }
+        let outside = Flag::default();
+        let e = fabric.register(std::slice::from_ref(&outside)).unwrap_err().to_string();
+        assert!(e.contains("can be registered"), "{e}");
+        let good = local_fabric(&seg, owner, false, NetModel::default()).register(run(&seg, 2)).unwrap();
         let e = fabric.signal_to(owner, good, 2).unwrap_err().to_string();
         assert!(e.contains("slot 2 of a run of 2"), "{e}");
         let e = fabric.signal_to(Peer { world_rank: 3, node: 1 }, good, 0).unwrap_err().to_string();

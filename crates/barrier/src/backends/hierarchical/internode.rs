@@ -74,6 +74,11 @@ impl RootDissemination {
         }))
     }
 
+    /// Whether the transports need this rank's calls to move its puts along.
+    pub fn needs_progress(&self) -> bool {
+        self.outbox.iter().any(Signal::needs_progress)
+    }
+
     /// Starts epoch `epoch`: the first round's put.
     #[inline]
     pub fn start(&mut self, epoch: u64, wake: bool) -> Result<(), Error> {
@@ -169,25 +174,38 @@ pub(super) fn enable_device(
             format!("node root rank {bad} (world rank {}) cannot use the {} device", q.members[bad], backend.name)
         })));
     }
-    // 2. The roots' region, made by rank 0 (always a root: the lowest rank of its node).
+    // 2. The roots' region, made by rank 0 (always a root: the lowest rank of its node), which
+    //    leaves it whatever happens next. (If the broadcast itself fails, the control plane is
+    //    broken, creating the communicator fails, and the region is lost with it.)
     const NO_REGION: u64 = u64::MAX;
     let created = if q.rank == 0 { Region::create(ctx.region.segment(), topo.nodes()).ok() } else { None };
+    let creator_guard =
+        created.as_ref().zip(me).map(|(r, j)| RootsRegion { region: r.clone(), index: j });
     let base = ctx.broadcast(0, created.as_ref().map_or(NO_REGION, |r| r.base() as u64)).map_err(coll)?;
     if base == NO_REGION {
         return Ok(DeviceOutcome::Declined("the job segment has no room for the node roots' region".into()));
     }
-    // 3. The roots attach to it (agreed, so that no root enters the roots' collectives alone).
-    let region: Option<Result<Region, String>> = me.map(|_| match created {
-        Some(r) => Ok(r),
+    // 3. The other roots attach (agreed, so that no root enters the roots' collectives alone).
+    //    A root that attached leaves the region whatever happens next; rank 0 leaves it on behalf
+    //    of any root that could not attach, so the last one out still frees it.
+    let region: Option<Result<Region, String>> = me.map(|_| match &created {
+        Some(r) => Ok(r.clone()),
         None => Region::attach(ctx.region.segment(), base as usize, topo.nodes()).map_err(|e| e.to_string()),
     });
-    let attached = region.as_ref().is_none_or(|r| r.is_ok());
-    // A root that attached leaves the region whatever happens next (the last one frees it).
     let guard = match (&region, me) {
+        (Some(Ok(_)), Some(_)) if creator_guard.is_some() => creator_guard,
         (Some(Ok(r)), Some(j)) => Some(RootsRegion { region: r.clone(), index: j }),
         _ => None,
     };
-    if !ctx.all_agree(attached).map_err(coll)? {
+    let attached = ctx.allgather(&[region.as_ref().is_none_or(|r| r.is_ok()) as u64]).map_err(coll)?;
+    if attached.iter().any(|w| w[0] == 0) {
+        if let Some(r) = &created {
+            for (rank, _) in attached.iter().enumerate().filter(|(_, w)| w[0] == 0) {
+                if let Some(k) = topo.root_index(rank) {
+                    r.depart(k, 0, true);
+                }
+            }
+        }
         drop(guard);
         return Ok(DeviceOutcome::Declined(match region {
             Some(Err(why)) => why,

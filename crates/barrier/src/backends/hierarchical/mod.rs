@@ -74,6 +74,9 @@ struct Settings {
     /// Index into `INTERNODE`.
     internode: usize,
     debug: bool,
+    /// `BARRIER_GBA_DISABLE`, `BARRIER_SWITCH_DISABLE` (auto skips a disabled device).
+    gba_disabled: bool,
+    switch_disabled: bool,
 }
 
 impl Settings {
@@ -87,11 +90,17 @@ impl Settings {
                 expected: format!("one of {}", INTERNODE.join(", ")),
             })?;
         let debug = params.flag("BARRIER_HIER_DEBUG")?;
-        Ok(Settings { radix: radix.clamp(1, 64), internode, debug })
+        let gba_disabled = params.flag("BARRIER_GBA_DISABLE")?;
+        let switch_disabled = params.flag("BARRIER_SWITCH_DISABLE")?;
+        Ok(Settings { radix: radix.clamp(1, 64), internode, debug, gba_disabled, switch_disabled })
     }
 
     fn pack(self) -> u64 {
-        self.radix as u64 | (self.internode as u64) << 8 | (self.debug as u64) << 16
+        self.radix as u64
+            | (self.internode as u64) << 8
+            | (self.debug as u64) << 16
+            | (self.gba_disabled as u64) << 17
+            | (self.switch_disabled as u64) << 18
     }
 
     fn unpack(word: u64) -> Settings {
@@ -99,6 +108,23 @@ impl Settings {
             radix: ((word & 0xff) as usize).clamp(1, 64),
             internode: ((word >> 8) & 0xff) as usize % INTERNODE.len(),
             debug: (word >> 16) & 1 == 1,
+            gba_disabled: (word >> 17) & 1 == 1,
+            switch_disabled: (word >> 18) & 1 == 1,
+        }
+    }
+
+    /// The devices to try among the roots, in order (the same on every rank: rank 0's settings).
+    fn devices(self) -> Vec<&'static HwBackend> {
+        match INTERNODE[self.internode] {
+            "switch" => vec![&SWITCH],
+            "gba" => vec![&GBA],
+            "dissemination" => vec![],
+            // By the devices' own priorities, skipping any the user disabled.
+            _ => [(&GBA, self.gba_disabled), (&SWITCH, self.switch_disabled)]
+                .into_iter()
+                .filter(|(_, disabled)| !disabled)
+                .map(|(b, _)| b)
+                .collect(),
         }
     }
 }
@@ -239,16 +265,7 @@ impl Backend for Hierarchical {
         let mut internode = Internode::None;
         let mut label = String::from("none (one node)");
         if topo.nodes() > 1 {
-            let devices: Vec<&'static HwBackend> = match INTERNODE[settings.internode] {
-                "switch" => vec![&SWITCH],
-                "gba" => vec![&GBA],
-                "dissemination" => vec![],
-                // By the devices' own priorities, skipping any the user disabled.
-                _ => [&GBA, &SWITCH]
-                    .into_iter()
-                    .filter(|b| !q.params.flag(&format!("BARRIER_{}_DISABLE", b.name.to_ascii_uppercase())).unwrap_or(false))
-                    .collect(),
-            };
+            let devices = settings.devices();
             let explicit = settings.internode >= 2;
             let mut why = Vec::new();
             for backend in devices {
@@ -304,7 +321,12 @@ impl Backend for Hierarchical {
             children_down: children.iter().map(|&c| slot(c, false)).collect(),
         };
         let algorithm = format!("radix {}; roots: {label}", settings.radix);
+        let net_recheck = match &internode {
+            Internode::Dissemination(d) if d.needs_progress() => Some(crate::transport::PROGRESS_SLICE),
+            _ => None,
+        };
         Ok(Box::new(HierModule {
+            net_recheck,
             wake: ctx.policy.wakes(),
             tree,
             internode,
@@ -394,6 +416,9 @@ pub struct HierModule {
     next_child: usize,
     fabric: Fabric,
     algorithm: String,
+    /// The roots' dissemination uses a transport that needs this rank's progress calls: how
+    /// often to be called back while waiting in phase 2.
+    net_recheck: Option<Duration>,
     /// The device module's algorithm when `algorithm` was last written (it changes on a fault,
     /// and is looked at when the next barrier starts).
     inner_algorithm: String,
@@ -463,8 +488,17 @@ impl Module for HierModule {
         if self.phase == Phase::Internode {
             match &mut self.internode {
                 Internode::Dissemination(d) => {
+                    // A transport that needs the initiator's help gets it on every call, and the
+                    // phase ends only once this root's puts have landed (no `last` shortcut).
+                    if self.net_recheck.is_some() {
+                        self.fabric.progress();
+                    }
                     if let Some((flag, last_round)) = d.progress(epoch, self.wake)? {
-                        return Ok(Poll::Pending { flag, target: epoch, recheck: None, last: last_round && leaf });
+                        let last = last_round && leaf && self.net_recheck.is_none();
+                        return Ok(Poll::Pending { flag, target: epoch, recheck: self.net_recheck, last });
+                    }
+                    if self.net_recheck.is_some() {
+                        self.fabric.flush()?;
                     }
                 }
                 Internode::Device(d) => {
@@ -511,8 +545,8 @@ mod tests {
     #[test]
     fn settings_survive_the_exchange() {
         for s in [
-            Settings { radix: 1, internode: 0, debug: false },
-            Settings { radix: 64, internode: 3, debug: true },
+            Settings { radix: 1, internode: 0, debug: false, gba_disabled: true, switch_disabled: false },
+            Settings { radix: 64, internode: 3, debug: true, gba_disabled: false, switch_disabled: true },
         ] {
             assert_eq!(Settings::unpack(s.pack()), s);
         }
