@@ -366,6 +366,8 @@ impl SoftwareModule {
         fabric.progress();
         while self.step < self.inbox.len() {
             if !self.inbox[self.step].reached(epoch) {
+                // The put this call just queued goes out now, not a slice later.
+                fabric.progress();
                 let flag = &self.inbox[self.step];
                 return Ok(Poll::Pending { flag, target: epoch, recheck: Some(PROGRESS_SLICE), last: false });
             }

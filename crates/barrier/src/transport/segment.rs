@@ -10,8 +10,10 @@
 //!   (spinning for short latencies; yielding for latencies above 20 µs when the job's ranks
 //!   park, so that a long wire does not hold a core another rank needs), so that a benchmark
 //!   shows what saving a network put is worth. That wait is the one bounded delay inside an
-//!   `arrive` or `progress`; its puts are complete when `put` returns, so `flush` has nothing
-//!   to wait for.
+//!   `arrive` or `progress`. By default its puts are complete when `put` returns, so `flush`
+//!   has nothing to wait for; with `BARRIER_NET_ASYNC=1` they queue and land, once due, on the
+//!   initiator's next `progress` or `flush` (which waits the same bounded way for the last
+//!   one), and atomics first deliver every queued put, so that they never overtake one.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -128,13 +130,20 @@ impl SimNetTransport {
     fn deliver(&self, all: bool) {
         let Some(queue) = &self.queue else { return };
         let mut queue = queue.lock().unwrap_or_else(|p| p.into_inner());
+        // As the synchronous wire: spin, or yield for a long wire when ranks park. (Each queue
+        // belongs to one rank's module, driven by one thread: the lock is never contended.)
+        let yields = self.slots.wake && self.latency.is_some_and(|l| l > Duration::from_micros(20));
         while let Some(&(due, offset, value)) = queue.front() {
             let now = Instant::now();
             if now < due {
                 if !all {
                     break;
                 }
-                std::hint::spin_loop();
+                if yields {
+                    std::thread::yield_now();
+                } else {
+                    std::hint::spin_loop();
+                }
                 continue;
             }
             queue.pop_front();
@@ -194,12 +203,14 @@ macro_rules! segment_ops {
             fn atomic_add(&self, to: &RemoteSlot, value: u64) -> Result<u64> {
                 let flag = self.slots.addr($name, to)?;
                 self.slots.counters.atomic();
+                self.deliver_all();
                 self.wire();
                 Ok(flag.fetch_add(value, self.slots.wake))
             }
             fn compare_swap(&self, to: &RemoteSlot, expected: u64, new: u64) -> Result<u64> {
                 let flag = self.slots.addr($name, to)?;
                 self.slots.counters.atomic();
+                self.deliver_all();
                 self.wire();
                 Ok(flag.compare_swap(expected, new, self.slots.wake))
             }
@@ -384,8 +395,9 @@ mod tests {
         let seg = segment(2);
         let owner = Peer { world_rank: 2, node: 1 };
         let fabric = local_fabric(&seg, Peer { world_rank: 0, node: 0 }, false, NetModel::default());
-        for offset in [seg.len() as u64, 0, 128, (seg.len() - 128) as u64] {
-            let slots = if offset == (seg.len() - 128) as u64 { 2 } else { 1 };
+        let last = (seg.len() - SLOT) as u64;
+        for offset in [seg.len() as u64, 0, SLOT as u64, last] {
+            let slots = if offset == last { 2 } else { 1 };
             let handle = MemHandle { owner: 2, offset, slots };
             let e = fabric.signal_to(owner, handle, 0).unwrap_err().to_string();
             assert!(e.contains("outside the job segment"), "offset {offset}: {e}");

@@ -494,6 +494,10 @@ impl Module for HierModule {
                         self.fabric.progress();
                     }
                     if let Some((flag, last_round)) = d.progress(epoch, self.wake)? {
+                        if self.net_recheck.is_some() {
+                            // The put this call just queued goes out now, not a slice later.
+                            self.fabric.progress();
+                        }
                         let last = last_round && leaf && self.net_recheck.is_none();
                         return Ok(Poll::Pending { flag, target: epoch, recheck: self.net_recheck, last });
                     }
