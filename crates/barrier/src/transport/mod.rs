@@ -92,7 +92,8 @@ pub struct RemoteSlot {
 }
 
 impl RemoteSlot {
-    /// A slot without a local address (transports that only reach it through a network).
+    /// A slot without a local address: how a transport outside this crate (the MPI one) that
+    /// only reaches slots through a network builds what its `resolve` returns.
     pub fn new(peer: Peer, handle: MemHandle, slot: usize) -> Self {
         RemoteSlot { peer, handle, slot, addr: None }
     }

@@ -58,17 +58,6 @@ impl LocalTree {
         let end = l.saturating_mul(self.radix).saturating_add(self.radix + 1).min(self.size);
         first..end
     }
-
-    /// Levels below the root (0 for a single rank).
-    pub fn depth(&self) -> usize {
-        let mut depth = 0;
-        let mut l = self.size.saturating_sub(1);
-        while let Some(p) = self.parent(l) {
-            depth += 1;
-            l = p;
-        }
-        depth
-    }
 }
 
 /// The slots one rank touches: its own two (none for the root) and its children's.
@@ -85,11 +74,6 @@ pub struct TreeSlots<S> {
 }
 
 impl<S: Deref<Target = Flag>> TreeSlots<S> {
-    /// Whether this rank is its node's root.
-    pub fn is_root(&self) -> bool {
-        self.up.is_none()
-    }
-
     /// Whether this rank has children.
     pub fn has_children(&self) -> bool {
         !self.children_up.is_empty()
@@ -146,9 +130,6 @@ mod tests {
                 assert_eq!(listed, size - 1);
             }
         }
-        assert_eq!(LocalTree::new(13, 3).depth(), 2);
-        assert_eq!(LocalTree::new(1, 4).depth(), 0);
-        assert_eq!(LocalTree::new(5, 4).depth(), 1);
     }
 
     #[test]
