@@ -29,7 +29,7 @@ pub struct DeviceFile {
     fd: OwnedFd,
 }
 
-fn create_file(path: &Path, len: u64) -> std::io::Result<OwnedFd> {
+pub(crate) fn create_file(path: &Path, len: u64) -> std::io::Result<OwnedFd> {
     let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
         .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "path contains NUL"))?;
     // SAFETY: `c` is a valid NUL-terminated path; flags and mode are integers.

@@ -36,6 +36,7 @@
 //! sticks the ERROR bit, makes the device vanish (every register reads all ones) or slows the
 //! engine. Counters live in the global window (`barrier info` and tests read them).
 
+pub mod a64fx;
 mod device;
 pub mod inline;
 

@@ -19,6 +19,7 @@
 //! our extensions after them, then the per-member tables (release addresses, network
 //! addresses) and the per-member arrival slots (where members' arrival remote stores land).
 
+pub mod a64fx;
 pub mod message;
 
 pub use message::{expand_sequence, ArrivalEncoding, Message, MessageType};
@@ -184,8 +185,22 @@ pub const IOMMU_FREE: u64 = 0;
 pub const IOMMU_CLAIMED: u64 = 1;
 /// IOMMU entry state: valid translation, device may write.
 pub const IOMMU_VALID: u64 = 2;
-/// Bytes of one release flag line in DMA memory.
+/// Bytes of one release flag line in DMA memory: one cache line of this architecture, the size
+/// of the library's `Flag` (it asserts the two agree at compile time), so every flag in DMA
+/// memory is aligned and the last one ends inside the device.
+///
+/// * x86_64: 128 (64-byte lines fetched in adjacent pairs by Intel's spatial prefetcher);
+/// * aarch64: 256 (the A64FX L1 and L2 line, A64FX Microarchitecture Manual);
+/// * everything else: 64.
+#[cfg(target_arch = "x86_64")]
 pub const FLAG_BYTES: u64 = 128;
+/// Bytes of one release flag line in DMA memory (see the x86_64 definition).
+#[cfg(target_arch = "aarch64")]
+pub const FLAG_BYTES: u64 = 256;
+/// Bytes of one release flag line in DMA memory (see the x86_64 definition).
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+pub const FLAG_BYTES: u64 = 64;
+const _: () = assert!(FLAG_BYTES.is_power_of_two());
 /// Bytes of one member's arrival slot (one remote-store message, padded to a line).
 pub const ARRIVAL_SLOT_BYTES: u64 = 128;
 /// Where the IOVA space handed out by drivers starts (so that an IOVA is never a small number).
@@ -527,6 +542,9 @@ impl DeviceMap {
                 "group windows end at {groups_end:#x}, after DMA memory starts at {:#x}",
                 self.dma_base
             ));
+        }
+        if self.dma_base % FLAG_BYTES != 0 {
+            return err(format!("DMA memory at {:#x} is not aligned to {FLAG_BYTES}-byte flag lines", self.dma_base));
         }
         let dma_end = self.dma_base + (self.max_groups * self.max_members) as u64 * FLAG_BYTES;
         if dma_end > self.size {

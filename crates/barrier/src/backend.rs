@@ -106,6 +106,10 @@ pub struct QueryContext<'a> {
     pub members: &'a [usize],
     /// Node of each member, by communicator rank (the same numbering as `node`).
     pub node_of: &'a [usize],
+    /// Every member is a thread of this process (a thread-mode job, or threads of one rank of
+    /// a hybrid program); false when any member is another process. Resources that belong to
+    /// one process (an A64FX barrier blade) can serve only such communicators.
+    pub one_process: bool,
     /// Parameters.
     pub params: &'a Params,
 }

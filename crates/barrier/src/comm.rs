@@ -239,6 +239,10 @@ impl Communicator {
                 node: node_of_member[rank],
                 members: &members,
                 node_of: &node_of_member,
+                one_process: {
+                    let me = u64::from(std::process::id());
+                    members.iter().all(|&w| region.segment().joined_pid(w) == Some(me))
+                },
                 params: &params,
             },
             members: &members,

@@ -137,6 +137,6 @@ impl Mmio {
     /// memory, the doorbell.
     pub fn flag(&self, offset: u64) -> &Flag {
         // SAFETY: bounds and line alignment checked by `at`; a Flag is atomics only.
-        unsafe { &*self.at::<Flag>(offset, crate::pad::CACHE_LINE.min(128) as u64) }
+        unsafe { &*self.at::<Flag>(offset, barrier_hw::FLAG_BYTES) }
     }
 }

@@ -20,6 +20,9 @@ pub const CACHE_LINE: usize = 256;
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 pub const CACHE_LINE: usize = 64;
 
+// The device register maps size their flag lines with the same constant.
+const _: () = assert!(CACHE_LINE as u64 == barrier_hw::FLAG_BYTES);
+
 /// A value alone on its cache line(s).
 #[cfg_attr(target_arch = "x86_64", repr(C, align(128)))]
 #[cfg_attr(target_arch = "aarch64", repr(C, align(256)))]

@@ -407,6 +407,11 @@ impl Segment {
         }
     }
 
+    /// The pid of the process that joined as world rank `rank`, once it has.
+    pub fn joined_pid(&self, rank: usize) -> Option<u64> {
+        self.rank_word(rank, JOINED).map(|w| w.load(Ordering::Acquire)).filter(|&pid| pid != 0)
+    }
+
     /// Records that world rank `rank` ended cleanly (the launcher reaped it with status 0, or
     /// its thread returned); members waiting for it then stop waiting (see `watch.rs`).
     pub fn mark_exited(&self, rank: usize, how: RankExit) {

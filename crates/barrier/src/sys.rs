@@ -107,6 +107,38 @@ pub fn affinity_cores() -> Vec<usize> {
         .collect()
 }
 
+thread_local! {
+    /// The CPU this thread was bound to by [`bind_thread_to_cpu`], whether or not this machine
+    /// has it (an emulated A64FX node has CPUs this machine lacks).
+    static BOUND_CPU: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
+}
+
+/// Binds the calling thread to `cpu`: its affinity becomes that one CPU when this process may
+/// run there, and the binding is recorded either way, so that a device emulating a node with
+/// more CPUs than this machine (the emulated A64FX) sees the thread on `cpu`. Returns whether
+/// the affinity was applied.
+pub fn bind_thread_to_cpu(cpu: usize) -> io::Result<bool> {
+    BOUND_CPU.with(|b| b.set(Some(cpu)));
+    if affinity_cores().contains(&cpu) {
+        pin_to_core(cpu)?;
+        return Ok(true);
+    }
+    Ok(false)
+}
+
+/// The one CPU the calling thread is bound to: the binding recorded by
+/// [`bind_thread_to_cpu`], else the affinity mask when it names exactly one CPU. `None` when
+/// the thread may run on several (a driver that needs a PE per thread refuses such a thread).
+pub fn bound_cpu() -> Option<usize> {
+    if let Some(cpu) = BOUND_CPU.with(|b| b.get()) {
+        return Some(cpu);
+    }
+    match affinity_cores()[..] {
+        [one] => Some(one),
+        _ => None,
+    }
+}
+
 /// Creates a new POSIX shared-memory object with mode 0600 that fails if the name exists
 /// (`O_EXCL`), sizes it to `len` bytes (sparse: pages cost memory only when touched).
 pub fn shm_create(name: &str, len: usize) -> io::Result<OwnedFd> {

@@ -176,12 +176,13 @@ pub mod threads {
         nodes: usize,
         busy_threads: usize,
         params: Params,
+        cpus: Option<Vec<usize>>,
     }
 
     impl Job {
         /// A job of `ranks` threads on one node, with parameters from the environment.
         pub fn new(ranks: usize) -> Self {
-            Job { ranks, nodes: 1, busy_threads: 0, params: Params::from_env() }
+            Job { ranks, nodes: 1, busy_threads: 0, params: Params::from_env(), cpus: None }
         }
 
         /// Spreads the ranks over `nodes` simulated nodes (contiguous blocks).
@@ -194,6 +195,17 @@ pub mod threads {
         /// emulator), so the automatic wait policy parks when they would oversubscribe the cores.
         pub fn busy_threads(mut self, k: usize) -> Self {
             self.busy_threads = k;
+            self
+        }
+
+        /// Binds rank `r`'s thread to CPU `cpus[r]` before it joins (see
+        /// [`crate::sys::bind_thread_to_cpu`]): the CPU's affinity where this machine has it,
+        /// and a recorded binding that an emulated node reads where it does not. Hardware that
+        /// works per PE (the A64FX barrier) needs every rank bound to its own CPU; on a real
+        /// A64FX node, take the CPUs from the driver's `core_map`
+        /// (`barrier::backends::a64fx::NodeInfo`).
+        pub fn pin_cpus(mut self, cpus: Vec<usize>) -> Self {
+            self.cpus = Some(cpus);
             self
         }
 
@@ -213,6 +225,13 @@ pub mod threads {
             if self.ranks == 0 {
                 return Err(Error::InvalidArgument("a job needs at least one rank".into()));
             }
+            if let Some(cpus) = self.cpus.as_ref().filter(|c| c.len() < self.ranks) {
+                return Err(Error::InvalidArgument(format!(
+                    "pin_cpus names {} CPUs for a job of {} ranks: give one CPU per rank",
+                    cpus.len(),
+                    self.ranks
+                )));
+            }
             let mut shape = JobShape::local(self.ranks, self.nodes);
             shape.ranks_on_machine += self.busy_threads;
             let seg = Segment::anonymous(shape, pool_bytes(&self.params)?)?;
@@ -223,11 +242,17 @@ pub mod threads {
                     let rank_seg = seg.clone();
                     let params = self.params.clone();
                     let f = &f;
+                    let cpu = self.cpus.as_ref().map(|c| c[rank]);
                     let spawned = std::thread::Builder::new()
                             .name(format!("rank-{rank}"))
                             .spawn_scoped(s, move || {
                                 let abort_seg = rank_seg.clone();
                                 let out = catch_unwind(AssertUnwindSafe(|| {
+                                    if let Some(cpu) = cpu {
+                                        crate::sys::bind_thread_to_cpu(cpu).map_err(|e| {
+                                            Error::io(format!("binding rank {rank} to CPU {cpu}"), e)
+                                        })?;
+                                    }
                                     let world = Universe::attach(rank_seg, rank, params)?.into_world();
                                     Ok(f(world))
                                 }));

@@ -120,6 +120,9 @@ impl Default for Flag {
 
 #[cfg(not(loom))]
 const _: () = assert!(std::mem::size_of::<Flag>() == CACHE_LINE);
+// A device writes flags into DMA memory in lines of this size: one Flag each, aligned.
+#[cfg(not(loom))]
+const _: () = assert!(std::mem::size_of::<Flag>() as u64 == barrier_hw::FLAG_BYTES);
 
 /// The 32-bit word the kernel compares: the low half of a flag's value.
 #[cfg(not(loom))]

@@ -28,7 +28,7 @@ use super::Topology;
 
 /// Put-based dissemination among the roots: this root's state.
 #[derive(Debug)]
-pub(super) struct RootDissemination {
+pub(crate) struct RootDissemination {
     /// Own slot per round.
     inbox: Vec<Shared<Flag>>,
     /// The partner root's slot per round.
@@ -161,6 +161,7 @@ pub(super) fn enable_device(
         node: q.node,
         members: &root_members,
         node_of: &root_nodes,
+        one_process: q.one_process,
         params: q.params,
     };
     // 1. Can every root use the device? (A cheap local check on each root, agreed.)

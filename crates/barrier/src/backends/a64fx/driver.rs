@@ -1,0 +1,221 @@
+//! The register-access seam: what the backend needs from the A64FX barrier, with two
+//! implementations behind it ([`super::emulated`]: the emulated node; [`super::real`]: the
+//! Fujitsu driver's ioctls and the EL0 window registers).
+//!
+//! The control plane ([`Driver`]) is the driver's five calls. The data plane ([`Window`]) is
+//! one window register of the calling PE: read LBSY, write BST. A [`Device`] is one open of
+//! the device per process and path: the real driver requires every thread that takes part in a
+//! blade's barrier to use the fd that allocated it, and the blade belongs to that open.
+
+use std::collections::HashMap;
+use std::fmt::Debug;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, Weak};
+
+use barrier_hw::a64fx::errno;
+
+use crate::wait::Flag;
+
+/// A driver error: the negated errno the driver returned, as a positive number.
+pub(crate) type Errno = i32;
+
+/// The driver's calls. "The calling PE" is the CPU the calling thread is bound to; a thread
+/// not bound to exactly one CPU gets `EPERM` (the real driver's rule).
+pub(crate) trait Driver: Send + Sync + Debug {
+    /// Where this device is, for messages.
+    fn describe(&self) -> String;
+
+    /// `BB_ALLOC`: a free blade in the CMG of `cpus` (at least 2, all in one CMG), its MASK set
+    /// to their PEs and BST cleared. Returns (CMG, blade).
+    fn alloc_blade(&self, cpus: &[usize]) -> Result<(u8, u8), Errno>;
+
+    /// `BB_FREE`.
+    fn free_blade(&self, cmg: u8, bb: u8) -> Result<(), Errno>;
+
+    /// `BW_ASSIGN`: connects a window of the calling PE (`window` -1: any free one) to blade
+    /// `bb` of the PE's CMG. Returns the window.
+    fn assign(&self, bb: u8, window: i8) -> Result<u8, Errno>;
+
+    /// `BW_UNASSIGN`: disconnects the calling PE's window from blade `bb`.
+    fn unassign(&self, bb: u8) -> Result<(), Errno>;
+
+    /// `GET_PE_INFO`: (CMG, physical PE) of the calling PE.
+    fn pe_info(&self) -> Result<(u8, u8), Errno>;
+
+    /// The calling PE's window register `window`, connected to blade `bb` of CMG `cmg` at
+    /// physical PE `ppe` (the emulated node needs the coordinates; hardware knows them).
+    fn window(&self, cmg: u8, bb: u8, ppe: u8, window: u8) -> Result<Window, String>;
+}
+
+/// One window register of one PE: the whole data plane.
+#[derive(Debug)]
+pub(crate) struct Window {
+    imp: WindowImp,
+}
+
+#[derive(Debug)]
+enum WindowImp {
+    Emulated(super::emulated::EmulatedWindow),
+    #[cfg(target_arch = "aarch64")]
+    Real(super::real::RealWindow),
+}
+
+impl Window {
+    pub(super) fn emulated(w: super::emulated::EmulatedWindow) -> Self {
+        Window { imp: WindowImp::Emulated(w) }
+    }
+
+    #[cfg(target_arch = "aarch64")]
+    pub(super) fn real(w: super::real::RealWindow) -> Self {
+        Window { imp: WindowImp::Real(w) }
+    }
+
+    /// Reads the window's LBSY.
+    #[inline]
+    pub fn lbsy(&self) -> bool {
+        match &self.imp {
+            WindowImp::Emulated(w) => w.lbsy(),
+            #[cfg(target_arch = "aarch64")]
+            WindowImp::Real(w) => w.lbsy(),
+        }
+    }
+
+    /// Writes this PE's BST bit through the window.
+    #[inline]
+    pub fn write_bst(&self, bit: bool) {
+        match &self.imp {
+            WindowImp::Emulated(w) => w.write_bst(bit),
+            #[cfg(target_arch = "aarch64")]
+            WindowImp::Real(w) => w.write_bst(bit),
+        }
+    }
+
+    /// A flag that moves whenever the blade's LBSY flips (its value counts the flips), where
+    /// the implementation has one: the emulated node's, so that oversubscribed waiters can
+    /// park. Hardware has none (every thread owns its PE, and `fhwb_sync` polls with `wfe`).
+    #[inline]
+    pub fn flips(&self) -> Option<&Flag> {
+        match &self.imp {
+            WindowImp::Emulated(w) => Some(w.flips()),
+            #[cfg(target_arch = "aarch64")]
+            WindowImp::Real(_) => None,
+        }
+    }
+}
+
+/// An open device shared by every thread of this process, with the blades it allocated
+/// counted so that the last user frees each one.
+#[derive(Debug)]
+pub(crate) struct Device {
+    pub driver: Box<dyn Driver>,
+    /// Users of each blade (cmg, bb): the allocation itself and every assigned window.
+    holds: Mutex<HashMap<(u8, u8), usize>>,
+}
+
+/// Devices open in this process, by path.
+static OPEN: Mutex<Vec<(PathBuf, Weak<Device>)>> = Mutex::new(Vec::new());
+
+impl Device {
+    /// This process's open of the device at `path`, opening it if nobody holds it.
+    pub fn open(path: &Path) -> Result<Arc<Device>, String> {
+        let mut open = OPEN.lock().unwrap_or_else(|e| e.into_inner());
+        open.retain(|(_, w)| w.strong_count() > 0);
+        if let Some(dev) = open.iter().find(|(p, _)| p == path).and_then(|(_, w)| w.upgrade()) {
+            return Ok(dev);
+        }
+        let driver = open_driver(path)?;
+        let dev = Arc::new(Device { driver, holds: Mutex::new(HashMap::new()) });
+        open.push((path.to_path_buf(), Arc::downgrade(&dev)));
+        Ok(dev)
+    }
+
+    /// Allocates a blade for `cpus`; the returned hold frees it when it and every hold taken
+    /// with [`Device::hold`] are gone.
+    pub fn alloc(self: &Arc<Self>, cpus: &[usize]) -> Result<BladeHold, Errno> {
+        let (cmg, bb) = self.driver.alloc_blade(cpus)?;
+        Ok(self.hold(cmg, bb))
+    }
+
+    /// One more user of blade (cmg, bb).
+    pub fn hold(self: &Arc<Self>, cmg: u8, bb: u8) -> BladeHold {
+        *self.holds.lock().unwrap_or_else(|e| e.into_inner()).entry((cmg, bb)).or_insert(0) += 1;
+        BladeHold { device: Arc::clone(self), cmg, bb }
+    }
+}
+
+/// One user's share of a blade; the last one dropped frees the blade.
+#[derive(Debug)]
+pub(crate) struct BladeHold {
+    device: Arc<Device>,
+    pub cmg: u8,
+    pub bb: u8,
+}
+
+impl Drop for BladeHold {
+    fn drop(&mut self) {
+        let last = {
+            let mut holds = self.device.holds.lock().unwrap_or_else(|e| e.into_inner());
+            let n = holds.get_mut(&(self.cmg, self.bb)).expect("a held blade is counted");
+            *n -= 1;
+            if *n == 0 {
+                holds.remove(&(self.cmg, self.bb));
+                true
+            } else {
+                false
+            }
+        };
+        if last {
+            if let Err(e) = self.device.driver.free_blade(self.cmg, self.bb) {
+                tracing::warn!(cmg = self.cmg, bb = self.bb, "freeing a barrier blade failed: {}", errno::name(e));
+            }
+        }
+    }
+}
+
+/// A window of the calling PE connected to a held blade; dropping it disconnects the window
+/// (from the thread bound to that PE, as the driver requires) and lets go of the blade.
+#[derive(Debug)]
+pub(crate) struct Assignment {
+    pub window: Window,
+    pub number: u8,
+    hold: BladeHold,
+}
+
+impl Assignment {
+    /// Connects a free window of the calling PE (physical PE `ppe` of CMG `cmg`) to blade `bb`,
+    /// holding the blade while connected.
+    pub fn new(device: &Arc<Device>, cmg: u8, bb: u8, ppe: u8) -> Result<Assignment, Errno> {
+        let number = device.driver.assign(bb, -1)?;
+        let hold = device.hold(cmg, bb);
+        match device.driver.window(cmg, bb, ppe, number) {
+            Ok(window) => Ok(Assignment { window, number, hold }),
+            Err(e) => {
+                tracing::warn!("window {number} of PE {ppe} in CMG {cmg}: {e}");
+                let _ = device.driver.unassign(bb);
+                Err(errno::EFAULT)
+            }
+        }
+    }
+}
+
+impl Drop for Assignment {
+    fn drop(&mut self) {
+        if let Err(e) = self.hold.device.driver.unassign(self.hold.bb) {
+            tracing::warn!(
+                window = self.number,
+                "disconnecting a barrier window failed ({}): drop a communicator on the thread that used it",
+                errno::name(e)
+            );
+        }
+    }
+}
+
+/// Opens the device at `path`: an emulated node (a regular file with the node's MAGIC) or the
+/// real driver's character device.
+fn open_driver(path: &Path) -> Result<Box<dyn Driver>, String> {
+    let meta = std::fs::metadata(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+    if meta.file_type().is_file() {
+        return super::emulated::EmulatedDriver::open(path).map(|d| Box::new(d) as Box<dyn Driver>);
+    }
+    super::real::RealDriver::open(path).map(|d| Box::new(d) as Box<dyn Driver>)
+}

@@ -1,0 +1,240 @@
+//! The correctness suite on the `a64fx` backend against an emulated A64FX node: thread ranks in
+//! one CMG (2..12) and across CMGs (up to 48, oversubscribed), process ranks declining, blade
+//! and window exhaustion falling back, a dead owner's blades and windows freed, and the sysfs
+//! tree read back.
+
+mod common;
+
+use barrier::backends::a64fx::{node_info, NodeInfo};
+use barrier::{threads::Job, Communicator, Params};
+use barrier_emu::a64fx::Node;
+use barrier_hw::a64fx::node::Layout;
+use barrier_suite::{stress, StressOptions};
+
+fn node() -> Node {
+    Node::start(Layout::A64FX).expect("starting an emulated A64FX node")
+}
+
+fn params(node: &Node) -> Params {
+    node.params(Params::defaults_only().set("BARRIER_TIMEOUT", "60s"))
+}
+
+fn forced(node: &Node) -> Params {
+    params(node).set("BARRIER_BACKEND", "a64fx")
+}
+
+/// Runs the stress check on `cpus.len()` thread ranks pinned to `cpus`; each rank's backend,
+/// algorithm and result.
+fn stress_on(node: &Node, cpus: Vec<usize>, iterations: u64) -> Vec<(String, String, Result<u64, String>)> {
+    let opts = StressOptions { iterations, seed: cpus.len() as u64, ..Default::default() };
+    Job::new(cpus.len())
+        .pin_cpus(cpus)
+        .params(forced(node))
+        .run(|w| (w.backend().to_string(), w.algorithm(), stress(&w, &opts).map_err(|e| e.to_string())))
+        .unwrap()
+}
+
+#[test]
+fn one_cmg_is_correct_for_2_to_12_thread_ranks() {
+    let node = node();
+    let info = NodeInfo::read(node.sysfs()).unwrap();
+    for n in [2, 3, 5, 8, 12] {
+        for (backend, algorithm, result) in stress_on(&node, info.compact_cpus(n).unwrap(), 500) {
+            assert_eq!((backend.as_str(), algorithm.as_str()), ("a64fx", "blade"), "n={n}");
+            assert_eq!(result, Ok(500), "n={n}");
+        }
+        assert_eq!((node.blades_in_use(), node.windows_in_use()), (0, 0), "n={n}: freed after the job");
+    }
+}
+
+#[test]
+fn communicators_across_cmgs_use_a_blade_per_cmg_and_leaders_in_software() {
+    let node = node();
+    let info = NodeInfo::read(node.sysfs()).unwrap();
+    // 13 ranks as 7 + 6 over two CMGs; 48 over all four (oversubscribed: the waits park).
+    let split13: Vec<usize> = (0..7).chain(12..18).collect();
+    for (cpus, iterations) in [(split13, 300), (info.compact_cpus(48).unwrap(), 100)] {
+        let n = cpus.len();
+        for (backend, algorithm, result) in stress_on(&node, cpus, iterations) {
+            assert_eq!(backend, "a64fx", "n={n}");
+            assert!(algorithm.starts_with("blades x"), "n={n}: {algorithm}");
+            assert_eq!(result, Ok(iterations), "n={n}");
+        }
+    }
+    assert_eq!((node.blades_in_use(), node.windows_in_use()), (0, 0));
+}
+
+#[test]
+fn split_and_dup_communicators_get_their_own_blades() {
+    let node = node();
+    let out = Job::new(8)
+        .pin_cpus((0..8).collect())
+        .params(params(&node))
+        .run(|w| {
+            let half = w.split(w.rank() % 2, 0).unwrap().unwrap();
+            let dup = w.dup().unwrap();
+            let opts = StressOptions { iterations: 200, ..Default::default() };
+            let r = (stress(&half, &opts).unwrap(), stress(&dup, &opts).unwrap(), stress(&w, &opts).unwrap());
+            (half.backend().to_string(), dup.backend().to_string(), r)
+        })
+        .unwrap();
+    for (half, dup, r) in out {
+        assert_eq!((half.as_str(), dup.as_str()), ("a64fx", "a64fx"));
+        assert_eq!(r, (200, 200, 200));
+    }
+}
+
+fn a64fx_outcome(c: &Communicator) -> String {
+    c.selection().candidates.iter().find(|k| k.name == "a64fx").map(|k| k.outcome.to_string()).unwrap_or_default()
+}
+
+#[test]
+fn the_seventh_blade_of_a_cmg_declines_and_falls_back() {
+    let node = node();
+    // The world takes one blade of CMG 0; six pairs want six more: one pair finds none.
+    let out = Job::new(12)
+        .pin_cpus((0..12).collect())
+        .params(params(&node))
+        .run(|w| {
+            let pair = w.split(w.rank() / 2, 0).unwrap().unwrap();
+            let opts = StressOptions { iterations: 200, ..Default::default() };
+            let ok = stress(&pair, &opts).unwrap();
+            w.barrier().unwrap();
+            (w.backend().to_string(), pair.backend().to_string(), a64fx_outcome(&pair), ok)
+        })
+        .unwrap();
+    let fell_back: Vec<_> = out.iter().filter(|o| o.1 != "a64fx").collect();
+    assert!(out.iter().all(|o| o.0 == "a64fx" && o.3 == 200), "{out:?}");
+    assert_eq!(fell_back.len(), 2, "exactly one pair falls back: {out:?}");
+    assert!(fell_back.iter().all(|o| o.2.contains("every barrier blade of CMG 0 is in use")), "{fell_back:?}");
+    assert_eq!((node.blades_in_use(), node.windows_in_use()), (0, 0));
+}
+
+#[test]
+fn the_fifth_window_of_a_pe_declines_and_falls_back() {
+    let node = node();
+    let out = Job::new(2)
+        .pin_cpus(vec![3, 4])
+        .params(params(&node))
+        .run(|w| {
+            // The world and three dups take the PEs' four windows; the fourth dup finds none.
+            let dups: Vec<Communicator> = (0..4).map(|_| w.dup().unwrap()).collect();
+            for d in &dups {
+                d.barrier().unwrap();
+            }
+            dups.iter().map(|d| (d.backend().to_string(), a64fx_outcome(d))).collect::<Vec<_>>()
+        })
+        .unwrap();
+    for rank in out {
+        assert!(rank[..3].iter().all(|d| d.0 == "a64fx"), "{rank:?}");
+        assert_ne!(rank[3].0, "a64fx", "{rank:?}");
+        assert!(rank[3].1.contains("has no free barrier window"), "{rank:?}");
+    }
+    assert_eq!((node.blades_in_use(), node.windows_in_use()), (0, 0));
+}
+
+#[test]
+fn unbound_threads_and_shared_pes_decline_with_the_reason() {
+    let node = node();
+    let unbound = Job::new(2).params(forced(&node)).run(|_| ()).unwrap_err().to_string();
+    assert!(unbound.contains("not bound to one CPU"), "{unbound}");
+    let shared = Job::new(2).pin_cpus(vec![5, 5]).params(forced(&node)).run(|_| ()).unwrap_err().to_string();
+    assert!(shared.contains("both on PE 5 of CMG 0"), "{shared}");
+    let lonely = Job::new(3).pin_cpus(vec![0, 1, 12]).params(forced(&node)).run(|_| ()).unwrap_err().to_string();
+    assert!(lonely.contains("only rank on CMG 1"), "{lonely}");
+    // Automatic selection falls back instead.
+    let auto = Job::new(3).pin_cpus(vec![0, 1, 12]).params(params(&node)).run(|w| w.backend().to_string()).unwrap();
+    assert!(auto.iter().all(|b| b != "a64fx"), "{auto:?}");
+    assert_eq!((node.blades_in_use(), node.windows_in_use()), (0, 0));
+}
+
+#[test]
+fn process_ranks_decline_with_the_reason() {
+    let node = node();
+    let mut env: Vec<(String, String)> = node.env();
+    env.push(("BARRIER_BACKEND".into(), "a64fx".into()));
+    let env_ref: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let forced = common::run_example(2, "correctness", &["100"], &env_ref);
+    assert!(!forced.success(), "forced a64fx on process ranks must fail");
+    let text = forced.stderr.join("\n");
+    assert!(text.contains("separate processes") && text.contains("belongs to the process"), "{text}");
+    // Automatic selection falls back to software, which passes.
+    let auto = common::run_example(2, "correctness", &["100"], &env_ref[..2]);
+    assert!(auto.success(), "{:?} {:?}", auto.stdout, auto.stderr);
+}
+
+/// The child half of `a_dead_owners_blades_and_windows_are_freed`: does nothing unless started
+/// by it.
+#[test]
+fn child_holds_a_blade_and_dies() {
+    let (Ok(path), Ok(sysfs)) = (std::env::var("A64FX_CHILD_DEVICE"), std::env::var("A64FX_CHILD_SYSFS")) else {
+        return;
+    };
+    let p = Params::defaults_only()
+        .set("BARRIER_BACKEND", "a64fx")
+        .set(barrier::backends::a64fx::DEVICE_PATH, path)
+        .set(barrier::backends::a64fx::SYSFS, sysfs);
+    Job::new(2)
+        .pin_cpus(vec![14, 15])
+        .params(p.clone())
+        .run(|w| {
+            w.barrier().unwrap();
+            w.barrier().unwrap();
+            let held = node_info(&p).unwrap();
+            if w.rank() == 0 {
+                println!("HOLDING {} {}", held.cmgs[1].used_blades, held.free_windows(1));
+            }
+            w.barrier().unwrap();
+            if w.rank() == 0 {
+                // SAFETY: _exit ends the process at once: nothing is released in an orderly way.
+                unsafe { libc::_exit(0) };
+            }
+            std::thread::sleep(std::time::Duration::from_secs(30));
+        })
+        .unwrap();
+}
+
+#[test]
+fn a_dead_owners_blades_and_windows_are_freed() {
+    let node = node();
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "child_holds_a_blade_and_dies", "--nocapture", "--test-threads=1"])
+        .env("A64FX_CHILD_DEVICE", node.path())
+        .env("A64FX_CHILD_SYSFS", node.sysfs())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    // While alive the child held blade 0 of CMG 1 and one window on each of its two PEs.
+    assert!(stdout.contains("HOLDING 1 46"), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while (node.blades_in_use(), node.windows_in_use()) != (0, 0) {
+        assert!(std::time::Instant::now() < deadline, "the dead child's blade and windows were not freed");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let info = NodeInfo::read(node.sysfs()).unwrap();
+    assert_eq!((info.free_blades(1), info.free_windows(1)), (6, 48));
+}
+
+#[test]
+fn the_sysfs_tree_reads_back_in_the_real_layout() {
+    let node = node();
+    let info = NodeInfo::read(node.sysfs()).unwrap();
+    assert_eq!((info.cmgs.len(), info.blades_per_cmg, info.windows_per_pe, info.max_pe), (4, 6, 4, 13));
+    assert_eq!(info.cmgs[1].pes[0], (12, 0));
+    assert_eq!(info.compact_cpus(14).unwrap()[12..], [12, 13]);
+    assert!(info.compact_cpus(49).is_none());
+    assert_eq!(std::fs::read_to_string(node.sysfs().join("hwinfo")).unwrap(), "4 6 4 13\n");
+    let out = Job::new(3)
+        .pin_cpus(vec![24, 25, 30])
+        .params(forced(&node))
+        .run(|w| {
+            w.barrier().unwrap();
+            let seen = NodeInfo::read(node.sysfs()).unwrap();
+            w.barrier().unwrap();
+            (seen.free_blades(2), seen.free_windows(2), seen.cmgs[2].used_windows[6])
+        })
+        .unwrap();
+    assert!(out.iter().all(|&(b, w, pe30)| b == 5 && w == 45 && pe30 == (30, 1)), "{out:?}");
+    let mask = std::fs::read_to_string(node.sysfs().join("CMG2/init_sync_bb0")).unwrap();
+    assert_eq!(mask, "0000\n0000\n", "freed when the job ended");
+}
