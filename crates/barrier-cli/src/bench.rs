@@ -478,6 +478,63 @@ pub fn measure_backend(
     Ok(Row { backend, algorithm, ranks: n, iters, stats, emulator_ns, network_ops, label: String::new() })
 }
 
+/// Measures the `a64fx` backend at `n` ranks. A blade belongs to one process, so its ranks are
+/// threads of this process, each bound to its own PE (the first `n` CPUs of the node, CMG by
+/// CMG). With `emulate`, on an emulated node of `layout` started here; else on the device the
+/// parameters name.
+pub fn measure_a64fx(
+    n: usize,
+    emulate: Option<barrier_hw::a64fx::node::Layout>,
+    iters: u64,
+    batch: u64,
+) -> Result<Row, String> {
+    let node = emulate.map(barrier_emu::a64fx::Node::start).transpose().map_err(|e| e.to_string())?;
+    let mut params = barrier::Params::from_env().set("BARRIER_BACKEND", "a64fx").set("BARRIER_TIMEOUT", "60s");
+    if let Some(node) = &node {
+        params = node.params(params);
+    }
+    let info = barrier::backends::a64fx::node_info(&params)?;
+    let cpus = info.compact_cpus(n).ok_or_else(|| format!("the node has fewer than {n} CPUs"))?;
+    let warmup = (iters / 10).min(20_000);
+    let out = barrier::threads::Job::new(n)
+        .pin_cpus(cpus)
+        .params(params)
+        .run(|world| -> Result<_, barrier::Error> {
+            for _ in 0..warmup {
+                world.barrier()?;
+            }
+            let mut err = None;
+            let samples = timed_batches(iters, batch, || {
+                if err.is_none() {
+                    if let Err(e) = world.barrier() {
+                        err = Some(e);
+                    }
+                }
+            });
+            if let Some(e) = err {
+                return Err(e);
+            }
+            world.barrier()?;
+            Ok((world.backend().to_string(), world.algorithm(), samples))
+        })
+        .map_err(|e| e.to_string())?;
+    let mut ranks = out.into_iter();
+    let (backend, algorithm, samples) = ranks.next().ok_or("no ranks")?.map_err(|e| e.to_string())?;
+    for r in ranks {
+        r.map_err(|e| e.to_string())?;
+    }
+    Ok(Row {
+        backend,
+        algorithm: format!("{algorithm} (threads)"),
+        ranks: n,
+        iters,
+        stats: Stats::from_samples(samples),
+        emulator_ns: None,
+        network_ops: Some(0.0),
+        label: String::new(),
+    })
+}
+
 /// Runs the whole benchmark and prints it.
 pub fn run(opts: &BenchOptions) -> Result<Vec<Row>, String> {
     let registry = barrier::backends();
@@ -567,8 +624,13 @@ pub fn run(opts: &BenchOptions) -> Result<Vec<Row>, String> {
                     config
                 }
             });
-            let row = measure_backend(n, opts.nodes, env, device, opts.iters, opts.batch)
-                .map_err(|e| format!("{label} at {n} ranks: {e}"))?;
+            let row = if label == barrier::Backend::name(&barrier::backends::a64fx::A64FX) {
+                let layout = opts.emulate.then(|| crate::a64fx_layout(&barrier::Params::from_env())).transpose()?;
+                measure_a64fx(n, layout, opts.iters, opts.batch)
+            } else {
+                measure_backend(n, opts.nodes, env, device, opts.iters, opts.batch)
+            }
+            .map_err(|e| format!("{label} at {n} ranks: {e}"))?;
             rows.push(Row { label: label.clone(), ..row });
         }
     }

@@ -61,6 +61,9 @@ pub struct JobSpec {
     /// Emulated devices to run inside the launcher for this job (their paths are passed to
     /// the ranks as `BARRIER_<KIND>_DEVICE_PATH`).
     pub emulate: Vec<barrier_emu::Config>,
+    /// An emulated A64FX node of this shape to run inside the launcher (its device and sysfs
+    /// tree are passed to the ranks as `BARRIER_A64FX_DEVICE_PATH` and `BARRIER_A64FX_SYSFS`).
+    pub emulate_a64fx: Option<barrier_hw::a64fx::node::Layout>,
 }
 
 impl JobSpec {
@@ -80,6 +83,7 @@ impl JobSpec {
                 .unwrap_or(barrier::shm::DEFAULT_POOL_BYTES),
             tag_output: false,
             emulate: Vec::new(),
+            emulate_a64fx: None,
         }
     }
 }
@@ -200,6 +204,11 @@ pub fn launch(spec: &JobSpec) -> Result<JobReport, LaunchError> {
         .map(|config| barrier_emu::Emulator::start(config.clone()))
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| LaunchError(format!("barrier run: cannot start an emulated device: {e}")))?;
+    let a64fx = spec
+        .emulate_a64fx
+        .map(barrier_emu::a64fx::Node::start)
+        .transpose()
+        .map_err(|e| LaunchError(format!("barrier run: cannot start an emulated A64FX node: {e}")))?;
     // The pool size the ranks will see: the job's own environment first, then the launcher's.
     let pool_bytes = match spec.env.iter().rev().find(|(k, _)| k == "BARRIER_SHM_POOL_BYTES") {
         Some((_, v)) => v
@@ -242,6 +251,7 @@ pub fn launch(spec: &JobSpec) -> Result<JobReport, LaunchError> {
             .env(barrier::ENV_SIZE, spec.ranks.to_string())
             .env(barrier::ENV_NODES, shape.nodes.to_string())
             .envs(spec.env.iter().map(|(k, v)| (k, v)))
+            .envs(a64fx.iter().flat_map(|node| node.env()))
             .envs(emulators.iter().map(|e| {
                 (
                     format!("BARRIER_{}_DEVICE_PATH", e.device().map().kind.to_ascii_uppercase()),

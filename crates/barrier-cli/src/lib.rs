@@ -13,3 +13,14 @@ pub mod signals;
 pub fn device_map(kind: &str) -> Option<&'static barrier_hw::DeviceMap> {
     barrier_hw::all_maps().into_iter().find(|m| m.kind.eq_ignore_ascii_case(kind.trim()))
 }
+
+/// The shape of an emulated A64FX node from `BARRIER_A64FX_EMU_CMGS` and `_PES`.
+pub fn a64fx_layout(params: &barrier::Params) -> Result<barrier_hw::a64fx::node::Layout, String> {
+    use barrier::backends::a64fx::{EMU_CMGS, EMU_PES};
+    let base = barrier_hw::a64fx::node::Layout::A64FX;
+    let cmgs = params.parse(EMU_CMGS, base.cmgs, "a number of CMGs (1..=8)").map_err(|e| e.to_string())?;
+    let pes = params.parse(EMU_PES, base.pes, "a number of PEs per CMG (2..=13)").map_err(|e| e.to_string())?;
+    let layout = barrier_hw::a64fx::node::Layout { cmgs, pes, ..base };
+    layout.validate()?;
+    Ok(layout)
+}

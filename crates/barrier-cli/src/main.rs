@@ -36,7 +36,8 @@ enum Cmd {
         /// Pin rank r to the r-th core when the ranks fit on the cores.
         #[arg(long)]
         pin: bool,
-        /// Run emulated devices inside the launcher: switch, gba, or both (comma-separated).
+        /// Run emulated devices inside the launcher: switch, gba, a64fx (an A64FX node shaped by
+        /// BARRIER_A64FX_EMU_CMGS and _PES), comma-separated.
         #[arg(long, value_delimiter = ',')]
         emulate: Vec<String>,
         /// Print the emulated devices' counters at the end.
@@ -201,10 +202,20 @@ fn main() -> ExitCode {
             spec.pin = pin;
             spec.tag_output = tag_output;
             for kind in &emulate {
+                if kind.trim().eq_ignore_ascii_case("a64fx") {
+                    match barrier_cli::a64fx_layout(&barrier::Params::from_env()) {
+                        Ok(layout) => spec.emulate_a64fx = Some(layout),
+                        Err(e) => {
+                            eprintln!("barrier run: --emulate a64fx: {e}");
+                            return ExitCode::from(2);
+                        }
+                    }
+                    continue;
+                }
                 match barrier_cli::device_map(kind) {
                     Some(map) => spec.emulate.push(barrier_emu::Config::new(map)),
                     None => {
-                        eprintln!("barrier run: --emulate {kind}: unknown device; use switch, gba or switch,gba");
+                        eprintln!("barrier run: --emulate {kind}: unknown device; use switch, gba, a64fx or a list");
                         return ExitCode::from(2);
                     }
                 }

@@ -177,12 +177,12 @@ impl Shared {
         }
         std::fs::create_dir_all(&self.sysfs)?;
         // The assistant core has a physical PE number but no CPU here: maxPE counts it.
-        std::fs::write(self.sysfs.join("hwinfo"), sysfs::format_hwinfo(l.cmgs, l.bbs, l.windows, l.pes + 1))?;
+        write_file(self.sysfs.join("hwinfo"), sysfs::format_hwinfo(l.cmgs, l.bbs, l.windows, l.pes + 1))?;
         for c in 0..l.cmgs {
             let dir = self.sysfs.join(format!("CMG{c}"));
             std::fs::create_dir_all(&dir)?;
             let pes: Vec<(usize, usize)> = (0..l.pes).map(|p| (c * l.pes + p, p)).collect();
-            std::fs::write(dir.join("core_map"), sysfs::format_core_map(&pes))?;
+            write_file(dir.join("core_map"), sysfs::format_core_map(&pes))?;
         }
         self.write_sysfs()?;
         self.word(node::H_MAGIC).store(node::MAGIC, Ordering::Release);
@@ -372,7 +372,7 @@ impl Shared {
         for c in 0..l.cmgs {
             let dir = self.sysfs.join(format!("CMG{c}"));
             let used_bb = (0..l.bbs).filter(|&b| self.owner(c, b) != 0).fold(0u64, |m, b| m | 1 << b);
-            std::fs::write(dir.join("used_bb_bmap"), sysfs::format_used_bb(used_bb))?;
+            write_file(dir.join("used_bb_bmap"), sysfs::format_used_bb(used_bb))?;
             let used_bw: Vec<(usize, u64)> = (0..l.pes)
                 .map(|p| {
                     let bits = (0..l.windows)
@@ -381,15 +381,82 @@ impl Shared {
                     (c * l.pes + p, bits)
                 })
                 .collect();
-            std::fs::write(dir.join("used_bw_bmap"), sysfs::format_used_bw(&used_bw))?;
+            write_file(dir.join("used_bw_bmap"), sysfs::format_used_bw(&used_bw))?;
             for b in 0..l.bbs {
                 let reg = self.register(c, b).load(Ordering::Acquire);
-                std::fs::write(
+                write_file(
                     dir.join(format!("init_sync_bb{b}")),
                     sysfs::format_init_sync_bb(init_sync_bb::mask(reg), init_sync_bb::bst(reg)),
                 )?;
             }
         }
         Ok(())
+    }
+}
+
+/// Writes a sysfs file as one change (a temporary file renamed over it): a reader never sees
+/// it empty or half written, as with the real sysfs.
+fn write_file(path: impl AsRef<Path>, text: impl AsRef<[u8]>) -> std::io::Result<()> {
+    let path = path.as_ref();
+    let tmp = path.with_extension("new");
+    std::fs::write(&tmp, text)?;
+    std::fs::rename(&tmp, path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use barrier_hw::a64fx::errno::{EBUSY, EINVAL, EPERM};
+    use barrier_hw::a64fx::node::Layout;
+
+    const FILE: u64 = 0;
+    const OTHER: u64 = 1;
+
+    fn cpus(list: &[u64]) -> u64 {
+        list.iter().fold(0, |m, c| m | 1 << c)
+    }
+
+    #[test]
+    fn alloc_checks_the_mask_like_the_driver() {
+        let node = Node::start(Layout::A64FX).unwrap();
+        let s = &node.shared;
+        assert_eq!(s.alloc(FILE, cpus(&[3])), Err(EINVAL), "one PE");
+        assert_eq!(s.alloc(FILE, cpus(&[11, 12])), Err(EINVAL), "across CMGs");
+        assert_eq!(s.alloc(FILE, cpus(&[47, 48])), Err(EINVAL), "an offline CPU");
+        for bb in 0..6 {
+            assert_eq!(s.alloc(FILE, cpus(&[12, 13])), Ok((1, bb)));
+        }
+        assert_eq!(s.alloc(FILE, cpus(&[14, 15])), Err(EBUSY), "the seventh blade of CMG 1");
+        assert_eq!(s.alloc(FILE, cpus(&[0, 1])), Ok((0, 0)), "CMG 0 still has blades");
+        let reg = s.register(1, 0).load(Ordering::Relaxed);
+        assert_eq!((init_sync_bb::mask(reg), init_sync_bb::bst(reg)), (0b11, 0));
+    }
+
+    #[test]
+    fn windows_follow_the_drivers_rules() {
+        let node = Node::start(Layout::A64FX).unwrap();
+        let s = &node.shared;
+        let (_, bb) = s.alloc(FILE, cpus(&[24, 25])).unwrap();
+        let bb = bb as usize;
+        assert_eq!(s.bw_assign(FILE, node::NOT_BOUND, bb, -1), Err(EPERM), "caller not bound to one PE");
+        assert_eq!(s.bw_assign(OTHER, 24, bb, -1), Err(EINVAL), "another process's blade");
+        assert_eq!(s.bw_assign(FILE, 26, bb, -1), Err(EINVAL), "a PE outside the mask");
+        assert_eq!(s.bw_assign(FILE, 1, bb, -1), Err(EINVAL), "a PE of another CMG");
+        assert_eq!(s.bw_assign(FILE, 24, bb, 4), Err(EINVAL), "no window 4");
+        assert_eq!(s.bw_assign(FILE, 24, bb, 2), Ok(2));
+        assert_eq!(s.bw_assign(FILE, 24, bb, -1), Err(EINVAL), "the PE already has a window on this blade");
+        assert_eq!(s.free(FILE, 2, bb), Err(EPERM), "windows still connected");
+        // Fill PE 25's windows from other blades, then ask for one more.
+        for _ in 0..4 {
+            let (_, b) = s.alloc(FILE, cpus(&[25, 26])).unwrap();
+            s.bw_assign(FILE, 25, b as usize, -1).unwrap();
+        }
+        assert_eq!(s.bw_assign(FILE, 25, bb, -1), Err(EBUSY), "the fifth window of a PE");
+        assert_eq!(s.bw_unassign(FILE, 25, bb), Err(EINVAL), "no window of PE 25 on this blade");
+        assert_eq!(s.bw_unassign(FILE, 24, bb), Ok(()));
+        assert_eq!(s.free(OTHER, 2, bb), Err(EINVAL), "another process's blade");
+        assert_eq!(s.free(FILE, 2, bb), Ok(()));
+        assert_eq!(s.pe(30), Ok((2, 6)));
+        assert_eq!(s.pe(node::NOT_BOUND), Err(EPERM));
     }
 }
