@@ -4,8 +4,14 @@ use std::fmt::Write;
 
 use barrier::{threads, Params};
 
-/// The report for a job of `ranks` ranks on `nodes` nodes, with these devices emulated.
-pub fn report(ranks: usize, nodes: usize, emulate: &[&'static barrier_hw::DeviceMap]) -> Result<String, String> {
+/// The report for a job of `ranks` ranks on `nodes` nodes, with these devices emulated (and an
+/// emulated A64FX node of this shape).
+pub fn report(
+    ranks: usize,
+    nodes: usize,
+    emulate: &[&'static barrier_hw::DeviceMap],
+    a64fx: Option<barrier_hw::a64fx::node::Layout>,
+) -> Result<String, String> {
     // The selection runs for real, one thread per rank.
     let (limit, why) = crate::proc::max_ranks();
     if ranks > limit {
@@ -22,6 +28,13 @@ pub fn report(ranks: usize, nodes: usize, emulate: &[&'static barrier_hw::Device
         let kind = e.device().map().kind;
         params =
             params.set(format!("BARRIER_{}_DEVICE_PATH", kind.to_ascii_uppercase()), e.path().display().to_string());
+    }
+    let node = a64fx
+        .map(barrier_emu::a64fx::Node::start)
+        .transpose()
+        .map_err(|e| format!("cannot start an emulated A64FX node: {e}"))?;
+    if let Some(node) = &node {
+        params = node.params(params);
     }
     let _ = writeln!(out, "barrier {} on {} cores\n", env!("CARGO_PKG_VERSION"), barrier::sys::available_cores());
     let _ = writeln!(out, "Backends (highest priority first is tried first):");
@@ -60,8 +73,36 @@ pub fn report(ranks: usize, nodes: usize, emulate: &[&'static barrier_hw::Device
             }
         }
     }
+    let a64fx_node = barrier::backends::a64fx::node_info(&params);
+    match &a64fx_node {
+        Ok(info) => {
+            let emulated = if node.is_some() { " (emulated for this report)" } else { "" };
+            let _ = writeln!(
+                out,
+                "  a64fx   {}{emulated}: {} CMGs, {} blades per CMG, {} windows per PE",
+                barrier::backends::a64fx::sysfs_path(&params).display(),
+                info.cmgs.len(),
+                info.blades_per_cmg,
+                info.windows_per_pe
+            );
+            for line in info.summary() {
+                let _ = writeln!(out, "          {line}");
+            }
+        }
+        Err(why) => {
+            let _ = writeln!(out, "  a64fx   no A64FX barrier driver: {why}");
+        }
+    }
+    // Thread ranks are bound to the node's first CPUs when there is an A64FX node (the
+    // hardware barrier needs a PE per rank), as a hybrid program would bind them.
+    let pins = a64fx_node.ok().and_then(|info| info.compact_cpus(ranks)).filter(|_| nodes == 1);
     let _ = writeln!(out, "\nSelection for a job of {ranks} ranks on {nodes} node(s) (run now, as threads):");
-    let sel = threads::Job::new(ranks)
+    let mut job = threads::Job::new(ranks);
+    if let Some(cpus) = pins {
+        let _ = writeln!(out, "  (ranks bound to the A64FX node's CPUs {})", ranks_text(&cpus).trim_start_matches(": "));
+        job = job.pin_cpus(cpus);
+    }
+    let sel = job
         .nodes(nodes)
         .busy_threads(usize::from(!emulators.is_empty()))
         .params(params)

@@ -100,7 +100,7 @@ enum Cmd {
         /// Simulated nodes.
         #[arg(long, default_value_t = 1)]
         nodes: usize,
-        /// Start emulated devices for the report: switch, gba, or both.
+        /// Start emulated devices for the report: switch, gba, a64fx, comma-separated.
         #[arg(long, value_delimiter = ',')]
         emulate: Vec<String>,
     },
@@ -170,8 +170,13 @@ fn check_settings(timeout: Option<&str>) -> Result<(), String> {
     Ok(())
 }
 
-fn info(ranks: usize, nodes: usize, maps: &[&'static barrier_hw::DeviceMap]) -> ExitCode {
-    match barrier_cli::info::report(ranks.max(1), nodes.max(1), maps) {
+fn info(
+    ranks: usize,
+    nodes: usize,
+    maps: &[&'static barrier_hw::DeviceMap],
+    a64fx: Option<barrier_hw::a64fx::node::Layout>,
+) -> ExitCode {
+    match barrier_cli::info::report(ranks.max(1), nodes.max(1), maps, a64fx) {
         Ok(text) => {
             print!("{text}");
             ExitCode::SUCCESS
@@ -301,7 +306,18 @@ fn main() -> ExitCode {
         }
         Cmd::Info { ranks, nodes, emulate } => {
             let mut maps = Vec::new();
+            let mut a64fx = None;
             for kind in &emulate {
+                if kind.trim().eq_ignore_ascii_case("a64fx") {
+                    match barrier_cli::a64fx_layout(&barrier::Params::from_env()) {
+                        Ok(layout) => a64fx = Some(layout),
+                        Err(e) => {
+                            eprintln!("barrier info: --emulate a64fx: {e}");
+                            return ExitCode::from(2);
+                        }
+                    }
+                    continue;
+                }
                 match barrier_cli::device_map(kind) {
                     Some(m) => maps.push(m),
                     None => {
@@ -310,7 +326,7 @@ fn main() -> ExitCode {
                     }
                 }
             }
-            info(ranks, nodes, &maps)
+            info(ranks, nodes, &maps, a64fx)
         }
         Cmd::Emu {
             kind,
