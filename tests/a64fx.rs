@@ -240,3 +240,28 @@ fn the_sysfs_tree_reads_back_in_the_real_layout() {
     let mask = std::fs::read_to_string(node.sysfs().join("CMG2/init_sync_bb0")).unwrap();
     assert_eq!(mask, "0000\n0000\n", "freed when the job ended");
 }
+
+#[test]
+fn a_communicator_dropped_on_another_thread_is_released_when_the_device_closes() {
+    let node = node();
+    let dups = Job::new(2)
+        .pin_cpus(vec![6, 7])
+        .params(forced(&node))
+        .run(|w| {
+            let dup = w.dup().unwrap();
+            dup.barrier().unwrap();
+            dup
+        })
+        .unwrap();
+    // The worlds were dropped on their own threads; the dups live on, moved out of them.
+    assert_eq!((node.blades_in_use(), node.windows_in_use()), (1, 2));
+    // Dropped on this thread, bound to neither PE: BW_UNASSIGN would act on the wrong PE, so
+    // nothing is disconnected; closing the device (the last communicator) hands the blade and
+    // windows back, as the driver does when a process closes it.
+    drop(dups);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while (node.blades_in_use(), node.windows_in_use()) != (0, 0) {
+        assert!(std::time::Instant::now() < deadline, "not released after the device closed");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}

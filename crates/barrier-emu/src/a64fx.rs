@@ -195,14 +195,28 @@ impl Shared {
         let nap = WaitConfig { policy: WaitPolicy::Park, spin: 0, yields: 0, timeout: Some(REAP_EVERY) };
         while !stop.load(Ordering::Acquire) {
             let seen = doorbell.load();
-            let mut changed = false;
-            let posted: Vec<usize> = (0..node::MAILBOX_SLOTS)
-                .filter(|&slot| self.mmio.flag(self.layout.slot_state(slot)).load() == node::state::POSTED)
-                .collect();
-            for &slot in &posted {
-                changed |= self.answer(slot);
+            // Openers that are gone first: a request they left must not act for whoever
+            // takes their open-file entry next.
+            let mut changed = self.reap();
+            let mut taken = Vec::new();
+            for slot in 0..node::MAILBOX_SLOTS {
+                let state = self.mmio.flag(self.layout.slot_state(slot));
+                match state.load() {
+                    node::state::POSTED if !self.caller_alive(slot) => {
+                        state.compare_swap(node::state::POSTED, node::state::FREE, false);
+                    }
+                    // Taken, unless the caller withdrew it after its timeout.
+                    node::state::POSTED => {
+                        if state.compare_swap(node::state::POSTED, node::state::SERVING, false) == node::state::POSTED {
+                            changed |= self.answer(slot);
+                            taken.push(slot);
+                        }
+                    }
+                    // An answer nobody will read: its caller is gone.
+                    node::state::DONE if !self.caller_alive(slot) => state.signal(node::state::FREE, false),
+                    _ => {}
+                }
             }
-            changed |= self.reap();
             if changed {
                 if let Err(e) = self.write_sysfs() {
                     tracing::warn!("emulated A64FX node: writing {}: {e}", self.sysfs.display());
@@ -210,11 +224,20 @@ impl Shared {
             }
             // Answers go out after the tree is current: a caller that reads sysfs next sees
             // its own change.
-            for slot in posted {
+            for slot in taken {
                 self.mmio.flag(self.layout.slot_state(slot)).signal(node::state::DONE, true);
             }
             let _ = nap.wait(doorbell, seen + 1, &Unwatched);
         }
+    }
+
+    /// Whether the caller of a posted or answered slot still holds the open-file entry it
+    /// named (a dead caller's entry is reaped, and may be someone else's by now).
+    fn caller_alive(&self, slot: usize) -> bool {
+        let args = self.layout.slot_args(slot);
+        let file = self.word(args + node::arg::FILE).load(Ordering::Relaxed) as usize;
+        let pid = self.word(args + node::arg::PID).load(Ordering::Relaxed);
+        file < node::OPEN_SLOTS && pid != 0 && self.word(self.layout.file(file)).load(Ordering::Acquire) == pid
     }
 
     /// Serves one call; true if it changed the node.

@@ -310,7 +310,7 @@ pub mod sysfs {
 /// blades                 per (cmg, bb): a register line [INIT_SYNC_BB, OWNER] and a flips flag
 /// PEs                    per (cmg, ppe): a line of ASSIGN_SYNC_W0..3
 /// open files             OPEN_SLOTS lines: [pid of the opener, 0 when free]
-/// mailbox                MAILBOX_SLOTS × (a state flag line, an argument line)
+/// mailbox                MAILBOX_SLOTS × (a state flag line, an argument line of 9 words)
 /// ```
 ///
 /// The flips flag counts LBSY flips (its low bit is LBSY): waiters can sleep on it, which real
@@ -345,10 +345,13 @@ pub mod node {
         pub const FREE: u64 = 0;
         /// Claimed by a caller writing its request.
         pub const CLAIMED: u64 = 1;
-        /// Request posted; the agent serves it.
+        /// Request posted; the agent may take it (→ SERVING) or the caller withdraw it after
+        /// its timeout (→ FREE), whichever compare-and-swap wins.
         pub const POSTED: u64 = 2;
+        /// The agent has taken the request: it will answer, and the caller waits for that.
+        pub const SERVING: u64 = 3;
         /// Answered; the caller reads the answer and frees the slot.
-        pub const DONE: u64 = 3;
+        pub const DONE: u64 = 4;
     }
 
     /// Driver calls (the ioctls, plus open).
@@ -383,7 +386,16 @@ pub mod node {
         pub const OUT0: u64 = 48;
         /// Second output.
         pub const OUT1: u64 = 56;
+        /// The caller's pid: the agent serves a request only while the open-file entry it names
+        /// still belongs to this pid (a dead caller's request must not act for a new opener of
+        /// the same entry), and frees the slots of callers that are gone.
+        pub const PID: u64 = 64;
     }
+
+    /// Bytes of a slot's argument words (`arg::*`), in whole lines.
+    const ARG_BYTES: u64 = (arg::PID + 8).div_ceil(FLAG_BYTES) * FLAG_BYTES;
+    /// Bytes of one mailbox slot: the state flag's line and the argument lines.
+    const SLOT_BYTES: u64 = FLAG_BYTES + ARG_BYTES;
 
     /// The CPU word of a caller whose thread is not bound to exactly one CPU.
     pub const NOT_BOUND: u64 = u64::MAX;
@@ -479,7 +491,7 @@ pub mod node {
 
         /// Mailbox slot `i`'s state flag.
         pub fn slot_state(&self, i: usize) -> u64 {
-            self.mailbox_base() + (2 * i) as u64 * FLAG_BYTES
+            self.mailbox_base() + i as u64 * SLOT_BYTES
         }
 
         /// Mailbox slot `i`'s argument line.
@@ -489,7 +501,7 @@ pub mod node {
 
         /// Bytes of the node file.
         pub fn size(&self) -> u64 {
-            self.mailbox_base() + (2 * MAILBOX_SLOTS) as u64 * FLAG_BYTES
+            self.mailbox_base() + MAILBOX_SLOTS as u64 * SLOT_BYTES
         }
 
         /// The byte of the node file an opener holds an OFD lock on while open-file entry `i` is
@@ -568,7 +580,8 @@ mod tests {
         assert!(last_blade < l.assign(0, 0, 0));
         assert!(l.assign(l.cmgs - 1, l.pes - 1, 3) < l.file(0));
         assert!(l.file(node::OPEN_SLOTS - 1) < l.slot_state(0));
-        assert_eq!(l.slot_args(node::MAILBOX_SLOTS - 1) + FLAG_BYTES, l.size());
+        assert!(l.slot_args(node::MAILBOX_SLOTS - 1) + node::arg::PID + 8 <= l.size());
+        assert!(l.slot_args(0) + node::arg::PID < l.slot_state(1));
         assert_eq!(l.pe_of(13), Some((1, 1)));
         assert!(node::Layout { pes: 14, ..l }.validate().is_err());
     }

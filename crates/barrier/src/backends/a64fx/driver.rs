@@ -39,6 +39,10 @@ pub(crate) trait Driver: Send + Sync + Debug {
     /// `BW_UNASSIGN`: disconnects the calling PE's window from blade `bb`.
     fn unassign(&self, bb: u8) -> Result<(), Errno>;
 
+    /// The one CPU the calling thread is bound to, as this device sees it (`None`: not bound
+    /// to exactly one; the driver's PE-wise calls would fail with `EPERM`).
+    fn caller_cpu(&self) -> Option<usize>;
+
     /// `GET_PE_INFO`: (CMG, physical PE) of the calling PE.
     fn pe_info(&self) -> Result<(u8, u8), Errno>;
 
@@ -151,6 +155,14 @@ pub(crate) struct BladeHold {
     pub bb: u8,
 }
 
+impl BladeHold {
+    /// Keeps the blade allocated for good: a window on it could not be disconnected, so
+    /// freeing it would fail (and on hardware leave a window pointing at a free blade).
+    fn leak(&self) {
+        *self.device.holds.lock().unwrap_or_else(|e| e.into_inner()).entry((self.cmg, self.bb)).or_insert(0) += 1;
+    }
+}
+
 impl Drop for BladeHold {
     fn drop(&mut self) {
         let last = {
@@ -178,6 +190,8 @@ impl Drop for BladeHold {
 pub(crate) struct Assignment {
     pub window: Window,
     pub number: u8,
+    /// The CPU of the thread that connected the window: only that thread may disconnect it.
+    cpu: Option<usize>,
     hold: BladeHold,
 }
 
@@ -188,7 +202,7 @@ impl Assignment {
         let number = device.driver.assign(bb, -1)?;
         let hold = device.hold(cmg, bb);
         match device.driver.window(cmg, bb, ppe, number) {
-            Ok(window) => Ok(Assignment { window, number, hold }),
+            Ok(window) => Ok(Assignment { window, number, cpu: device.driver.caller_cpu(), hold }),
             Err(e) => {
                 tracing::warn!("window {number} of PE {ppe} in CMG {cmg}: {e}");
                 let _ = device.driver.unassign(bb);
@@ -200,12 +214,24 @@ impl Assignment {
 
 impl Drop for Assignment {
     fn drop(&mut self) {
-        if let Err(e) = self.hold.device.driver.unassign(self.hold.bb) {
+        let here = self.hold.device.driver.caller_cpu();
+        if here != self.cpu {
+            // BW_UNASSIGN acts on the caller's PE: from another thread it would disconnect a
+            // window of some other rank. Leave this one connected (the blade then stays
+            // allocated until the process closes the device) rather than corrupt another.
             tracing::warn!(
                 window = self.number,
-                "disconnecting a barrier window failed ({}): drop a communicator on the thread that used it",
-                errno::name(e)
+                "a communicator on the A64FX barrier was dropped on a thread bound to {here:?}, not to its rank's \
+                 CPU {:?}: its window and blade stay in use until the process exits; drop communicators on the \
+                 thread that used them",
+                self.cpu
             );
+            self.hold.leak();
+            return;
+        }
+        if let Err(e) = self.hold.device.driver.unassign(self.hold.bb) {
+            tracing::warn!(window = self.number, "disconnecting a barrier window failed: -{}", errno::name(e));
+            self.hold.leak();
         }
     }
 }

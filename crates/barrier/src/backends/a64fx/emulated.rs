@@ -79,16 +79,11 @@ impl EmulatedDriver {
         Ok(EmulatedDriver { mmio: Arc::new(mmio), layout, file, path: shown })
     }
 
-    /// One driver call through the mailbox: (result, out0, out1).
+    /// One driver call through the mailbox: (out0, out1) or the errno.
     fn call(&self, op: u64, arg0: u64, arg1: u64) -> Result<(u64, u64), Errno> {
         let l = &self.layout;
         let cpu = crate::sys::bound_cpu().map_or(node::NOT_BOUND, |c| c as u64);
-        let waiter = WaitConfig {
-            policy: WaitPolicy::Park,
-            spin: 64,
-            yields: 16,
-            timeout: Some(ANSWER),
-        };
+        let waiter = WaitConfig { policy: WaitPolicy::Park, spin: 64, yields: 16, timeout: Some(ANSWER) };
         let deadline = std::time::Instant::now() + ANSWER;
         let slot = loop {
             let free = (0..node::MAILBOX_SLOTS).find(|&i| {
@@ -108,17 +103,23 @@ impl EmulatedDriver {
         put(node::arg::CPU, cpu);
         put(node::arg::ARG0, arg0);
         put(node::arg::ARG1, arg1);
+        put(node::arg::PID, u64::from(std::process::id()));
         let state = self.mmio.flag(l.slot_state(slot));
         state.signal(node::state::POSTED, false);
         self.mmio.flag(l.doorbell()).bump(true);
-        let answered = waiter.wait(state, node::state::DONE, &Unwatched).is_ok();
+        if waiter.wait(state, node::state::DONE, &Unwatched).is_err() {
+            // Withdraw the request if the agent has not taken it: then it never runs.
+            if state.compare_swap(node::state::POSTED, node::state::FREE, false) == node::state::POSTED {
+                return Err(errno::EFAULT);
+            }
+            // Taken: it runs, and its effect (a blade, a window) must be known to the caller,
+            // so wait for the answer. An agent that never answers leaves the slot taken.
+            if waiter.wait(state, node::state::DONE, &Unwatched).is_err() {
+                return Err(errno::EFAULT);
+            }
+        }
         let get = |at: u64| self.mmio.word(args + at).load(Ordering::Relaxed);
         let out = (get(node::arg::RESULT) as i64, get(node::arg::OUT0), get(node::arg::OUT1));
-        if !answered {
-            // The agent may still answer into this slot; leave it claimed rather than hand it
-            // to another call (a node whose agent hangs is unusable anyway).
-            return Err(errno::EFAULT);
-        }
         state.signal(node::state::FREE, false);
         match out.0 {
             0 => Ok((out.1, out.2)),
@@ -168,6 +169,11 @@ impl Driver for EmulatedDriver {
 
     fn unassign(&self, bb: u8) -> Result<(), Errno> {
         self.call(node::op::BW_UNASSIGN, u64::from(bb), 0).map(|_| ())
+    }
+
+    fn caller_cpu(&self) -> Option<usize> {
+        // The node's CPUs are virtual: the recorded binding counts.
+        crate::sys::bound_cpu()
     }
 
     fn pe_info(&self) -> Result<(u8, u8), Errno> {

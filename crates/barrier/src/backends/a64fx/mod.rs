@@ -159,6 +159,9 @@ impl Backend for A64fx {
     }
 }
 
+/// Window reads a rank makes on hardware before returning to the communicator's wait.
+const HARDWARE_POLLS: u32 = 4096;
+
 /// What each rank publishes in step 1.
 struct Placement {
     cpu: usize,
@@ -173,7 +176,7 @@ fn enable(ctx: &EnableContext<'_>) -> Result<A64fxModule, Decline> {
     // 1. The device and this rank's PE.
     let local = (|| -> Result<(Arc<Device>, Placement), String> {
         let dev = Device::open(&device_path(q.params))?;
-        let cpu = crate::sys::bound_cpu().ok_or_else(|| {
+        let cpu = dev.driver.caller_cpu().ok_or_else(|| {
             format!(
                 "rank {}'s thread is not bound to one CPU: the hardware barrier works per PE, so bind each rank to its \
                  own (threads::Job::pin_cpus, or OMP_PROC_BIND=close with OMP_PLACES=cores)",
@@ -251,8 +254,14 @@ fn enable(ctx: &EnableContext<'_>) -> Result<A64fxModule, Decline> {
         c.len()
     };
     let leaders = if cmgs > 1 {
-        let fabric = ctx.fabric().map_err(coll)?;
-        RootDissemination::enable(ctx, &fabric, &Topology::new(&cmg_of, q.rank, 2))?
+        let fabric = ctx.fabric();
+        if !ctx.all_agree(fabric.is_ok()).map_err(coll)? {
+            return Err(Decline::new(fabric.err().map_or_else(
+                || "another rank could not set up its transports for the CMG leaders".into(),
+                |e| format!("the CMG leaders' transports: {e}"),
+            )));
+        }
+        RootDissemination::enable(ctx, &fabric.map_err(coll)?, &Topology::new(&cmg_of, q.rank, 2))?
     } else {
         None
     };
@@ -342,11 +351,22 @@ impl A64fxModule {
     fn sync_pending(window: &Window, wrote: bool, idle: &Flag) -> Option<(*const Flag, u64)> {
         // The flips count first, then LBSY: a flip after this load raises the count past it,
         // so a waiter that saw the old LBSY cannot sleep through the flip.
-        let flips = window.flips().map(|f| (f as *const Flag, f.load() + 1));
+        let Some(flips) = window.flips() else {
+            // Hardware: every thread owns its PE, so poll the window (as `fhwb_sync` does)
+            // before handing the wait to the communicator, whose recheck costs microseconds.
+            for _ in 0..HARDWARE_POLLS {
+                if window.lbsy() == wrote {
+                    return None;
+                }
+                std::hint::spin_loop();
+            }
+            return Some((idle as *const Flag, 1));
+        };
+        let target = flips.load() + 1;
         if window.lbsy() == wrote {
             return None;
         }
-        Some(flips.unwrap_or((idle as *const Flag, 1)))
+        Some((flips as *const Flag, target))
     }
 
     /// The poll result for a sync that [`Self::sync_pending`] found pending.

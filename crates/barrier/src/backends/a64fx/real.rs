@@ -89,6 +89,15 @@ impl Driver for RealDriver {
         self.ioctl(ioctl::BW_UNASSIGN, &mut ctl)
     }
 
+    fn caller_cpu(&self) -> Option<usize> {
+        // The driver takes the PE from where the thread runs: only a real affinity of exactly
+        // one CPU makes that the CPU the blade's mask names.
+        match crate::sys::affinity_cores()[..] {
+            [one] => Some(one),
+            _ => None,
+        }
+    }
+
     fn pe_info(&self) -> Result<(u8, u8), Errno> {
         let mut info = ioctl::PeInfo::default();
         self.ioctl(ioctl::GET_PE_INFO, &mut info)?;
@@ -126,13 +135,15 @@ macro_rules! sync_register {
         match $w {
             // SAFETY: reading an assigned window register of the calling PE has no effect
             // besides returning LBSY (driver-enabled EL0 access).
-            0 => unsafe { std::arch::asm!("mrs {}, S3_3_C15_C15_0", out(reg) v, options(nomem, nostack)) },
+            // (Not `nomem`: the read is a synchronisation point the compiler must not move
+            // memory accesses across.)
+            0 => unsafe { std::arch::asm!("mrs {}, S3_3_C15_C15_0", out(reg) v, options(nostack)) },
             // SAFETY: as above.
-            1 => unsafe { std::arch::asm!("mrs {}, S3_3_C15_C15_1", out(reg) v, options(nomem, nostack)) },
+            1 => unsafe { std::arch::asm!("mrs {}, S3_3_C15_C15_1", out(reg) v, options(nostack)) },
             // SAFETY: as above.
-            2 => unsafe { std::arch::asm!("mrs {}, S3_3_C15_C15_2", out(reg) v, options(nomem, nostack)) },
+            2 => unsafe { std::arch::asm!("mrs {}, S3_3_C15_C15_2", out(reg) v, options(nostack)) },
             // SAFETY: as above.
-            _ => unsafe { std::arch::asm!("mrs {}, S3_3_C15_C15_3", out(reg) v, options(nomem, nostack)) },
+            _ => unsafe { std::arch::asm!("mrs {}, S3_3_C15_C15_3", out(reg) v, options(nostack)) },
         }
         v
     }};
@@ -154,10 +165,12 @@ macro_rules! sync_register {
 
 #[cfg(target_arch = "aarch64")]
 impl RealWindow {
+    /// Reads LBSY. Whether the hardware orders a system-register read against later memory
+    /// accesses is for the HPC extension specification to say (Fujitsu's `fhwb_sync` uses no
+    /// barrier); the fence keeps the compiler and the core from hoisting later loads above it.
     #[inline]
     pub fn lbsy(&self) -> bool {
         let v = sync_register!(self.window, read);
-        // Reads after seeing LBSY flip must not be satisfied before it.
         std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
         v & 1 == 1
     }
