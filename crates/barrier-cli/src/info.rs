@@ -99,7 +99,8 @@ pub fn report(
     let _ = writeln!(out, "\nSelection for a job of {ranks} ranks on {nodes} node(s) (run now, as threads):");
     let mut job = threads::Job::new(ranks);
     if let Some(cpus) = pins {
-        let _ = writeln!(out, "  (ranks bound to the A64FX node's CPUs {})", ranks_text(&cpus).trim_start_matches(": "));
+        let _ =
+            writeln!(out, "  (ranks bound to the A64FX node's CPUs {})", ranks_text(&cpus).trim_start_matches(": "));
         job = job.pin_cpus(cpus);
     }
     let sel = job

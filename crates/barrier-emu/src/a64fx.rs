@@ -206,11 +206,12 @@ impl Shared {
                         state.compare_swap(node::state::POSTED, node::state::FREE, false);
                     }
                     // Taken, unless the caller withdrew it after its timeout.
-                    node::state::POSTED => {
-                        if state.compare_swap(node::state::POSTED, node::state::SERVING, false) == node::state::POSTED {
-                            changed |= self.answer(slot);
-                            taken.push(slot);
-                        }
+                    node::state::POSTED
+                        if state.compare_swap(node::state::POSTED, node::state::SERVING, false)
+                            == node::state::POSTED =>
+                    {
+                        changed |= self.answer(slot);
+                        taken.push(slot);
                     }
                     // An answer nobody will read: its caller is gone.
                     node::state::DONE if !self.caller_alive(slot) => state.signal(node::state::FREE, false),
@@ -318,9 +319,9 @@ impl Shared {
     /// Windows (ppe, window) of CMG `cmg` connected to blade `bb`.
     fn connected(&self, cmg: usize, bb: usize) -> impl Iterator<Item = (usize, usize)> + '_ {
         let l = self.layout;
-        (0..l.pes)
-            .flat_map(move |p| (0..l.windows).map(move |w| (p, w)))
-            .filter(move |&(p, w)| assign_sync_w::blade(self.assign(cmg, p, w).load(Ordering::Acquire)) == Some(bb as u8))
+        (0..l.pes).flat_map(move |p| (0..l.windows).map(move |w| (p, w))).filter(move |&(p, w)| {
+            assign_sync_w::blade(self.assign(cmg, p, w).load(Ordering::Acquire)) == Some(bb as u8)
+        })
     }
 
     fn release(&self, cmg: usize, bb: usize) {

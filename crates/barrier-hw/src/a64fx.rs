@@ -415,8 +415,12 @@ pub mod node {
 
     impl Layout {
         /// The A64FX: 4 CMGs × 12 PEs, 6 blades per CMG, 4 windows per PE.
-        pub const A64FX: Layout =
-            Layout { cmgs: super::CMGS, pes: super::PES_PER_CMG, bbs: super::BBS_PER_CMG, windows: super::WINDOWS_PER_PE };
+        pub const A64FX: Layout = Layout {
+            cmgs: super::CMGS,
+            pes: super::PES_PER_CMG,
+            bbs: super::BBS_PER_CMG,
+            windows: super::WINDOWS_PER_PE,
+        };
 
         /// Checks the shape against the hardware's field widths.
         pub fn validate(&self) -> Result<(), String> {
@@ -539,7 +543,7 @@ mod tests {
         }
         assert!(init_sync_bb::lbsy(reg));
         // A PE outside the mask changes nothing.
-        assert_eq!(write_bst(reg, 2, false).1, false);
+        assert!(!write_bst(reg, 2, false).1);
         // Round 2: LBSY 1, everyone writes 0.
         for (i, ppe) in [3, 0, 1].into_iter().enumerate() {
             let (next, flipped) = write_bst(reg, ppe, false);

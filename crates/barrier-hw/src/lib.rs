@@ -543,7 +543,7 @@ impl DeviceMap {
                 self.dma_base
             ));
         }
-        if self.dma_base % FLAG_BYTES != 0 {
+        if !self.dma_base.is_multiple_of(FLAG_BYTES) {
             return err(format!("DMA memory at {:#x} is not aligned to {FLAG_BYTES}-byte flag lines", self.dma_base));
         }
         let dma_end = self.dma_base + (self.max_groups * self.max_members) as u64 * FLAG_BYTES;
