@@ -202,19 +202,25 @@ impl Shared {
             for slot in 0..node::MAILBOX_SLOTS {
                 let state = self.mmio.flag(self.layout.slot_state(slot));
                 match state.load() {
-                    node::state::POSTED if !self.caller_alive(slot) => {
-                        state.compare_swap(node::state::POSTED, node::state::FREE, false);
-                    }
-                    // Taken, unless the caller withdrew it after its timeout.
+                    // Take it first (unless the caller withdrew it): its arguments cannot
+                    // change after that, so the caller check below reads the real ones.
                     node::state::POSTED
                         if state.compare_swap(node::state::POSTED, node::state::SERVING, false)
                             == node::state::POSTED =>
                     {
-                        changed |= self.answer(slot);
-                        taken.push(slot);
+                        if self.caller_alive(slot) {
+                            changed |= self.answer(slot);
+                            taken.push(slot);
+                        } else {
+                            // A request of a process that is gone: nobody waits for it.
+                            state.signal(node::state::FREE, false);
+                        }
                     }
-                    // An answer nobody will read: its caller is gone.
-                    node::state::DONE if !self.caller_alive(slot) => state.signal(node::state::FREE, false),
+                    // An answer nobody will read: its caller is gone. Only this agent makes
+                    // DONE, so the compare-and-swap cannot free a slot a new caller claimed.
+                    node::state::DONE if !self.caller_alive(slot) => {
+                        state.compare_swap(node::state::DONE, node::state::FREE, false);
+                    }
                     _ => {}
                 }
             }
@@ -226,7 +232,11 @@ impl Shared {
             // Answers go out after the tree is current: a caller that reads sysfs next sees
             // its own change.
             for slot in taken {
-                self.mmio.flag(self.layout.slot_state(slot)).signal(node::state::DONE, true);
+                let state = self.mmio.flag(self.layout.slot_state(slot));
+                if state.compare_swap(node::state::SERVING, node::state::DONE, true) == node::state::ABANDONED {
+                    tracing::warn!(slot, "emulated A64FX node: a caller stopped waiting for its answer");
+                    state.signal(node::state::FREE, false);
+                }
             }
             let _ = nap.wait(doorbell, seen + 1, &Unwatched);
         }

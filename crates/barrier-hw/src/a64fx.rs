@@ -320,8 +320,8 @@ pub mod node {
 
     /// MAGIC of an emulated node ("A64FXHWB").
     pub const MAGIC: u64 = u64::from_le_bytes(*b"A64FXHWB");
-    /// Layout version.
-    pub const VERSION: u64 = 1;
+    /// Layout version (2: the caller's pid in every request, the SERVING and ABANDONED states).
+    pub const VERSION: u64 = 2;
     /// Header words.
     pub const H_MAGIC: u64 = 0;
     /// Layout version word.
@@ -352,6 +352,9 @@ pub mod node {
         pub const SERVING: u64 = 3;
         /// Answered; the caller reads the answer and frees the slot.
         pub const DONE: u64 = 4;
+        /// The caller stopped waiting for a request the agent had taken (SERVING →
+        /// ABANDONED); the agent frees the slot when it finishes instead of answering.
+        pub const ABANDONED: u64 = 5;
     }
 
     /// Driver calls (the ioctls, plus open).

@@ -133,8 +133,23 @@ pub fn bound_cpu() -> Option<usize> {
     if let Some(cpu) = BOUND_CPU.with(|b| b.get()) {
         return Some(cpu);
     }
-    match affinity_cores()[..] {
-        [one] => Some(one),
+    affinity_one()
+}
+
+/// The one CPU the calling thread's affinity mask names; `None` when it names several, or the
+/// mask cannot be read.
+pub fn affinity_one() -> Option<usize> {
+    // SAFETY: cpu_set_t is plain data; zeroed is its empty value.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: pid 0 is the calling thread; the pointer and size describe `set`.
+    let rc = unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    if rc != 0 {
+        return None;
+    }
+    // SAFETY: CPU_ISSET reads one bit inside `set`.
+    let mut cpus = (0..libc::CPU_SETSIZE as usize).filter(|&c| unsafe { libc::CPU_ISSET(c, &set) });
+    match (cpus.next(), cpus.next()) {
+        (Some(one), None) => Some(one),
         _ => None,
     }
 }

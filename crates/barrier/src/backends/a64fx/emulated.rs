@@ -6,9 +6,11 @@
 //!   pid into the entry; the entry (and the blades allocated through it) belong to this open.
 //!   The node frees a dead opener's blades and windows once its lock is gone, as the real
 //!   driver does when the process's last fd closes.
-//! * **Driver calls**: claim a free mailbox slot (FREE → CLAIMED), write the arguments and the
-//!   calling thread's CPU, post it (→ POSTED) and ring the doorbell; the agent answers
-//!   (→ DONE), the caller reads the answer and frees the slot.
+//! * **Driver calls**: claim a free mailbox slot (FREE → CLAIMED), write the arguments, the
+//!   calling thread's CPU and this process's pid, post it (→ POSTED) and ring the doorbell;
+//!   the agent takes it (→ SERVING) and answers (→ DONE), the caller reads the answer and
+//!   frees the slot. A call not taken in time is withdrawn (POSTED → FREE, racing the agent's
+//!   compare-and-swap), so it either never runs or its answer is read.
 //! * **Windows**: the hardware's part runs in the writer's context, as on the chip: a BST write
 //!   is one compare-and-swap of the blade's register word by [`barrier_hw::a64fx::write_bst`];
 //!   the write that flips LBSY also counts the flip in the blade's flips flag and wakes
@@ -109,13 +111,21 @@ impl EmulatedDriver {
         self.mmio.flag(l.doorbell()).bump(true);
         if waiter.wait(state, node::state::DONE, &Unwatched).is_err() {
             // Withdraw the request if the agent has not taken it: then it never runs.
-            if state.compare_swap(node::state::POSTED, node::state::FREE, false) == node::state::POSTED {
-                return Err(errno::EFAULT);
-            }
-            // Taken: it runs, and its effect (a blade, a window) must be known to the caller,
-            // so wait for the answer. An agent that never answers leaves the slot taken.
-            if waiter.wait(state, node::state::DONE, &Unwatched).is_err() {
-                return Err(errno::EFAULT);
+            match state.compare_swap(node::state::POSTED, node::state::FREE, false) {
+                node::state::POSTED => return Err(errno::EFAULT),
+                // Taken: it runs, and its effect (a blade, a window) must be known to the
+                // caller, so wait for the answer once more.
+                node::state::SERVING | node::state::DONE => {
+                    if waiter.wait(state, node::state::DONE, &Unwatched).is_err()
+                        && state.compare_swap(node::state::SERVING, node::state::ABANDONED, false)
+                            == node::state::SERVING
+                    {
+                        // The agent frees the slot when it finishes; the call's effect is lost.
+                        return Err(errno::EFAULT);
+                    }
+                }
+                // Not ours any more (the agent judged this process gone): touch nothing.
+                _ => return Err(errno::EFAULT),
             }
         }
         let get = |at: u64| self.mmio.word(args + at).load(Ordering::Relaxed);

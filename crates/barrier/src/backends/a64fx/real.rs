@@ -92,10 +92,7 @@ impl Driver for RealDriver {
     fn caller_cpu(&self) -> Option<usize> {
         // The driver takes the PE from where the thread runs: only a real affinity of exactly
         // one CPU makes that the CPU the blade's mask names.
-        match crate::sys::affinity_cores()[..] {
-            [one] => Some(one),
-            _ => None,
-        }
+        crate::sys::affinity_one()
     }
 
     fn pe_info(&self) -> Result<(u8, u8), Errno> {
