@@ -273,6 +273,20 @@ pub fn run_interleave(iters: u64, chunk: u64) -> Result<(), String> {
     Ok(())
 }
 
+/// `iters` barriers on `comm` in timed batches of `batch` (ns per barrier for each batch); the
+/// first error ends the timing and is returned.
+fn timed_barriers(comm: &barrier::Communicator, iters: u64, batch: u64) -> Result<Vec<f64>, barrier::Error> {
+    let mut err = None;
+    let samples = timed_batches(iters, batch, || {
+        if err.is_none() {
+            if let Err(e) = comm.barrier() {
+                err = Some(e);
+            }
+        }
+    });
+    err.map_or(Ok(samples), Err)
+}
+
 /// The body of one rank of a backend measurement (the hidden `bench-rank` subcommand).
 pub fn rank_main(iters: u64, batch: u64) -> Result<(), barrier::Error> {
     let uni = barrier::init()?;
@@ -281,18 +295,8 @@ pub fn rank_main(iters: u64, batch: u64) -> Result<(), barrier::Error> {
     for _ in 0..warmup {
         world.barrier()?;
     }
-    let mut err = None;
     let network_before = world.network_ops();
-    let samples = timed_batches(iters, batch, || {
-        if err.is_none() {
-            if let Err(e) = world.barrier() {
-                err = Some(e);
-            }
-        }
-    });
-    if let Some(e) = err {
-        return Err(e);
-    }
+    let samples = timed_barriers(world, iters, batch)?;
     let network = world.network_ops() - network_before;
     // Everyone finishes timing before anyone exits.
     world.barrier()?;
@@ -503,17 +507,7 @@ pub fn measure_a64fx(
             for _ in 0..warmup {
                 world.barrier()?;
             }
-            let mut err = None;
-            let samples = timed_batches(iters, batch, || {
-                if err.is_none() {
-                    if let Err(e) = world.barrier() {
-                        err = Some(e);
-                    }
-                }
-            });
-            if let Some(e) = err {
-                return Err(e);
-            }
+            let samples = timed_barriers(&world, iters, batch)?;
             world.barrier()?;
             Ok((world.backend().to_string(), world.algorithm(), samples))
         })
