@@ -94,17 +94,22 @@ pub fn pin_to_core(core: usize) -> io::Result<()> {
 
 /// The cores in this thread's affinity mask, in order.
 pub fn affinity_cores() -> Vec<usize> {
+    affinity_mask().map_or_else(|| vec![0], |set| cpus_in(&set).collect())
+}
+
+/// The calling thread's affinity mask, if it can be read.
+fn affinity_mask() -> Option<libc::cpu_set_t> {
     // SAFETY: cpu_set_t is plain data; zeroed is its empty value.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     // SAFETY: pid 0 is the calling thread; the pointer and size describe `set`.
     let rc = unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
-    if rc != 0 {
-        return vec![0];
-    }
-    (0..libc::CPU_SETSIZE as usize)
-        // SAFETY: CPU_ISSET reads one bit inside `set`.
-        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
-        .collect()
+    (rc == 0).then_some(set)
+}
+
+/// The CPUs in `set`, in order.
+fn cpus_in(set: &libc::cpu_set_t) -> impl Iterator<Item = usize> + '_ {
+    // SAFETY: CPU_ISSET reads one bit inside `set`.
+    (0..libc::CPU_SETSIZE as usize).filter(move |&c| unsafe { libc::CPU_ISSET(c, set) })
 }
 
 thread_local! {
@@ -139,15 +144,8 @@ pub fn bound_cpu() -> Option<usize> {
 /// The one CPU the calling thread's affinity mask names; `None` when it names several, or the
 /// mask cannot be read.
 pub fn affinity_one() -> Option<usize> {
-    // SAFETY: cpu_set_t is plain data; zeroed is its empty value.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: pid 0 is the calling thread; the pointer and size describe `set`.
-    let rc = unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
-    if rc != 0 {
-        return None;
-    }
-    // SAFETY: CPU_ISSET reads one bit inside `set`.
-    let mut cpus = (0..libc::CPU_SETSIZE as usize).filter(|&c| unsafe { libc::CPU_ISSET(c, &set) });
+    let set = affinity_mask()?;
+    let mut cpus = cpus_in(&set);
     match (cpus.next(), cpus.next()) {
         (Some(one), None) => Some(one),
         _ => None,

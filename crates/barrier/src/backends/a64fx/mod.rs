@@ -49,14 +49,14 @@
 //!
 //! # What is tested without hardware
 //!
-//! Everything but [`real`]'s register access and ioctls runs in CI against the emulated node
+//! Everything but `real.rs`'s register access and ioctls runs in CI against the emulated node
 //! (`barrier_emu::a64fx`), which serves the same driver calls with the real driver's checks and
-//! error codes and implements the blade rule in the writer's context. [`real`] is small,
+//! error codes and implements the blade rule in the writer's context. `real.rs` is small,
 //! compile-gated to aarch64 for the registers, and untested on an A64FX.
 
 mod driver;
 mod emulated;
-pub mod real;
+mod real;
 mod sysfs;
 
 use std::path::PathBuf;
@@ -265,10 +265,15 @@ fn enable(ctx: &EnableContext<'_>) -> Result<A64fxModule, Decline> {
     } else {
         None
     };
-    let where_ =
-        format!("blade {bb} of CMG {}, window {} of PE {}, {}", me.cmg, assignment.number, me.ppe, dev.driver.describe());
+    tracing::debug!(
+        "a64fx: rank {} on blade {bb} of CMG {}, window {} of PE {}, {}",
+        q.rank,
+        me.cmg,
+        assignment.number,
+        me.ppe,
+        dev.driver.describe()
+    );
     Ok(A64fxModule {
-        where_,
         spans: cmgs > 1,
         leaders,
         phase: Phase::Done,
@@ -333,7 +338,6 @@ pub struct A64fxModule {
     /// The leader's share of its CMG's blade (dropped after the window: see `driver`).
     _allocation: Option<BladeHold>,
     algorithm: String,
-    where_: String,
 }
 
 impl A64fxModule {
@@ -432,12 +436,5 @@ impl Module for A64fxModule {
                 Phase::Done => return Ok(Poll::Ready),
             }
         }
-    }
-}
-
-impl A64fxModule {
-    /// Where this rank's barrier runs, for reports ("blade 2 of CMG 1, window 0 of PE 3, ...").
-    pub fn placement(&self) -> &str {
-        &self.where_
     }
 }
