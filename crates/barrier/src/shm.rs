@@ -250,29 +250,48 @@ impl Segment {
     pub fn from_fd(fd: RawFd) -> Result<Arc<Self>> {
         const NOT_A_RANK: &str = "a process started by a rank inherits its BARRIER_* environment but not \
              the job; only the processes `barrier run` starts are ranks";
+        Self::map_checked(fd, &format!("BARRIER_SHM_FD={fd}"), NOT_A_RANK)
+    }
+
+    /// Maps the segment that process `pid` holds open as descriptor `fd` (a segment made by
+    /// [`Segment::create_for_job`], already unlinked): how ranks that were not started by one
+    /// launcher (MPI ranks of one node) share the segment one of them made. Opens
+    /// `/proc/<pid>/fd/<fd>`, which needs the same user as `pid`; the mapping outlives the
+    /// descriptor, which is closed before this returns.
+    pub fn open_from_process(pid: u32, fd: RawFd) -> Result<Arc<Self>> {
+        let path = format!("/proc/{pid}/fd/{fd}");
+        let file = std::fs::OpenOptions::new().read(true).write(true).open(&path).map_err(|e| {
+            Error::io(format!("opening the node's shared segment through {path} (held by process {pid})"), e)
+        })?;
+        Self::map_checked(
+            file.as_raw_fd(),
+            &path,
+            "the process that made the node's segment must run as the same user on the same machine",
+        )
+    }
+
+    fn map_checked(fd: RawFd, what: &str, hint: &str) -> Result<Arc<Self>> {
         let len = sys::fd_len(fd).map_err(|e| {
             if e.raw_os_error() == Some(libc::EBADF) {
-                Error::Bootstrap(format!("BARRIER_SHM_FD={fd} is not an open descriptor in this process ({NOT_A_RANK})"))
+                Error::Bootstrap(format!("{what} is not an open descriptor in this process ({hint})"))
             } else {
-                Error::io(format!("fstat of BARRIER_SHM_FD={fd}"), e)
+                Error::io(format!("fstat of {what}"), e)
             }
         })?;
         if len < HEADER_BYTES {
-            return Err(Error::Bootstrap(format!(
-                "BARRIER_SHM_FD={fd} is {len} bytes, too small for a job segment ({NOT_A_RANK})"
-            )));
+            return Err(Error::Bootstrap(format!("{what} is {len} bytes, too small for a job segment ({hint})")));
         }
-        let map = Mapping::map_fd(fd, len).map_err(|e| Error::io(format!("mapping BARRIER_SHM_FD={fd}"), e))?;
+        let map = Mapping::map_fd(fd, len).map_err(|e| Error::io(format!("mapping {what}"), e))?;
         let seg = Segment { map, fd: None };
         if seg.header().magic.load(Ordering::Acquire) != MAGIC {
-            return Err(Error::Bootstrap(format!("BARRIER_SHM_FD={fd} is not a barrier job segment ({NOT_A_RANK})")));
+            return Err(Error::Bootstrap(format!("{what} is not a barrier job segment ({hint})")));
         }
         let version = seg.header().version.load(Ordering::Relaxed);
         if version != LAYOUT_VERSION {
             return Err(Error::Bootstrap(format!(
-                "the launcher made a job segment of layout version {version}, but this program's barrier \
-                 library expects version {LAYOUT_VERSION}; rebuild the program and the `barrier` command from \
-                 the same release"
+                "{what} is a job segment of layout version {version}, but this program's barrier library \
+                 expects version {LAYOUT_VERSION}; rebuild every program of the job (and the `barrier` command) \
+                 from the same release"
             )));
         }
         Ok(Arc::new(seg))

@@ -123,6 +123,19 @@ fn pool_bytes(params: &Params) -> Result<usize> {
 }
 
 impl Universe {
+    /// Joins a job whose segment this process already mapped, as rank `rank` (collective over
+    /// the segment's ranks): how a bootstrap other than the launcher brings ranks together.
+    /// `barrier-mpi` makes one segment per node and communicator through MPI
+    /// ([`Segment::create_for_job`] on one rank, [`Segment::open_from_process`] on the others)
+    /// and joins each rank here.
+    pub fn join(seg: Arc<Segment>, rank: usize, params: Params) -> Result<Universe> {
+        let size = seg.shape().world_size;
+        if rank >= size {
+            return Err(Error::InvalidArgument(format!("rank {rank} joins a job segment of {size} ranks")));
+        }
+        Universe::attach(seg, rank, params)
+    }
+
     fn attach(seg: Arc<Segment>, rank: usize, params: Params) -> Result<Self> {
         seg.join(rank)?;
         let size = seg.shape().world_size;

@@ -1,0 +1,143 @@
+//! A barrier communicator on MPI_COMM_WORLD, checked: every rank publishes its arrival count in
+//! memory shared by the ranks of its machine (`MPI_Win_allocate_shared`), and after every
+//! barrier reads every other count: a count below the barrier's number means a rank was let
+//! through before everyone arrived. Then the same on a split communicator (even and odd ranks).
+//!
+//! ```sh
+//! cargo build --release -p barrier-mpi --features mpi --example mpi_barrier
+//! mpirun -np 4 target/release/examples/mpi_barrier 2000
+//! BARRIER_MPI_NODE_BLOCK=2 mpirun -np 4 target/release/examples/mpi_barrier 2000
+//! ```
+
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use barrier_mpi::mpi::ffi;
+use barrier_mpi::mpi::traits::Communicator as _;
+use barrier_mpi::Communicator;
+
+/// The arrival counts of the ranks of this machine, in one shared window.
+struct Counts {
+    win: ffi::MPI_Win,
+    /// This machine's ranks' counters, by rank on the machine.
+    words: Vec<*const AtomicU64>,
+    me: usize,
+}
+
+impl Counts {
+    fn new(machine: &impl barrier_mpi::mpi::topology::Communicator) -> Counts {
+        let n = machine.size() as usize;
+        let me = machine.rank() as usize;
+        // SAFETY: MPI_Win_allocate_shared gives every rank 8 bytes (aligned, zeroed below) that
+        // the ranks of `machine` can all map; MPI_Win_shared_query returns each rank's address.
+        unsafe {
+            let mut base: *mut c_void = std::ptr::null_mut();
+            let mut win: ffi::MPI_Win = std::mem::zeroed();
+            ffi::MPI_Win_allocate_shared(8, 8, ffi::RSMPI_INFO_NULL, machine.as_raw(), (&mut base as *mut *mut c_void).cast(), &mut win);
+            (*(base as *const AtomicU64)).store(0, Ordering::SeqCst);
+            let words = (0..n)
+                .map(|r| {
+                    let (mut size, mut unit): (ffi::MPI_Aint, i32) = (0, 0);
+                    let mut ptr: *mut c_void = std::ptr::null_mut();
+                    ffi::MPI_Win_shared_query(win, r as i32, &mut size, &mut unit, (&mut ptr as *mut *mut c_void).cast());
+                    ptr as *const AtomicU64
+                })
+                .collect();
+            ffi::MPI_Win_lock_all(0, win);
+            ffi::PMPI_Barrier(machine.as_raw());
+            Counts { win, words, me }
+        }
+    }
+
+    fn publish(&self, count: u64) {
+        // SAFETY: the window lives until `drop`; the word is this rank's own.
+        unsafe { (*self.words[self.me]).store(count, Ordering::Release) }
+    }
+
+    /// Every count must be `count` or `count + 1` after barrier `count` (a faster rank may have
+    /// published its next arrival, never more).
+    fn check(&self, count: u64, what: &str) {
+        for (r, &w) in self.words.iter().enumerate() {
+            // SAFETY: as in `publish`.
+            let seen = unsafe { (*w).load(Ordering::Acquire) };
+            if seen < count || seen > count + 1 {
+                eprintln!(
+                    "mpi_barrier: FAILED on {what}: after barrier {count}, machine rank {r} has arrived {seen} times"
+                );
+                std::process::exit(1);
+            }
+        }
+    }
+}
+
+impl Drop for Counts {
+    fn drop(&mut self) {
+        // SAFETY: the window was locked in `new`; freed once.
+        unsafe {
+            ffi::MPI_Win_unlock_all(self.win);
+            ffi::MPI_Win_free(&mut self.win);
+        }
+    }
+}
+
+/// Runs `iters` checked barriers on `comm`; ranks not in `comm` publish nothing, so the counts
+/// belong to one communicator at a time (`base` is the count before the first barrier).
+fn run(comm: &Communicator, counts: &Counts, iters: u64, base: u64, what: &str) {
+    let seed = (comm.rank() as u64 + 1) * 0x9e37_79b9_7f4a_7c15;
+    for i in 1..=iters {
+        // Now and then a rank is late: the others must wait for it.
+        let h = (seed ^ i).wrapping_mul(0xbf58_476d_1ce4_e5b9) >> 58;
+        if h == 0 {
+            std::thread::sleep(std::time::Duration::from_micros(50 + (seed % 200)));
+        }
+        counts.publish(base + i);
+        if let Err(e) = comm.barrier() {
+            eprintln!("mpi_barrier: rank {}: barrier {i} on {what} failed: {e}", comm.rank());
+            std::process::exit(1);
+        }
+        counts.check(base + i, what);
+    }
+}
+
+fn main() {
+    let iters: u64 = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(1000);
+    let universe = barrier_mpi::mpi::initialize().expect("MPI_Init");
+    let world = universe.world();
+    let comm = Communicator::new(&world).unwrap_or_else(|e| {
+        eprintln!("mpi_barrier: rank {}: {e}", world.rank());
+        std::process::exit(2);
+    });
+    if comm.rank() == 0 {
+        println!("mpi_barrier: {} ranks, {} nodes: {}", comm.size(), comm.num_nodes(), comm.describe());
+    }
+    let machine = world.split_shared(world.rank());
+    // All ranks of this check must be on one machine (they are under one mpirun here).
+    let counts = Counts::new(&machine);
+    run(&comm, &counts, iters, 0, "MPI_COMM_WORLD");
+
+    // A split communicator: even and odd ranks, each with its own barrier communicator. The
+    // counts of the other half stay put, so only this half's are checked.
+    let half = world.split_by_color(barrier_mpi::mpi::topology::Color::with_value(world.rank() % 2)).expect("a color");
+    let sub = Communicator::new(&half).unwrap_or_else(|e| {
+        eprintln!("mpi_barrier: rank {}: {e}", world.rank());
+        std::process::exit(2);
+    });
+    let sub_counts = Counts::new(&half.split_shared(half.rank()));
+    run(&sub, &sub_counts, iters / 2, 0, "a split communicator");
+    drop(sub);
+    drop(sub_counts);
+
+    comm.barrier().expect("final barrier");
+    println!(
+        "mpi_barrier: rank {} of {}: {} checked barriers on {} (node {} of {}, {} network messages)",
+        comm.rank(),
+        comm.size(),
+        iters + iters / 2,
+        comm.backend(),
+        comm.node(),
+        comm.num_nodes(),
+        comm.network_ops()
+    );
+    drop(comm);
+    drop(counts);
+}

@@ -1,0 +1,444 @@
+//! A barrier communicator made from an MPI communicator. See the crate docs for the protocol.
+
+use std::cell::Cell;
+use std::fmt;
+use std::time::Duration;
+
+use barrier::params::ParamInfo;
+use barrier::shm::{JobShape, Segment};
+use barrier::{Error, Params, Result, Universe};
+
+use crate::internode::Internode;
+use crate::raw::{self, Comm};
+
+/// The name of the last backend of the chain: `MPI_Barrier` itself.
+pub const MPI_BACKEND: &str = "mpi";
+/// The name reported for shared memory inside nodes and MPI between them.
+pub const HIERARCHICAL: &str = "hierarchical";
+
+/// Parameters of this crate (beside the core's, which `barrier info` lists).
+pub fn mpi_params() -> Vec<ParamInfo> {
+    use barrier::params::ParamKind;
+    vec![
+        ParamInfo::new(
+            "BARRIER_MPI_NODE_BLOCK",
+            "0",
+            "Pretend that every K consecutive MPI_COMM_WORLD ranks of a machine are one node, so the internode \
+             path (MPI between node roots) runs on one machine. 0: nodes are the machines \
+             (MPI_COMM_TYPE_SHARED).",
+        )
+        .kind(ParamKind::Int { min: 0, max: i32::MAX as i64 }),
+    ]
+}
+
+/// What runs a communicator's barriers.
+enum Path {
+    /// One node: the node's own barrier (the core selector's choice among its backends).
+    Node(Universe),
+    /// Several nodes: the node's barrier, then the roots' dissemination over MPI, then the
+    /// node's barrier again.
+    Hierarchical { node: Universe, internode: Option<Internode> },
+    /// `PMPI_Barrier` on a private copy of the communicator.
+    Mpi,
+}
+
+/// One rank's barrier communicator over an MPI communicator.
+///
+/// Made collectively from any intracommunicator ([`Communicator::new`]); [`barrier`]
+/// (`Communicator::barrier`) is collective over the same ranks. Like an MPI communicator, one
+/// thread drives it at a time (it is `Send`, not `Sync`).
+pub struct Communicator {
+    path: Path,
+    /// A private duplicate of the MPI communicator (for the fallback and for nothing the
+    /// application sees).
+    comm: Comm,
+    rank: usize,
+    size: usize,
+    node: usize,
+    nodes: usize,
+    local_rank: usize,
+    local_size: usize,
+    epoch: Cell<u64>,
+    /// Why this path, and what the others said.
+    detail: String,
+}
+
+// SAFETY: the MPI handles are plain handles MPI lets any thread use (at the thread level the
+// application initialized MPI with); the node's communicator is itself `Send`.
+unsafe impl Send for Communicator {}
+
+impl fmt::Debug for Communicator {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Communicator")
+            .field("rank", &self.rank)
+            .field("size", &self.size)
+            .field("backend", &self.backend())
+            .field("nodes", &self.nodes)
+            .finish()
+    }
+}
+
+/// The settings every rank must agree on, as rank 0 has them.
+struct Agreed {
+    node_block: usize,
+    mpi_only: bool,
+    may_fall_back: bool,
+    timeout: Option<Duration>,
+}
+
+/// A failed set-up step, and which world rank it failed on.
+struct Failure {
+    world_rank: usize,
+    error: Error,
+}
+
+impl Communicator {
+    /// A barrier communicator over the ranks of `comm` (collective over them).
+    pub fn new<C: mpi::topology::Communicator>(comm: &C) -> Result<Self> {
+        // SAFETY: rsmpi's communicators hold valid handles while they live, and MPI is
+        // initialized while any of them exists.
+        unsafe { Self::from_raw(comm.as_raw(), Params::from_env()) }
+    }
+
+    /// [`Communicator::new`] from a raw handle, with explicit parameters.
+    ///
+    /// # Safety
+    /// `comm` must be a valid MPI communicator handle of this process, MPI must be initialized,
+    /// and every rank of `comm` must make this call (it is collective).
+    pub unsafe fn from_raw(comm: Comm, params: Params) -> Result<Self> {
+        if !raw::mpi_active() {
+            return Err(Error::InvalidArgument(
+                "MPI is not initialized (or already finalized): make barrier communicators between MPI_Init and \
+                 MPI_Finalize"
+                    .into(),
+            ));
+        }
+        if raw::is_inter(comm)? {
+            return Err(Error::InvalidArgument(
+                "an intercommunicator has two groups and no barrier of ours; use MPI_Barrier on it".into(),
+            ));
+        }
+        let own = raw::dup(comm)?;
+        let rank = raw::rank(own)?;
+        let size = raw::size(own)?;
+        let world_rank = raw::rank(raw::comm_world())?;
+        let mut me = Communicator {
+            path: Path::Mpi,
+            comm: own,
+            rank,
+            size,
+            node: rank,
+            nodes: size,
+            local_rank: 0,
+            local_size: 1,
+            epoch: Cell::new(0),
+            detail: String::new(),
+        };
+        let agreed = me.agree_settings(&params, world_rank)?;
+        if agreed.mpi_only {
+            me.detail = "BARRIER_BACKEND=mpi".into();
+            return Ok(me);
+        }
+        match me.build(&params, &agreed, world_rank) {
+            Ok(()) => Ok(me),
+            Err(f) if agreed.may_fall_back => {
+                me.path = Path::Mpi;
+                me.detail = if f.world_rank == world_rank {
+                    format!("fell back to MPI_Barrier: {}", f.error)
+                } else {
+                    format!("fell back to MPI_Barrier: world rank {} failed: {}", f.world_rank, f.error)
+                };
+                Ok(me)
+            }
+            Err(f) => Err(f.error),
+        }
+    }
+
+    /// Checks every setting on every rank and agrees on the verdict and on rank 0's values.
+    fn agree_settings(&self, params: &Params, world_rank: usize) -> Result<Agreed> {
+        let mut known = barrier::params::all_params();
+        known.extend(mpi_params());
+        let core = node_params(params);
+        let local_bad = known.iter().enumerate().find_map(|(i, info)| {
+            // BARRIER_BACKEND may also name `mpi` here: checked on its own below.
+            let checked = if info.name == "BARRIER_BACKEND" { check_backend_list(params) } else { core.check(info) };
+            checked.err().map(|e| (i, e))
+        });
+        let node_block = params.parse("BARRIER_MPI_NODE_BLOCK", 0usize, "").unwrap_or(0);
+        let list = backend_list(params);
+        let mpi_only = list.first().is_some_and(|b| b == MPI_BACKEND);
+        let may_fall_back = list.is_empty() || list.iter().any(|b| b == MPI_BACKEND);
+        let timeout = params.duration("BARRIER_TIMEOUT").ok().flatten();
+        let words = [
+            local_bad.as_ref().map_or(0, |(i, _)| *i as u64 + 1),
+            node_block as u64,
+            u64::from(mpi_only),
+            u64::from(may_fall_back),
+            timeout.map_or(0, |t| t.as_micros().clamp(1, u64::MAX as u128) as u64),
+            world_rank as u64,
+        ];
+        let all = raw::allgather(self.comm, &words)?;
+        if let Some((_, e)) = local_bad {
+            return Err(e);
+        }
+        if let Some(w) = all.iter().find(|w| w[0] != 0) {
+            return Err(Error::PeerInvalidParam {
+                world_rank: w[5] as usize,
+                name: known.get(w[0] as usize - 1).map_or_else(String::new, |p| p.name.clone()),
+            });
+        }
+        let r0 = &all[0];
+        Ok(Agreed {
+            node_block: r0[1] as usize,
+            mpi_only: r0[2] != 0,
+            may_fall_back: r0[3] != 0,
+            timeout: (r0[4] > 0).then(|| Duration::from_micros(r0[4])),
+        })
+    }
+
+    /// Every step that can fail on one rank is agreed before the next: a failure anywhere fails
+    /// the build on every rank, with the first failing world rank named.
+    fn build(&mut self, params: &Params, agreed: &Agreed, world_rank: usize) -> std::result::Result<(), Failure> {
+        let local = |error: Error| Failure { world_rank, error };
+        // Node topology: the machine's ranks, cut into blocks of BARRIER_MPI_NODE_BLOCK.
+        let mut machine = raw::split_shared(self.comm, self.rank).map_err(local)?;
+        let machine_size = raw::size(machine).map_err(local)?;
+        let mut mask = affinity_mask();
+        raw::allreduce_or(machine, &mut mask).map_err(local)?;
+        let cores = mask.iter().map(|w| w.count_ones() as usize).sum::<usize>().max(1);
+        let color = if agreed.node_block > 0 { world_rank / agreed.node_block } else { 0 };
+        let split = raw::split(machine, Some(color as u32), self.rank);
+        raw::free(&mut machine);
+        let mut node_comm = split.map_err(local)?.expect("a defined color gets a communicator");
+        let result = self.build_on_node(node_comm, params, agreed, world_rank, machine_size, cores);
+        raw::free(&mut node_comm);
+        result
+    }
+
+    fn build_on_node(
+        &mut self,
+        node_comm: Comm,
+        params: &Params,
+        agreed: &Agreed,
+        world_rank: usize,
+        machine_size: usize,
+        cores: usize,
+    ) -> std::result::Result<(), Failure> {
+        let local = |error: Error| Failure { world_rank, error };
+        self.local_rank = raw::rank(node_comm).map_err(local)?;
+        self.local_size = raw::size(node_comm).map_err(local)?;
+        let leader = self.local_rank == 0;
+        let mut roots = raw::split(self.comm, leader.then_some(0), self.rank).map_err(local)?;
+        let mut place = [0u64; 2];
+        if let Some(r) = roots {
+            place = [raw::size(r).map_err(local)? as u64, raw::rank(r).map_err(local)? as u64];
+        }
+        raw::broadcast(node_comm, 0, &mut place).map_err(local)?;
+        (self.nodes, self.node) = (place[0] as usize, place[1] as usize);
+
+        // The node's segment: made (and unlinked at once) by the node's first rank, mapped by
+        // the others through that process's descriptor.
+        let shape = JobShape { world_size: self.local_size, nodes: 1, ranks_on_machine: machine_size, cores };
+        let pool = params.parse("BARRIER_SHM_POOL_BYTES", barrier::shm::DEFAULT_POOL_BYTES, "").unwrap_or_default();
+        let mut offer = [0u64; 3];
+        let mut made = None;
+        if leader {
+            match Segment::create_for_job(shape, pool) {
+                Ok(seg) => {
+                    offer = [1, u64::from(std::process::id()), seg.raw_fd().unwrap_or(-1) as u64];
+                    made = Some(Ok(seg));
+                }
+                Err(e) => made = Some(Err(e)),
+            }
+        }
+        raw::broadcast(node_comm, 0, &mut offer).map_err(local)?;
+        let seg = match made {
+            Some(m) => m,
+            None if offer[0] == 1 => Segment::open_from_process(offer[1] as u32, offer[2] as i32),
+            None => Err(Error::Bootstrap("the node's first rank could not make the node's shared segment".into())),
+        };
+        let seg = self.agree(seg, world_rank, "map the node's shared segment")?;
+
+        let node = self.agree(Universe::join(seg, self.local_rank, node_params(params)), world_rank, "join the node")?;
+        let internode = match roots {
+            Some(r) if self.nodes > 1 => Some(Internode::new(r, machine_size > cores, agreed.timeout)),
+            _ => None,
+        };
+        if let Some(r) = roots.as_mut() {
+            raw::free(r);
+        }
+        let internode = self.agree(internode.transpose(), world_rank, "set up the internode phase over MPI")?;
+        let node_backend = node.world().backend();
+        if self.nodes > 1 {
+            self.detail = format!(
+                "{} nodes: intranode {} ({} over shared memory, {} ranks on this node), internode dissemination \
+                 over mpi-p2p among the node roots",
+                self.nodes,
+                node_backend,
+                node.world().algorithm(),
+                self.local_size
+            );
+            self.path = Path::Hierarchical { node, internode };
+        } else {
+            self.detail = format!(
+                "one node of {} ranks: {} ({}) over shared memory; declined or not needed:{}",
+                self.local_size,
+                node_backend,
+                node.world().algorithm(),
+                declined(node.world().selection())
+            );
+            self.path = Path::Node(node);
+        }
+        Ok(())
+    }
+
+    /// Agrees on a local outcome: every rank gets `Ok` only if every rank had it; otherwise
+    /// every rank gets the failure of the lowest failing world rank.
+    fn agree<T>(&self, outcome: Result<T>, world_rank: usize, what: &str) -> std::result::Result<T, Failure> {
+        let mine = if outcome.is_ok() { u64::MAX } else { world_rank as u64 };
+        let first = raw::allgather(self.comm, &[mine])
+            .map_err(|error| Failure { world_rank, error })?
+            .iter()
+            .map(|w| w[0])
+            .min()
+            .unwrap_or(u64::MAX);
+        match outcome {
+            Ok(v) if first == u64::MAX => Ok(v),
+            Ok(_) => Err(Failure {
+                world_rank: first as usize,
+                error: Error::Bootstrap(format!("world rank {first} could not {what} (its own error says why)")),
+            }),
+            Err(error) => Err(Failure { world_rank, error }),
+        }
+    }
+
+    /// Waits until every rank of the communicator has called it (MPI_Barrier).
+    pub fn barrier(&self) -> Result<()> {
+        match &self.path {
+            Path::Node(node) => node.world().barrier(),
+            Path::Hierarchical { node, internode } => {
+                let world = node.world();
+                world.barrier()?;
+                if let Some(inter) = internode {
+                    let epoch = self.epoch.get() + 1;
+                    self.epoch.set(epoch);
+                    inter.barrier(epoch)?;
+                }
+                world.barrier()
+            }
+            Path::Mpi => raw::barrier(self.comm),
+        }
+    }
+
+    /// This rank in the communicator.
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// Ranks in the communicator.
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    /// The backend in use: the node's backend on one node (`dissemination`, `switch`, …),
+    /// `hierarchical` across nodes, `mpi` for `MPI_Barrier`.
+    pub fn backend(&self) -> &str {
+        match &self.path {
+            Path::Node(node) => node.world().backend().0,
+            Path::Hierarchical { .. } => HIERARCHICAL,
+            Path::Mpi => MPI_BACKEND,
+        }
+    }
+
+    /// How the backend was chosen, in one line: what runs inside and between nodes, or why
+    /// the communicator fell back to `MPI_Barrier`.
+    pub fn describe(&self) -> String {
+        format!("{}: {}", self.backend(), self.detail)
+    }
+
+    /// This rank's node (its index among the nodes of the communicator).
+    pub fn node(&self) -> usize {
+        self.node
+    }
+
+    /// Nodes among the ranks (machines, or blocks of `BARRIER_MPI_NODE_BLOCK`).
+    pub fn num_nodes(&self) -> usize {
+        self.nodes
+    }
+
+    /// This rank's index on its node.
+    pub fn local_rank(&self) -> usize {
+        self.local_rank
+    }
+
+    /// Ranks on this rank's node.
+    pub fn local_size(&self) -> usize {
+        self.local_size
+    }
+
+    /// Messages this rank sent to other nodes for barriers so far (node roots only).
+    pub fn network_ops(&self) -> u64 {
+        match &self.path {
+            Path::Hierarchical { internode: Some(i), .. } => i.fabric().network_ops(),
+            _ => 0,
+        }
+    }
+}
+
+impl Drop for Communicator {
+    fn drop(&mut self) {
+        // The node's communicator and the transport go first (they record their departure in
+        // the node's segment and free their own MPI resources), then the private duplicate.
+        self.path = Path::Mpi;
+        raw::free(&mut self.comm);
+    }
+}
+
+/// The core parameters for the node's own communicator: `BARRIER_BACKEND` without the names
+/// that only exist at this level (`mpi`, `hierarchical`: the node is one node).
+fn node_params(params: &Params) -> Params {
+    let list: Vec<String> =
+        backend_list(params).into_iter().filter(|b| b != MPI_BACKEND && b != HIERARCHICAL).collect();
+    params.clone().set("BARRIER_BACKEND", list.join(","))
+}
+
+fn backend_list(params: &Params) -> Vec<String> {
+    params
+        .get("BARRIER_BACKEND")
+        .map(|v| v.split(',').map(|b| b.trim().to_ascii_lowercase()).filter(|b| !b.is_empty()).collect())
+        .unwrap_or_default()
+}
+
+fn check_backend_list(params: &Params) -> Result<()> {
+    let known: Vec<&str> =
+        barrier::backends().iter().map(|b| b.name()).chain(std::iter::once(MPI_BACKEND)).collect();
+    for name in backend_list(params) {
+        if !known.contains(&name.as_str()) {
+            return Err(Error::UnknownBackend { name, known: known.join(", ") });
+        }
+    }
+    Ok(())
+}
+
+fn declined(selection: &barrier::Selection) -> String {
+    let mut out = String::new();
+    for c in selection.candidates.iter().filter(|c| c.name != selection.backend) {
+        out.push_str(&format!(" {} ({});", c.name, c.outcome));
+    }
+    out.pop();
+    if out.is_empty() {
+        out.push_str(" none");
+    }
+    out
+}
+
+/// This process's CPU affinity as a bit mask of 1,024 CPUs.
+fn affinity_mask() -> [u64; 16] {
+    let mut mask = [0u64; 16];
+    for cpu in barrier::sys::affinity_cores() {
+        if let Some(w) = mask.get_mut(cpu / 64) {
+            *w |= 1 << (cpu % 64);
+        }
+    }
+    mask
+}

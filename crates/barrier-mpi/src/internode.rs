@@ -1,0 +1,135 @@
+//! The internode phase: dissemination among the node roots over the MPI transport.
+//!
+//! ⌈log2 R⌉ rounds for R nodes: in round `r`, root `j` puts the epoch into round-`r` slot of
+//! root `(j + 2^r) mod R` and waits until its own round-`r` slot reaches the epoch, making MPI
+//! progress (the transport's) while it waits. Slots only grow, so nothing is reset between
+//! barriers. Each root registers its row of slots and the roots exchange the handles once, when
+//! the communicator is created; every put goes through the transport the [`Fabric`] ranks first
+//! for that peer (across nodes: MPI).
+//!
+//! The wait spins while this machine has a core per rank and yields otherwise; it never
+//! parks (a message only lands while this rank calls MPI). Past `BARRIER_TIMEOUT` it fails
+//! naming the node root it waited for.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use barrier::transport::{Fabric, MemHandle, Peer, Signal, Transport};
+use barrier::{Error, Result};
+
+use crate::raw::{self, Comm};
+use crate::transport::MpiTransport;
+
+/// Waits between looks at the clock.
+const CHECK_EVERY: u32 = 256;
+
+/// One root's state of the roots' dissemination.
+#[derive(Debug)]
+pub(crate) struct Internode {
+    /// The partner's slot per round. Declared before the transport: signals hold it too.
+    outbox: Vec<Signal>,
+    transport: Arc<MpiTransport>,
+    fabric: Fabric,
+    /// World rank of the root that signals this root's slot in each round.
+    senders: Vec<usize>,
+    /// This root's index (its node) and the number of nodes.
+    index: usize,
+    nodes: usize,
+    /// Yield between polls (more ranks than cores on this machine).
+    yield_between: bool,
+    timeout: Option<Duration>,
+}
+
+impl Internode {
+    /// Sets up the dissemination (collective over `roots`, the communicator of the node roots).
+    pub(crate) fn new(roots: Comm, yield_between: bool, timeout: Option<Duration>) -> Result<Self> {
+        let index = raw::rank(roots)?;
+        let nodes = raw::size(roots)?;
+        let world = raw::world_ranks(roots)?;
+        let rounds = barrier::rounds(nodes);
+        let transport = Arc::new(MpiTransport::new(roots, rounds, timeout)?);
+        let me = Peer { world_rank: world[index], node: index };
+        let fabric = Fabric::new(me, vec![transport.clone() as Arc<dyn Transport>]);
+        let mine = fabric.register(transport.inbox());
+        let words = mine.as_ref().map_or([u64::MAX, 0], |h| h.to_words());
+        let all = raw::allgather(roots, &words)?;
+        let outbox: Result<Vec<Signal>> = match mine {
+            Err(e) => Err(e),
+            Ok(_) => (0..rounds)
+                .map(|r| {
+                    let partner = (index + (1 << r)) % nodes;
+                    if all[partner][0] == u64::MAX {
+                        return Err(Error::Transport(format!("node root {} could not register its slots", partner)));
+                    }
+                    let handle = MemHandle::from_words([all[partner][0], all[partner][1]]);
+                    fabric.signal_to(Peer { world_rank: world[partner], node: partner }, handle, r)
+                })
+                .collect(),
+        };
+        // Agreed: a root that cannot reach its partners must not leave the others waiting.
+        if !raw::all_agree(roots, outbox.is_ok())? {
+            return Err(outbox.err().unwrap_or_else(|| {
+                Error::Transport("another node root could not reach its dissemination partners over MPI".into())
+            }));
+        }
+        let senders = (0..rounds).map(|r| world[(index + nodes - (1 << r) % nodes) % nodes]).collect();
+        Ok(Internode { outbox: outbox?, transport, fabric, senders, index, nodes, yield_between, timeout })
+    }
+
+    /// The fabric (for its ranking and counters).
+    pub(crate) fn fabric(&self) -> &Fabric {
+        &self.fabric
+    }
+
+    /// Runs the dissemination for `epoch`.
+    pub(crate) fn barrier(&self, epoch: u64) -> Result<()> {
+        let inbox = self.transport.inbox();
+        for (round, out) in self.outbox.iter().enumerate() {
+            out.signal(epoch, false)?;
+            let slot = &inbox[round];
+            let mut polls: u32 = 0;
+            let mut start = None;
+            loop {
+                self.transport.try_progress()?;
+                if slot.reached(epoch) {
+                    break;
+                }
+                polls = polls.wrapping_add(1);
+                if self.yield_between {
+                    std::thread::yield_now();
+                } else {
+                    std::hint::spin_loop();
+                }
+                if polls % CHECK_EVERY == 0 {
+                    let t0 = *start.get_or_insert_with(Instant::now);
+                    if let Some(limit) = self.timeout.filter(|&l| t0.elapsed() >= l) {
+                        return Err(self.timed_out(epoch, round, t0.elapsed().max(limit)));
+                    }
+                    if polls % (CHECK_EVERY * 64) == 0 {
+                        // Long waits: let MPI make progress for the application too.
+                        std::thread::yield_now();
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    #[cold]
+    fn timed_out(&self, epoch: u64, round: usize, waited: Duration) -> Error {
+        let sender = self.senders[round];
+        Error::Timeout {
+            rank: self.index,
+            world_rank: self.fabric.me().world_rank,
+            size: self.nodes,
+            epoch,
+            during: format!(
+                "the internode phase of barrier {epoch} (round {round}, waiting for the node root at world rank \
+                 {sender}: its node, or a rank on it, has not arrived)"
+            ),
+            waited,
+            missing: vec![(self.index + self.nodes - (1 << round) % self.nodes) % self.nodes],
+            missing_world: vec![sender],
+        }
+    }
+}

@@ -1,0 +1,55 @@
+//! # barrier-mpi
+//!
+//! Barrier communicators over MPI (Open MPI or MPICH, through rsmpi): shared memory inside a
+//! node, MPI between nodes, and `MPI_Barrier` itself when nothing better can serve. The
+//! `barrier-pmpi` interposer gives the same to unmodified MPI programs.
+//!
+//! Everything here needs the `mpi` feature (and an MPI library, libclang and pkg-config to
+//! build); without it the crate is empty, so the workspace builds on machines without MPI.
+//!
+//! ## Making a communicator (collective over the MPI communicator's ranks)
+//!
+//! 1. **Settings, agreed.** Every rank checks every `BARRIER_*` setting it has; the verdicts
+//!    and rank 0's values of the settings that must match (`BARRIER_MPI_NODE_BLOCK`,
+//!    `BARRIER_BACKEND`, `BARRIER_TIMEOUT`) are exchanged in one `MPI_Allgather`. A bad value
+//!    anywhere fails the call on every rank, naming the rank and the setting.
+//! 2. **Nodes.** `MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)` finds the ranks of each machine;
+//!    with `BARRIER_MPI_NODE_BLOCK=K` every K consecutive world ranks of a machine are one node,
+//!    so the internode path runs on one machine. The first rank of each node is its root.
+//! 3. **The node's segment.** The node's first rank creates a shared segment (0600, exclusive,
+//!    unlinked at once: nothing is ever left in `/dev/shm`, whatever dies); the others map it
+//!    through that process's descriptor (`/proc/<pid>/fd/<n>`) while it is alive. Whether every
+//!    rank mapped it is agreed.
+//! 4. **The node's communicator.** Each rank joins the node's segment as a core
+//!    [`barrier::Universe`]: the core selector picks the node's backend (dissemination on shared
+//!    memory, or a barrier device), with its own agreement inside the node. Agreed across nodes.
+//! 5. **The internode phase.** With more than one node, the roots set up dissemination over the
+//!    [MPI transport](transport) (point-to-point messages on a private communicator, ranked
+//!    below shared memory). Agreed.
+//!
+//! Any step that fails on any rank makes every rank fall back together to the `mpi` backend
+//! (`PMPI_Barrier` on a private duplicate), with the reason in [`Communicator::describe`],
+//! unless `BARRIER_BACKEND` names backends without `mpi`: then it fails on every rank.
+//!
+//! ## A barrier
+//!
+//! One node: the node's barrier. Several nodes (`hierarchical`): the node's barrier (every
+//! rank of the node has arrived), the roots' dissemination over MPI, the node's barrier again
+//! (the root releases its node). `mpi`: `PMPI_Barrier`.
+//!
+//! Every MPI call of this crate goes to a `PMPI_` entry point, so neither the interposer nor a
+//! profiler sees the library's own traffic.
+
+#[cfg(feature = "mpi")]
+mod comm;
+#[cfg(feature = "mpi")]
+mod internode;
+#[cfg(feature = "mpi")]
+pub mod raw;
+#[cfg(feature = "mpi")]
+pub mod transport;
+
+#[cfg(feature = "mpi")]
+pub use comm::{mpi_params, Communicator, HIERARCHICAL, MPI_BACKEND};
+#[cfg(feature = "mpi")]
+pub use mpi;

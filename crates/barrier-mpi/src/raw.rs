@@ -1,0 +1,295 @@
+//! The MPI calls this crate makes, each checked and turned into a [`barrier::Error`].
+//!
+//! Every call goes to the `PMPI_` entry point: the interposer (`barrier-pmpi`) replaces
+//! `MPI_Barrier` and `MPI_Finalize`, and profiling tools replace any `MPI_` name, so the
+//! library's own traffic must neither re-enter the interposer nor show up in a profile of the
+//! application.
+
+use std::ffi::c_int;
+
+use barrier::{Error, Result};
+use mpi::ffi;
+
+/// An MPI communicator handle (`MPI_Comm`).
+pub type Comm = ffi::MPI_Comm;
+
+/// A raw request handle (`MPI_Request`).
+pub(crate) type Request = ffi::MPI_Request;
+
+/// `MPI_SUCCESS` (0 in every implementation).
+const SUCCESS: c_int = 0;
+
+/// MPI's text for an error code.
+pub(crate) fn error_string(code: c_int) -> String {
+    let mut buf = vec![0u8; 1024];
+    let mut len: c_int = 0;
+    // SAFETY: the buffer holds MPI_MAX_ERROR_STRING (256 in Open MPI, 1024 in MPICH) bytes.
+    let rc = unsafe { ffi::PMPI_Error_string(code, buf.as_mut_ptr().cast(), &mut len) };
+    if rc != SUCCESS {
+        return format!("MPI error code {code}");
+    }
+    buf.truncate(len.clamp(0, 1024) as usize);
+    String::from_utf8_lossy(&buf).into_owned()
+}
+
+/// `Ok` for `MPI_SUCCESS`, else the error naming the call.
+pub(crate) fn check(rc: c_int, call: &str) -> Result<()> {
+    if rc == SUCCESS {
+        Ok(())
+    } else {
+        Err(Error::Transport(format!("{call} failed: {}", error_string(rc))))
+    }
+}
+
+/// `MPI_COMM_WORLD`.
+pub fn comm_world() -> Comm {
+    // SAFETY: a constant handle that rsmpi's C shim exports; reading it has no side effect.
+    unsafe { ffi::RSMPI_COMM_WORLD }
+}
+
+/// `MPI_COMM_NULL`.
+pub fn comm_null() -> Comm {
+    // SAFETY: as for `comm_world`.
+    unsafe { ffi::RSMPI_COMM_NULL }
+}
+
+fn undefined() -> c_int {
+    // SAFETY: as for `comm_world`.
+    unsafe { ffi::RSMPI_UNDEFINED }
+}
+
+fn uint64() -> ffi::MPI_Datatype {
+    // SAFETY: as for `comm_world`.
+    unsafe { ffi::RSMPI_UINT64_T }
+}
+
+/// Whether `MPI_Init` has been called and `MPI_Finalize` has not.
+pub fn mpi_active() -> bool {
+    let (mut init, mut fini) = (0, 0);
+    // SAFETY: both may be called at any time, before MPI_Init and after MPI_Finalize included.
+    unsafe {
+        ffi::PMPI_Initialized(&mut init);
+        ffi::PMPI_Finalized(&mut fini);
+    }
+    init != 0 && fini == 0
+}
+
+/// This process's rank in `comm`.
+pub(crate) fn rank(comm: Comm) -> Result<usize> {
+    let mut r: c_int = 0;
+    // SAFETY: `comm` is a valid communicator (callers hold it) and `r` is writable.
+    check(unsafe { ffi::PMPI_Comm_rank(comm, &mut r) }, "MPI_Comm_rank")?;
+    Ok(r as usize)
+}
+
+/// The number of ranks in `comm`.
+pub(crate) fn size(comm: Comm) -> Result<usize> {
+    let mut s: c_int = 0;
+    // SAFETY: as for `rank`.
+    check(unsafe { ffi::PMPI_Comm_size(comm, &mut s) }, "MPI_Comm_size")?;
+    Ok(s as usize)
+}
+
+/// Whether `comm` is an intercommunicator (two groups: no barrier of ours).
+pub(crate) fn is_inter(comm: Comm) -> Result<bool> {
+    let mut flag: c_int = 0;
+    // SAFETY: as for `rank`.
+    check(unsafe { ffi::PMPI_Comm_test_inter(comm, &mut flag) }, "MPI_Comm_test_inter")?;
+    Ok(flag != 0)
+}
+
+/// A private copy of `comm`: our messages never match the application's.
+pub(crate) fn dup(comm: Comm) -> Result<Comm> {
+    let mut out = comm_null();
+    // SAFETY: as for `rank`; `out` receives the new handle.
+    check(unsafe { ffi::PMPI_Comm_dup(comm, &mut out) }, "MPI_Comm_dup")?;
+    Ok(out)
+}
+
+/// `MPI_Comm_split`; `None` as color is `MPI_UNDEFINED` (and gets no communicator).
+pub(crate) fn split(comm: Comm, color: Option<u32>, key: usize) -> Result<Option<Comm>> {
+    let mut out = comm_null();
+    let color = color.map_or(undefined(), |c| c as c_int);
+    // SAFETY: as for `rank`.
+    check(unsafe { ffi::PMPI_Comm_split(comm, color, key as c_int, &mut out) }, "MPI_Comm_split")?;
+    Ok((out != comm_null()).then_some(out))
+}
+
+/// The ranks of `comm` that can share memory with this one (`MPI_COMM_TYPE_SHARED`).
+pub(crate) fn split_shared(comm: Comm, key: usize) -> Result<Comm> {
+    let mut out = comm_null();
+    // SAFETY: as for `rank`; the constants come from rsmpi's C shim.
+    check(
+        unsafe {
+            ffi::PMPI_Comm_split_type(comm, ffi::RSMPI_COMM_TYPE_SHARED, key as c_int, ffi::RSMPI_INFO_NULL, &mut out)
+        },
+        "MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)",
+    )?;
+    Ok(out)
+}
+
+/// Frees a communicator this crate made; nothing once MPI is finalized.
+pub(crate) fn free(comm: &mut Comm) {
+    if *comm == comm_null() || !mpi_active() {
+        return;
+    }
+    // SAFETY: `comm` was made by `dup`/`split` and is freed once (the caller gives up its copy).
+    let rc = unsafe { ffi::PMPI_Comm_free(comm) };
+    if rc != SUCCESS {
+        tracing::warn!(error = %error_string(rc), "MPI_Comm_free of a barrier communicator failed");
+    }
+}
+
+/// `PMPI_Barrier`.
+pub(crate) fn barrier(comm: Comm) -> Result<()> {
+    // SAFETY: as for `rank`.
+    check(unsafe { ffi::PMPI_Barrier(comm) }, "MPI_Barrier")
+}
+
+/// Every rank's `words` (all ranks pass the same count), by rank.
+pub(crate) fn allgather(comm: Comm, words: &[u64]) -> Result<Vec<Vec<u64>>> {
+    let n = size(comm)?;
+    let k = words.len();
+    let mut all = vec![0u64; n * k];
+    // SAFETY: `words` holds k u64 and `all` n*k, as the counts and datatype say.
+    check(
+        unsafe {
+            ffi::PMPI_Allgather(
+                words.as_ptr().cast(),
+                k as c_int,
+                uint64(),
+                all.as_mut_ptr().cast(),
+                k as c_int,
+                uint64(),
+                comm,
+            )
+        },
+        "MPI_Allgather",
+    )?;
+    Ok(all.chunks(k.max(1)).map(<[u64]>::to_vec).take(n).collect())
+}
+
+/// Bitwise or of every rank's `words`, in place.
+pub(crate) fn allreduce_or(comm: Comm, words: &mut [u64]) -> Result<()> {
+    let send = words.to_vec();
+    // SAFETY: both buffers hold words.len() u64.
+    check(
+        unsafe {
+            ffi::PMPI_Allreduce(
+                send.as_ptr().cast(),
+                words.as_mut_ptr().cast(),
+                words.len() as c_int,
+                uint64(),
+                ffi::RSMPI_BOR,
+                comm,
+            )
+        },
+        "MPI_Allreduce",
+    )
+}
+
+/// Whether `ok` holds on every rank of `comm` (collective): how every local decision is agreed.
+pub(crate) fn all_agree(comm: Comm, ok: bool) -> Result<bool> {
+    let mut word = [u64::from(!ok)];
+    allreduce_or(comm, &mut word)?;
+    Ok(word[0] == 0)
+}
+
+/// Root's `words` on every rank.
+pub(crate) fn broadcast(comm: Comm, root: usize, words: &mut [u64]) -> Result<()> {
+    // SAFETY: `words` holds words.len() u64 on every rank.
+    check(
+        unsafe { ffi::PMPI_Bcast(words.as_mut_ptr().cast(), words.len() as c_int, uint64(), root as c_int, comm) },
+        "MPI_Bcast",
+    )
+}
+
+/// The `MPI_COMM_WORLD` rank of every rank of `comm`.
+pub(crate) fn world_ranks(comm: Comm) -> Result<Vec<usize>> {
+    let n = size(comm)?;
+    // SAFETY: MPI_Group is a handle (a pointer or an integer): all-zero is a valid placeholder,
+    // overwritten by MPI_Comm_group before any use.
+    let (mut group, mut world_group): (ffi::MPI_Group, ffi::MPI_Group) = unsafe { std::mem::zeroed() };
+    let ranks: Vec<c_int> = (0..n as c_int).collect();
+    let mut out = vec![0 as c_int; n];
+    // SAFETY: the groups are written by MPI before use and freed below; the rank arrays hold n.
+    unsafe {
+        check(ffi::PMPI_Comm_group(comm, &mut group), "MPI_Comm_group")?;
+        check(ffi::PMPI_Comm_group(comm_world(), &mut world_group), "MPI_Comm_group")?;
+        let rc = ffi::PMPI_Group_translate_ranks(group, n as c_int, ranks.as_ptr(), world_group, out.as_mut_ptr());
+        ffi::PMPI_Group_free(&mut group);
+        ffi::PMPI_Group_free(&mut world_group);
+        check(rc, "MPI_Group_translate_ranks")?;
+    }
+    Ok(out.into_iter().map(|r| r.max(0) as usize).collect())
+}
+
+/// Posts a receive of `buf.len()` u64 from any rank with `tag`.
+pub(crate) fn irecv_any(comm: Comm, buf: &mut [u64], tag: c_int) -> Result<Request> {
+    let mut req = request_null();
+    // SAFETY: `buf` stays valid and unmoved until the request completes or is cancelled (the
+    // caller keeps it in a box beside the request).
+    check(
+        unsafe {
+            ffi::PMPI_Irecv(
+                buf.as_mut_ptr().cast(),
+                buf.len() as c_int,
+                uint64(),
+                ffi::RSMPI_ANY_SOURCE,
+                tag,
+                comm,
+                &mut req,
+            )
+        },
+        "MPI_Irecv",
+    )?;
+    Ok(req)
+}
+
+/// Starts a send of `buf` to `dest` with `tag`.
+pub(crate) fn isend(comm: Comm, buf: &[u64], dest: usize, tag: c_int) -> Result<Request> {
+    let mut req = request_null();
+    // SAFETY: as for `irecv_any`: the caller keeps `buf` until the request completes.
+    check(
+        unsafe { ffi::PMPI_Isend(buf.as_ptr().cast(), buf.len() as c_int, uint64(), dest as c_int, tag, comm, &mut req) },
+        "MPI_Isend",
+    )?;
+    Ok(req)
+}
+
+/// `MPI_REQUEST_NULL`.
+pub(crate) fn request_null() -> Request {
+    // SAFETY: as for `comm_world`.
+    unsafe { ffi::RSMPI_REQUEST_NULL }
+}
+
+/// Whether the request completed (it is then freed and set to `MPI_REQUEST_NULL`).
+pub(crate) fn test(req: &mut Request) -> Result<bool> {
+    let mut flag: c_int = 0;
+    // SAFETY: `req` is an active request (or MPI_REQUEST_NULL, which tests complete).
+    check(unsafe { ffi::PMPI_Test(req, &mut flag, ffi::RSMPI_STATUS_IGNORE) }, "MPI_Test")?;
+    Ok(flag != 0)
+}
+
+/// Cancels a pending receive and waits for the cancellation.
+pub(crate) fn cancel(req: &mut Request) {
+    if *req == request_null() || !mpi_active() {
+        return;
+    }
+    // SAFETY: `req` is an active receive; after MPI_Wait it is MPI_REQUEST_NULL.
+    unsafe {
+        ffi::PMPI_Cancel(req);
+        ffi::PMPI_Wait(req, ffi::RSMPI_STATUS_IGNORE);
+    }
+}
+
+/// Lets a send finish on its own: the request is freed, the message still goes.
+pub(crate) fn release(req: &mut Request) {
+    if *req == request_null() || !mpi_active() {
+        return;
+    }
+    // SAFETY: `req` is an active request; MPI_Request_free sets it to MPI_REQUEST_NULL.
+    unsafe {
+        ffi::PMPI_Request_free(req);
+    }
+}

@@ -1,0 +1,1 @@
+//! PMPI interposer (filled below).
