@@ -20,7 +20,7 @@ pub(crate) type Request = ffi::MPI_Request;
 const SUCCESS: c_int = 0;
 
 /// MPI's text for an error code.
-pub(crate) fn error_string(code: c_int) -> String {
+pub fn error_string(code: c_int) -> String {
     let mut buf = vec![0u8; 1024];
     let mut len: c_int = 0;
     // SAFETY: the buffer holds MPI_MAX_ERROR_STRING (256 in Open MPI, 1024 in MPICH) bytes.
@@ -75,7 +75,7 @@ pub fn mpi_active() -> bool {
 }
 
 /// This process's rank in `comm`.
-pub(crate) fn rank(comm: Comm) -> Result<usize> {
+pub fn rank(comm: Comm) -> Result<usize> {
     let mut r: c_int = 0;
     // SAFETY: `comm` is a valid communicator (callers hold it) and `r` is writable.
     check(unsafe { ffi::PMPI_Comm_rank(comm, &mut r) }, "MPI_Comm_rank")?;
@@ -83,7 +83,7 @@ pub(crate) fn rank(comm: Comm) -> Result<usize> {
 }
 
 /// The number of ranks in `comm`.
-pub(crate) fn size(comm: Comm) -> Result<usize> {
+pub fn size(comm: Comm) -> Result<usize> {
     let mut s: c_int = 0;
     // SAFETY: as for `rank`.
     check(unsafe { ffi::PMPI_Comm_size(comm, &mut s) }, "MPI_Comm_size")?;
@@ -91,7 +91,7 @@ pub(crate) fn size(comm: Comm) -> Result<usize> {
 }
 
 /// Whether `comm` is an intercommunicator (two groups: no barrier of ours).
-pub(crate) fn is_inter(comm: Comm) -> Result<bool> {
+pub fn is_inter(comm: Comm) -> Result<bool> {
     let mut flag: c_int = 0;
     // SAFETY: as for `rank`.
     check(unsafe { ffi::PMPI_Comm_test_inter(comm, &mut flag) }, "MPI_Comm_test_inter")?;

@@ -1,0 +1,318 @@
+//! The intercepted entry points and the per-communicator cache. See the crate docs.
+
+use std::ffi::{c_int, c_void};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
+
+use barrier::{Error, Params};
+use barrier_mpi::mpi::ffi::{self, MPI_Comm};
+use barrier_mpi::raw;
+use barrier_mpi::Communicator;
+
+/// `MPI_SUCCESS`.
+const SUCCESS: c_int = 0;
+
+/// What a communicator got on its first `MPI_Barrier`.
+enum Entry {
+    /// Our barrier.
+    Served(Communicator),
+    /// `PMPI_Barrier`, and why.
+    Declined,
+}
+
+/// A communicator handle that may sit in a static.
+#[derive(Clone, Copy, PartialEq)]
+struct Handle(MPI_Comm);
+// SAFETY: an MPI handle is a plain value (a pointer or an integer) that MPI lets any thread use.
+unsafe impl Send for Handle {}
+
+/// Communicators that carry our attribute, for `MPI_Finalize` to clear.
+static CACHED: Mutex<Vec<Handle>> = Mutex::new(Vec::new());
+/// Our attribute key, made on the first barrier.
+static KEYVAL: OnceLock<c_int> = OnceLock::new();
+
+/// Set by our `MPI_Finalize`: barriers after it are MPI's (and erroneous).
+static FINALIZED: AtomicBool = AtomicBool::new(false);
+/// Bumped whenever an entry is deleted: a thread's remembered lookup is valid only while this
+/// has not moved (a freed handle may come back as a new communicator).
+static GENERATION: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    /// This thread's last lookup: the handle, its entry, and the generation it was made in.
+    /// Saves the attribute lookup (about 15 ns in Open MPI) on the barrier path.
+    static LAST: Cell<(usize, *const Entry, u64)> = const { Cell::new((0, std::ptr::null(), u64::MAX)) };
+}
+
+/// A handle as a number, for the thread's remembered lookup (pointers in Open MPI, integers in
+/// MPICH).
+fn handle_key(comm: MPI_Comm) -> usize {
+    // SAFETY: MPI_Comm is a plain handle of at most a pointer's size (a pointer or a C int);
+    // the bytes are only compared, never used as a handle.
+    let mut key = [0u8; std::mem::size_of::<usize>()];
+    let n = std::mem::size_of::<MPI_Comm>().min(key.len());
+    unsafe { std::ptr::copy_nonoverlapping((&comm as *const MPI_Comm).cast::<u8>(), key.as_mut_ptr(), n) };
+    usize::from_ne_bytes(key)
+}
+
+fn cached() -> std::sync::MutexGuard<'static, Vec<Handle>> {
+    CACHED.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Never copies our attribute to a duplicate: a duplicate gets its own on its first barrier.
+unsafe extern "C" fn copy_attr(
+    _old: MPI_Comm,
+    _keyval: c_int,
+    _extra: *mut c_void,
+    _value_in: *mut c_void,
+    _value_out: *mut c_void,
+    flag: *mut c_int,
+) -> c_int {
+    // SAFETY: MPI passes a valid flag pointer.
+    unsafe { *flag = 0 };
+    SUCCESS
+}
+
+/// Frees the entry when the communicator goes (MPI_Comm_free, or our MPI_Finalize).
+unsafe extern "C" fn delete_attr(comm: MPI_Comm, _keyval: c_int, value: *mut c_void, _extra: *mut c_void) -> c_int {
+    cached().retain(|h| *h != Handle(comm));
+    // Every thread's remembered lookup is stale from here on.
+    GENERATION.fetch_add(1, Ordering::SeqCst);
+    if !value.is_null() {
+        // SAFETY: the value was made by Box::into_raw in `entry_for` and is deleted once (MPI
+        // calls the callback once per attribute).
+        let entry = unsafe { Box::from_raw(value as *mut Entry) };
+        if catch_unwind(AssertUnwindSafe(|| drop(entry))).is_err() {
+            return ffi_err_other();
+        }
+    }
+    SUCCESS
+}
+
+fn ffi_err_other() -> c_int {
+    // MPI_ERR_OTHER is 16 in Open MPI and 15 in MPICH; rsmpi does not export it, and the only
+    // use is a return code after the error has been printed.
+    16
+}
+
+fn keyval() -> Option<c_int> {
+    if let Some(&k) = KEYVAL.get() {
+        return Some(k);
+    }
+    let mut k: c_int = 0;
+    // SAFETY: both callbacks have the signatures MPI expects; `k` receives the key.
+    let rc = unsafe {
+        ffi::PMPI_Comm_create_keyval(Some(copy_attr), Some(delete_attr), &mut k, std::ptr::null_mut())
+    };
+    if rc != SUCCESS {
+        barrier::sys::say(&format!(
+            "barrier: cannot create an MPI attribute key ({}); MPI_Barrier stays MPI's",
+            raw::error_string(rc)
+        ));
+        return None;
+    }
+    // Two threads racing here make two keys; one is used, which is harmless.
+    Some(*KEYVAL.get_or_init(|| k))
+}
+
+/// The cached entry of `comm`, made (collectively) on its first barrier.
+fn entry_for(comm: MPI_Comm, key: c_int) -> Option<&'static Entry> {
+    let mut value: *mut c_void = std::ptr::null_mut();
+    let mut flag: c_int = 0;
+    // SAFETY: MPI writes the attribute's value (a pointer) into `value` if it is set.
+    let rc = unsafe { ffi::PMPI_Comm_get_attr(comm, key, (&mut value as *mut *mut c_void).cast(), &mut flag) };
+    if rc != SUCCESS {
+        return None; // Not a communicator we can use: PMPI_Barrier reports it.
+    }
+    if flag != 0 {
+        // SAFETY: set below from Box::into_raw; it lives until the attribute is deleted, which
+        // cannot happen during a barrier on the same communicator.
+        return Some(unsafe { &*(value as *const Entry) });
+    }
+    let entry = Box::into_raw(Box::new(make_entry(comm)));
+    // SAFETY: the attribute now owns the box; `delete_attr` frees it.
+    let rc = unsafe { ffi::PMPI_Comm_set_attr(comm, key, entry.cast()) };
+    if rc != SUCCESS {
+        // SAFETY: not stored: still ours to free.
+        drop(unsafe { Box::from_raw(entry) });
+        return None;
+    }
+    cached().push(Handle(comm));
+    // SAFETY: as above.
+    Some(unsafe { &*entry })
+}
+
+fn make_entry(comm: MPI_Comm) -> Entry {
+    let params = Params::from_env();
+    let verbose = params.flag("BARRIER_VERBOSE").unwrap_or(false);
+    let rank = raw::rank(comm).unwrap_or(0);
+    let size = raw::size(comm).unwrap_or(0);
+    let made = match raw::is_inter(comm) {
+        Ok(true) => Err(None),
+        // SAFETY: MPI is active (checked by the caller) and `comm` is the application's valid
+        // intracommunicator; every rank makes this call in its first MPI_Barrier on it.
+        _ => unsafe { Communicator::from_raw(comm, params) }.map_err(Some),
+    };
+    match made {
+        Ok(c) => {
+            if verbose && rank == 0 {
+                barrier::sys::say(&format!("barrier: MPI_Barrier on a communicator of {size} ranks: {}", c.describe()));
+            }
+            Entry::Served(c)
+        }
+        Err(None) => {
+            if verbose && rank == 0 {
+                barrier::sys::say("barrier: MPI_Barrier on an intercommunicator: PMPI_Barrier (not ours)");
+            }
+            Entry::Declined
+        }
+        Err(Some(e)) => {
+            // Agreed: every rank declines. The rank whose own setting is bad says which; rank 0
+            // says what happens.
+            let own = !matches!(e, Error::PeerInvalidParam { .. });
+            if own || rank == 0 {
+                barrier::sys::say(&format!(
+                    "barrier: MPI_Barrier on a communicator of {size} ranks falls back to PMPI_Barrier on every \
+                     rank (rank {rank}): {e}"
+                ));
+            }
+            Entry::Declined
+        }
+    }
+}
+
+fn barrier(comm: MPI_Comm) -> c_int {
+    let pass = || {
+        // SAFETY: the application's handle, as it gave it to MPI_Barrier.
+        unsafe { ffi::PMPI_Barrier(comm) }
+    };
+    let key_of_comm = handle_key(comm);
+    let generation = GENERATION.load(Ordering::Acquire);
+    let (last_comm, last_entry, last_generation) = LAST.with(Cell::get);
+    let entry = if last_comm == key_of_comm && last_generation == generation {
+        // SAFETY: remembered from `entry_for` in this generation: the entry is still alive.
+        Some(unsafe { &*last_entry })
+    } else {
+        if comm == raw::comm_null() || FINALIZED.load(Ordering::Relaxed) || !raw::mpi_active() {
+            return pass();
+        }
+        let Some(key) = keyval() else { return pass() };
+        let entry = entry_for(comm, key);
+        if let Some(e) = entry {
+            LAST.with(|l| l.set((key_of_comm, e as *const Entry, generation)));
+        }
+        entry
+    };
+    match entry {
+        Some(Entry::Served(c)) => match c.barrier() {
+            Ok(()) => SUCCESS,
+            Err(e) => {
+                barrier::sys::say(&format!("barrier: MPI_Barrier failed on rank {}: {e}", c.rank()));
+                let code = ffi_err_other();
+                // SAFETY: raises the error through the application's error handler for `comm`.
+                unsafe { ffi::PMPI_Comm_call_errhandler(comm, code) };
+                code
+            }
+        },
+        Some(Entry::Declined) | None => pass(),
+    }
+}
+
+/// Drops every cached communicator (their attributes), then the key.
+fn teardown() {
+    let Some(&key) = KEYVAL.get() else { return };
+    let comms: Vec<Handle> = cached().clone();
+    for Handle(comm) in comms {
+        // SAFETY: every handle here carries our attribute (freed communicators were removed by
+        // `delete_attr`); deleting it runs `delete_attr`.
+        unsafe { ffi::PMPI_Comm_delete_attr(comm, key) };
+    }
+    let mut key = key;
+    // SAFETY: the key is ours; MPI keeps it valid until no attribute uses it.
+    unsafe { ffi::PMPI_Comm_free_keyval(&mut key) };
+}
+
+fn guarded(what: &str, f: impl FnOnce() -> c_int) -> c_int {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|_| {
+        barrier::sys::say(&format!("barrier: internal error (panic) in the {what} interposer; aborting the job"));
+        // SAFETY: MPI_Abort on MPI_COMM_WORLD ends the job; it does not return.
+        unsafe { ffi::PMPI_Abort(raw::comm_world(), 70) }
+    })
+}
+
+/// `MPI_Barrier`: ours, or `PMPI_Barrier` where we decline.
+#[no_mangle]
+pub extern "C" fn MPI_Barrier(comm: MPI_Comm) -> c_int {
+    guarded("MPI_Barrier", || barrier(comm))
+}
+
+/// `MPI_Finalize`: our communicators go first, then MPI.
+#[no_mangle]
+pub extern "C" fn MPI_Finalize() -> c_int {
+    guarded("MPI_Finalize", || {
+        if raw::mpi_active() {
+            teardown();
+        }
+        FINALIZED.store(true, Ordering::SeqCst);
+        GENERATION.fetch_add(1, Ordering::SeqCst);
+        // SAFETY: the application's own call, passed on.
+        unsafe { ffi::PMPI_Finalize() }
+    })
+}
+
+/// The Fortran barrier: converts the handle and comes here.
+///
+/// # Safety
+/// `comm` points to a Fortran communicator handle; `ierr` is null or writable.
+unsafe fn fortran_barrier(comm: *const ffi::RSMPI_Fint, ierr: *mut ffi::RSMPI_Fint) {
+    // SAFETY: the caller's contract.
+    let rc = MPI_Barrier(unsafe { ffi::RSMPI_Comm_f2c(*comm) });
+    if !ierr.is_null() {
+        // SAFETY: the caller's contract.
+        unsafe { *ierr = rc };
+    }
+}
+
+/// # Safety
+/// `ierr` is null or writable.
+unsafe fn fortran_finalize(ierr: *mut ffi::RSMPI_Fint) {
+    let rc = MPI_Finalize();
+    if !ierr.is_null() {
+        // SAFETY: the caller's contract.
+        unsafe { *ierr = rc };
+    }
+}
+
+macro_rules! fortran_entries {
+    ($($barrier:ident),* ; $($finalize:ident),*) => {
+        $(
+            /// Fortran `MPI_BARRIER(COMM, IERROR)` (one of the compilers' name manglings).
+            ///
+            /// # Safety
+            /// Called from Fortran: `comm` points to an `INTEGER` handle, `ierr` to an `INTEGER`
+            /// (or is null: the `mpi_f08` binding's optional `ierror`).
+            #[no_mangle]
+            pub unsafe extern "C" fn $barrier(comm: *const ffi::RSMPI_Fint, ierr: *mut ffi::RSMPI_Fint) {
+                // SAFETY: forwarded from the Fortran caller.
+                unsafe { fortran_barrier(comm, ierr) }
+            }
+        )*
+        $(
+            /// Fortran `MPI_FINALIZE(IERROR)`.
+            ///
+            /// # Safety
+            /// Called from Fortran: `ierr` points to an `INTEGER` (or is null, as above).
+            #[no_mangle]
+            pub unsafe extern "C" fn $finalize(ierr: *mut ffi::RSMPI_Fint) {
+                // SAFETY: forwarded from the Fortran caller.
+                unsafe { fortran_finalize(ierr) }
+            }
+        )*
+    };
+}
+
+fortran_entries!(
+    mpi_barrier_, mpi_barrier__, mpi_barrier, MPI_BARRIER, mpi_barrier_f08_;
+    mpi_finalize_, mpi_finalize__, mpi_finalize, MPI_FINALIZE, mpi_finalize_f08_
+);

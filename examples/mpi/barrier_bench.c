@@ -1,0 +1,65 @@
+/* barrier_bench.c: the MPI library's barrier (PMPI_Barrier) against this process's MPI_Barrier
+ * (the interposer's, when libbarrier_pmpi.so is preloaded), timed in alternating chunks in one
+ * run, so that both see the same phases of a machine whose speed changes from second to second.
+ * Each chunk's time is the slowest rank's mean per barrier; the medians over the chunks are
+ * printed, with their ratio. `barrier bench --mpi` builds and runs it.
+ *
+ *   mpicc -O2 -o barrier_bench barrier_bench.c
+ *   mpirun -np 2 -x LD_PRELOAD=target/release/libbarrier_pmpi.so ./barrier_bench 2000 31
+ */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static int cmp(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Mean seconds per barrier over `n` barriers, the slowest rank's. */
+static double chunk(int (*bar)(MPI_Comm), long n) {
+    double t, worst;
+    PMPI_Barrier(MPI_COMM_WORLD);
+    t = MPI_Wtime();
+    for (long i = 0; i < n; i++) bar(MPI_COMM_WORLD);
+    t = (MPI_Wtime() - t) / (double)n;
+    PMPI_Allreduce(&t, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    return worst;
+}
+
+int main(int argc, char **argv) {
+    long iters = argc > 1 ? atol(argv[1]) : 2000;
+    int rounds = argc > 2 ? atoi(argv[2]) : 31;
+    int rank, size;
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (rounds < 1) rounds = 1;
+    double *lib = malloc(sizeof(double) * (size_t)rounds), *ours = malloc(sizeof(double) * (size_t)rounds);
+    /* Warm up both (the first MPI_Barrier on a communicator sets up the interposer's). */
+    chunk(PMPI_Barrier, iters);
+    chunk(MPI_Barrier, iters);
+    for (int r = 0; r < rounds; r++) {
+        /* Alternate which goes first. */
+        if (r % 2 == 0) {
+            lib[r] = chunk(PMPI_Barrier, iters);
+            ours[r] = chunk(MPI_Barrier, iters);
+        } else {
+            ours[r] = chunk(MPI_Barrier, iters);
+            lib[r] = chunk(PMPI_Barrier, iters);
+        }
+    }
+    if (rank == 0) {
+        qsort(lib, (size_t)rounds, sizeof(double), cmp);
+        qsort(ours, (size_t)rounds, sizeof(double), cmp);
+        double ml = lib[rounds / 2] * 1e9, mo = ours[rounds / 2] * 1e9;
+        printf("ranks %d, %d chunks of %ld barriers each, alternating\n", size, rounds, iters);
+        printf("%-34s median %10.0f ns   best %10.0f ns\n", "PMPI_Barrier (the MPI library)", ml, lib[0] * 1e9);
+        printf("%-34s median %10.0f ns   best %10.0f ns\n", "MPI_Barrier (this process's)", mo, ours[0] * 1e9);
+        printf("ratio MPI_Barrier / PMPI_Barrier: %.3f\n", mo / ml);
+    }
+    free(lib);
+    free(ours);
+    MPI_Finalize();
+    return 0;
+}
