@@ -7,6 +7,9 @@
  *   mpicc -O2 -o barrier_check barrier_check.c
  *   mpirun -np 4 ./barrier_check 2000
  *   mpirun -np 4 -x LD_PRELOAD=target/release/libbarrier_pmpi.so -x BARRIER_VERBOSE=1 ./barrier_check 2000
+ *
+ * BARRIER_CHECK_ABSENT_RANK=r makes world rank r stay away from the last barriers for 60 s: with
+ * BARRIER_TIMEOUT set, the others must fail with a report that names it, not hang.
  */
 #include <mpi.h>
 #include <stdint.h>
@@ -75,6 +78,8 @@ int main(int argc, char **argv) {
     MPI_Comm_dup(MPI_COMM_WORLD, &dup);
     run(dup, mine, counts, msize, (uint64_t)iters, iters / 2, "a duplicate of MPI_COMM_WORLD");
     MPI_Comm_free(&dup);
+    const char *absent = getenv("BARRIER_CHECK_ABSENT_RANK");
+    if (absent && atoi(absent) == world_rank) sleep(60);
     run(MPI_COMM_WORLD, mine, counts, msize, (uint64_t)(iters + iters / 2), 10, "MPI_COMM_WORLD again");
 
     printf("barrier_check: rank %d of %d: %ld checked barriers passed\n", world_rank, size, iters + iters / 2 + 10);

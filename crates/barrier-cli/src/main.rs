@@ -91,6 +91,14 @@ enum Cmd {
         /// on machines whose speed changes from moment to moment.
         #[arg(long)]
         interleave: bool,
+        /// Instead: the machine's MPI_Barrier against the same program's barrier under the
+        /// PMPI interposer (libbarrier_pmpi.so), timed in alternating chunks in one run of
+        /// mpirun per rank count (--iters barriers each). Needs mpicc and mpirun.
+        #[arg(long)]
+        mpi: bool,
+        /// The interposer for --mpi (default: libbarrier_pmpi.so beside this command).
+        #[arg(long, value_name = "PATH")]
+        mpi_preload: Option<PathBuf>,
     },
     /// List backends and parameters, and show which backend a job of N ranks gets and why.
     Info {
@@ -266,6 +274,8 @@ fn main() -> ExitCode {
             json,
             plot,
             interleave,
+            mpi,
+            mpi_preload,
         } => {
             if ranks.contains(&0) || iters == 0 || batch == 0 || nodes == 0 {
                 eprintln!("barrier bench: -n, --nodes, --iters and --batch must be at least 1");
@@ -274,6 +284,16 @@ fn main() -> ExitCode {
             if let Some(&n) = ranks.iter().find(|&&n| n < nodes) {
                 eprintln!("barrier bench: -n {n} is fewer ranks than --nodes {nodes}: every node needs a rank");
                 return ExitCode::from(2);
+            }
+            if mpi {
+                let opts = barrier_cli::mpibench::MpiBenchOptions { ranks, iters, preload: mpi_preload };
+                return match barrier_cli::mpibench::run(&opts) {
+                    Ok(()) => ExitCode::SUCCESS,
+                    Err(e) => {
+                        eprintln!("barrier bench --mpi: {e}");
+                        ExitCode::FAILURE
+                    }
+                };
             }
             if interleave {
                 return match bench::run_interleave(iters, batch.max(100)) {

@@ -33,13 +33,26 @@ impl Counts {
         unsafe {
             let mut base: *mut c_void = std::ptr::null_mut();
             let mut win: ffi::MPI_Win = std::mem::zeroed();
-            ffi::MPI_Win_allocate_shared(8, 8, ffi::RSMPI_INFO_NULL, machine.as_raw(), (&mut base as *mut *mut c_void).cast(), &mut win);
+            ffi::MPI_Win_allocate_shared(
+                8,
+                8,
+                ffi::RSMPI_INFO_NULL,
+                machine.as_raw(),
+                (&mut base as *mut *mut c_void).cast(),
+                &mut win,
+            );
             (*(base as *const AtomicU64)).store(0, Ordering::SeqCst);
             let words = (0..n)
                 .map(|r| {
                     let (mut size, mut unit): (ffi::MPI_Aint, i32) = (0, 0);
                     let mut ptr: *mut c_void = std::ptr::null_mut();
-                    ffi::MPI_Win_shared_query(win, r as i32, &mut size, &mut unit, (&mut ptr as *mut *mut c_void).cast());
+                    ffi::MPI_Win_shared_query(
+                        win,
+                        r as i32,
+                        &mut size,
+                        &mut unit,
+                        (&mut ptr as *mut *mut c_void).cast(),
+                    );
                     ptr as *const AtomicU64
                 })
                 .collect();

@@ -19,16 +19,14 @@ pub const HIERARCHICAL: &str = "hierarchical";
 /// Parameters of this crate (beside the core's, which `barrier info` lists).
 pub fn mpi_params() -> Vec<ParamInfo> {
     use barrier::params::ParamKind;
-    vec![
-        ParamInfo::new(
-            "BARRIER_MPI_NODE_BLOCK",
-            "0",
-            "Pretend that every K consecutive MPI_COMM_WORLD ranks of a machine are one node, so the internode \
+    vec![ParamInfo::new(
+        "BARRIER_MPI_NODE_BLOCK",
+        "0",
+        "Pretend that every K consecutive MPI_COMM_WORLD ranks of a machine are one node, so the internode \
              path (MPI between node roots) runs on one machine. 0: nodes are the machines \
              (MPI_COMM_TYPE_SHARED).",
-        )
-        .kind(ParamKind::Int { min: 0, max: i32::MAX as i64 }),
-    ]
+    )
+    .kind(ParamKind::Int { min: 0, max: i32::MAX as i64 })]
 }
 
 /// What runs a communicator's barriers.
@@ -61,6 +59,9 @@ pub struct Communicator {
     epoch: Cell<u64>,
     /// Why this path, and what the others said.
     detail: String,
+    /// The `MPI_COMM_WORLD` rank and the communicator rank of each rank of this rank's node (by
+    /// its rank in the node's segment): errors of the node's barrier name MPI ranks.
+    node_ranks: Vec<(usize, usize)>,
 }
 
 // SAFETY: the MPI handles are plain handles MPI lets any thread use (at the thread level the
@@ -87,6 +88,9 @@ struct Agreed {
 }
 
 /// A failed set-up step, and which world rank it failed on.
+/// A set-up step's outcome: boxed, the error is large and only the cold path carries it.
+type Step<T> = std::result::Result<T, Box<Failure>>;
+
 struct Failure {
     world_rank: usize,
     error: Error,
@@ -133,6 +137,7 @@ impl Communicator {
             local_size: 1,
             epoch: Cell::new(0),
             detail: String::new(),
+            node_ranks: Vec::new(),
         };
         let agreed = me.agree_settings(&params, world_rank)?;
         if agreed.mpi_only {
@@ -198,15 +203,15 @@ impl Communicator {
 
     /// Every step that can fail on one rank is agreed before the next: a failure anywhere fails
     /// the build on every rank, with the first failing world rank named.
-    fn build(&mut self, params: &Params, agreed: &Agreed, world_rank: usize) -> std::result::Result<(), Failure> {
-        let local = |error: Error| Failure { world_rank, error };
+    fn build(&mut self, params: &Params, agreed: &Agreed, world_rank: usize) -> Step<()> {
+        let local = |error: Error| Box::new(Failure { world_rank, error });
         // Node topology: the machine's ranks, cut into blocks of BARRIER_MPI_NODE_BLOCK.
         let mut machine = raw::split_shared(self.comm, self.rank).map_err(local)?;
         let machine_size = raw::size(machine).map_err(local)?;
         let mut mask = affinity_mask();
         raw::allreduce_or(machine, &mut mask).map_err(local)?;
         let cores = mask.iter().map(|w| w.count_ones() as usize).sum::<usize>().max(1);
-        let color = if agreed.node_block > 0 { world_rank / agreed.node_block } else { 0 };
+        let color = world_rank.checked_div(agreed.node_block).unwrap_or(0);
         let split = raw::split(machine, Some(color as u32), self.rank);
         raw::free(&mut machine);
         let mut node_comm = split.map_err(local)?.expect("a defined color gets a communicator");
@@ -223,11 +228,16 @@ impl Communicator {
         world_rank: usize,
         machine_size: usize,
         cores: usize,
-    ) -> std::result::Result<(), Failure> {
-        let local = |error: Error| Failure { world_rank, error };
+    ) -> Step<()> {
+        let local = |error: Error| Box::new(Failure { world_rank, error });
         self.local_rank = raw::rank(node_comm).map_err(local)?;
         self.local_size = raw::size(node_comm).map_err(local)?;
         let leader = self.local_rank == 0;
+        self.node_ranks = raw::allgather(node_comm, &[world_rank as u64, self.rank as u64])
+            .map_err(local)?
+            .iter()
+            .map(|w| (w[0] as usize, w[1] as usize))
+            .collect();
         let mut roots = raw::split(self.comm, leader.then_some(0), self.rank).map_err(local)?;
         let mut place = [0u64; 2];
         if let Some(r) = roots {
@@ -259,9 +269,12 @@ impl Communicator {
         };
         let seg = self.agree(seg, world_rank, "map the node's shared segment")?;
 
-        let node = self.agree(Universe::join(seg, self.local_rank, node_params(params)), world_rank, "join the node")?;
+        let node =
+            self.agree(Universe::join(seg, self.local_rank, node_params(params)), world_rank, "join the node")?;
         let internode = match roots {
-            Some(r) if self.nodes > 1 => Some(Internode::new(r, machine_size > cores, agreed.timeout)),
+            Some(r) if self.nodes > 1 => {
+                Some(Internode::new(r, self.rank, self.size, machine_size > cores, agreed.timeout))
+            }
             _ => None,
         };
         if let Some(r) = roots.as_mut() {
@@ -294,39 +307,64 @@ impl Communicator {
 
     /// Agrees on a local outcome: every rank gets `Ok` only if every rank had it; otherwise
     /// every rank gets the failure of the lowest failing world rank.
-    fn agree<T>(&self, outcome: Result<T>, world_rank: usize, what: &str) -> std::result::Result<T, Failure> {
+    fn agree<T>(&self, outcome: Result<T>, world_rank: usize, what: &str) -> Step<T> {
         let mine = if outcome.is_ok() { u64::MAX } else { world_rank as u64 };
         let first = raw::allgather(self.comm, &[mine])
-            .map_err(|error| Failure { world_rank, error })?
+            .map_err(|error| Box::new(Failure { world_rank, error }))?
             .iter()
             .map(|w| w[0])
             .min()
             .unwrap_or(u64::MAX);
         match outcome {
             Ok(v) if first == u64::MAX => Ok(v),
-            Ok(_) => Err(Failure {
+            Ok(_) => Err(Box::new(Failure {
                 world_rank: first as usize,
                 error: Error::Bootstrap(format!("world rank {first} could not {what} (its own error says why)")),
-            }),
-            Err(error) => Err(Failure { world_rank, error }),
+            })),
+            Err(error) => Err(Box::new(Failure { world_rank, error })),
         }
     }
 
     /// Waits until every rank of the communicator has called it (MPI_Barrier).
     pub fn barrier(&self) -> Result<()> {
         match &self.path {
-            Path::Node(node) => node.world().barrier(),
+            Path::Node(node) => node.world().barrier().map_err(|e| self.in_mpi_ranks(e)),
             Path::Hierarchical { node, internode } => {
                 let world = node.world();
-                world.barrier()?;
+                world.barrier().map_err(|e| self.in_mpi_ranks(e))?;
                 if let Some(inter) = internode {
                     let epoch = self.epoch.get() + 1;
                     self.epoch.set(epoch);
                     inter.barrier(epoch)?;
                 }
-                world.barrier()
+                world.barrier().map_err(|e| self.in_mpi_ranks(e))
             }
             Path::Mpi => raw::barrier(self.comm),
+        }
+    }
+
+    /// An error of the node's barrier with its ranks renamed: the node's segment numbers the
+    /// node's ranks from 0, the user knows them by their `MPI_COMM_WORLD` ranks.
+    #[cold]
+    fn in_mpi_ranks(&self, e: Error) -> Error {
+        let world = |r: usize| self.node_ranks.get(r).map_or(r, |n| n.0);
+        let comm = |r: usize| self.node_ranks.get(r).map_or(r, |n| n.1);
+        match e {
+            Error::Timeout { epoch, during, waited, missing, .. } => Error::Timeout {
+                rank: self.rank,
+                world_rank: world(self.local_rank),
+                size: self.size,
+                epoch,
+                during: if self.nodes > 1 { format!("{during} (within this node)") } else { during },
+                waited,
+                missing: missing.iter().map(|&r| comm(r)).collect(),
+                missing_world: missing.into_iter().map(world).collect(),
+            },
+            Error::RankLeft { rank, world_rank, during, how } => {
+                Error::RankLeft { rank, world_rank: world(world_rank), during, how }
+            }
+            Error::Aborted { failed_rank } => Error::Aborted { failed_rank: world(failed_rank) },
+            other => other,
         }
     }
 
@@ -410,8 +448,7 @@ fn backend_list(params: &Params) -> Vec<String> {
 }
 
 fn check_backend_list(params: &Params) -> Result<()> {
-    let known: Vec<&str> =
-        barrier::backends().iter().map(|b| b.name()).chain(std::iter::once(MPI_BACKEND)).collect();
+    let known: Vec<&str> = barrier::backends().iter().map(|b| b.name()).chain(std::iter::once(MPI_BACKEND)).collect();
     for name in backend_list(params) {
         if !known.contains(&name.as_str()) {
             return Err(Error::UnknownBackend { name, known: known.join(", ") });

@@ -32,9 +32,11 @@ pub(crate) struct Internode {
     fabric: Fabric,
     /// World rank of the root that signals this root's slot in each round.
     senders: Vec<usize>,
-    /// This root's index (its node) and the number of nodes.
-    index: usize,
-    nodes: usize,
+    /// Its rank in the barrier communicator, likewise.
+    sender_ranks: Vec<usize>,
+    /// This root's rank in the barrier communicator, and the communicator's size.
+    rank: usize,
+    size: usize,
     /// Yield between polls (more ranks than cores on this machine).
     yield_between: bool,
     timeout: Option<Duration>,
@@ -42,10 +44,18 @@ pub(crate) struct Internode {
 
 impl Internode {
     /// Sets up the dissemination (collective over `roots`, the communicator of the node roots).
-    pub(crate) fn new(roots: Comm, yield_between: bool, timeout: Option<Duration>) -> Result<Self> {
+    /// `rank` and `size`: this root's place in the barrier communicator (for error reports).
+    pub(crate) fn new(
+        roots: Comm,
+        rank: usize,
+        size: usize,
+        yield_between: bool,
+        timeout: Option<Duration>,
+    ) -> Result<Self> {
         let index = raw::rank(roots)?;
         let nodes = raw::size(roots)?;
         let world = raw::world_ranks(roots)?;
+        let comm_ranks: Vec<usize> = raw::allgather(roots, &[rank as u64])?.iter().map(|w| w[0] as usize).collect();
         let rounds = barrier::rounds(nodes);
         let transport = Arc::new(MpiTransport::new(roots, rounds, timeout)?);
         let me = Peer { world_rank: world[index], node: index };
@@ -72,8 +82,18 @@ impl Internode {
                 Error::Transport("another node root could not reach its dissemination partners over MPI".into())
             }));
         }
-        let senders = (0..rounds).map(|r| world[(index + nodes - (1 << r) % nodes) % nodes]).collect();
-        Ok(Internode { outbox: outbox?, transport, fabric, senders, index, nodes, yield_between, timeout })
+        let sender = |r: usize| (index + nodes - (1 << r) % nodes) % nodes;
+        Ok(Internode {
+            outbox: outbox?,
+            transport,
+            fabric,
+            senders: (0..rounds).map(|r| world[sender(r)]).collect(),
+            sender_ranks: (0..rounds).map(|r| comm_ranks[sender(r)]).collect(),
+            rank,
+            size,
+            yield_between,
+            timeout,
+        })
     }
 
     /// The fabric (for its ranking and counters).
@@ -100,12 +120,12 @@ impl Internode {
                 } else {
                     std::hint::spin_loop();
                 }
-                if polls % CHECK_EVERY == 0 {
+                if polls.is_multiple_of(CHECK_EVERY) {
                     let t0 = *start.get_or_insert_with(Instant::now);
                     if let Some(limit) = self.timeout.filter(|&l| t0.elapsed() >= l) {
                         return Err(self.timed_out(epoch, round, t0.elapsed().max(limit)));
                     }
-                    if polls % (CHECK_EVERY * 64) == 0 {
+                    if polls.is_multiple_of(CHECK_EVERY * 64) {
                         // Long waits: let MPI make progress for the application too.
                         std::thread::yield_now();
                     }
@@ -119,16 +139,16 @@ impl Internode {
     fn timed_out(&self, epoch: u64, round: usize, waited: Duration) -> Error {
         let sender = self.senders[round];
         Error::Timeout {
-            rank: self.index,
+            rank: self.rank,
             world_rank: self.fabric.me().world_rank,
-            size: self.nodes,
+            size: self.size,
             epoch,
             during: format!(
                 "the internode phase of barrier {epoch} (round {round}, waiting for the node root at world rank \
                  {sender}: its node, or a rank on it, has not arrived)"
             ),
             waited,
-            missing: vec![(self.index + self.nodes - (1 << round) % self.nodes) % self.nodes],
+            missing: vec![self.sender_ranks[round]],
             missing_world: vec![sender],
         }
     }

@@ -118,8 +118,8 @@ pub(crate) fn split(comm: Comm, color: Option<u32>, key: usize) -> Result<Option
 /// The ranks of `comm` that can share memory with this one (`MPI_COMM_TYPE_SHARED`).
 pub(crate) fn split_shared(comm: Comm, key: usize) -> Result<Comm> {
     let mut out = comm_null();
-    // SAFETY: as for `rank`; the constants come from rsmpi's C shim.
     check(
+        // SAFETY: as for `rank`; the constants come from rsmpi's C shim.
         unsafe {
             ffi::PMPI_Comm_split_type(comm, ffi::RSMPI_COMM_TYPE_SHARED, key as c_int, ffi::RSMPI_INFO_NULL, &mut out)
         },
@@ -151,8 +151,8 @@ pub(crate) fn allgather(comm: Comm, words: &[u64]) -> Result<Vec<Vec<u64>>> {
     let n = size(comm)?;
     let k = words.len();
     let mut all = vec![0u64; n * k];
-    // SAFETY: `words` holds k u64 and `all` n*k, as the counts and datatype say.
     check(
+        // SAFETY: `words` holds k u64 and `all` n*k, as the counts and datatype say.
         unsafe {
             ffi::PMPI_Allgather(
                 words.as_ptr().cast(),
@@ -172,8 +172,8 @@ pub(crate) fn allgather(comm: Comm, words: &[u64]) -> Result<Vec<Vec<u64>>> {
 /// Bitwise or of every rank's `words`, in place.
 pub(crate) fn allreduce_or(comm: Comm, words: &mut [u64]) -> Result<()> {
     let send = words.to_vec();
-    // SAFETY: both buffers hold words.len() u64.
     check(
+        // SAFETY: both buffers hold words.len() u64.
         unsafe {
             ffi::PMPI_Allreduce(
                 send.as_ptr().cast(),
@@ -197,8 +197,8 @@ pub(crate) fn all_agree(comm: Comm, ok: bool) -> Result<bool> {
 
 /// Root's `words` on every rank.
 pub(crate) fn broadcast(comm: Comm, root: usize, words: &mut [u64]) -> Result<()> {
-    // SAFETY: `words` holds words.len() u64 on every rank.
     check(
+        // SAFETY: `words` holds words.len() u64 on every rank.
         unsafe { ffi::PMPI_Bcast(words.as_mut_ptr().cast(), words.len() as c_int, uint64(), root as c_int, comm) },
         "MPI_Bcast",
     )
@@ -227,9 +227,9 @@ pub(crate) fn world_ranks(comm: Comm) -> Result<Vec<usize>> {
 /// Posts a receive of `buf.len()` u64 from any rank with `tag`.
 pub(crate) fn irecv_any(comm: Comm, buf: &mut [u64], tag: c_int) -> Result<Request> {
     let mut req = request_null();
-    // SAFETY: `buf` stays valid and unmoved until the request completes or is cancelled (the
-    // caller keeps it in a box beside the request).
     check(
+        // SAFETY: `buf` stays valid and unmoved until the request completes or is cancelled (the
+        // caller keeps it in a box beside the request).
         unsafe {
             ffi::PMPI_Irecv(
                 buf.as_mut_ptr().cast(),
@@ -249,9 +249,11 @@ pub(crate) fn irecv_any(comm: Comm, buf: &mut [u64], tag: c_int) -> Result<Reque
 /// Starts a send of `buf` to `dest` with `tag`.
 pub(crate) fn isend(comm: Comm, buf: &[u64], dest: usize, tag: c_int) -> Result<Request> {
     let mut req = request_null();
-    // SAFETY: as for `irecv_any`: the caller keeps `buf` until the request completes.
     check(
-        unsafe { ffi::PMPI_Isend(buf.as_ptr().cast(), buf.len() as c_int, uint64(), dest as c_int, tag, comm, &mut req) },
+        // SAFETY: as for `irecv_any`: the caller keeps `buf` until the request completes.
+        unsafe {
+            ffi::PMPI_Isend(buf.as_ptr().cast(), buf.len() as c_int, uint64(), dest as c_int, tag, comm, &mut req)
+        },
         "MPI_Isend",
     )?;
     Ok(req)

@@ -33,9 +33,7 @@ use std::ffi::c_int;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use barrier::transport::{
-    Counters, MemHandle, Peer, RemoteSlot, Transport, TransportCounters, EXCLUSIVITY_NET,
-};
+use barrier::transport::{Counters, MemHandle, Peer, RemoteSlot, Transport, TransportCounters, EXCLUSIVITY_NET};
 use barrier::wait::Flag;
 use barrier::{Error, Result};
 
@@ -245,7 +243,7 @@ impl Transport for MpiTransport {
         let base = self.inbox.as_ptr() as usize;
         let start = slots.as_ptr() as usize;
         let size = std::mem::size_of::<Flag>();
-        let end = start + slots.len() * size;
+        let end = start + std::mem::size_of_val(slots);
         if start < base || end > base + self.inbox.len() * size {
             return Err(Error::InvalidArgument(
                 "the MPI transport registers only slots of its own inbox (MpiTransport::inbox)".into(),

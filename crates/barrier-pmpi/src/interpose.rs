@@ -1,8 +1,8 @@
 //! The intercepted entry points and the per-communicator cache. See the crate docs.
 
+use std::cell::Cell;
 use std::ffi::{c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 
@@ -14,7 +14,9 @@ use barrier_mpi::Communicator;
 /// `MPI_SUCCESS`.
 const SUCCESS: c_int = 0;
 
-/// What a communicator got on its first `MPI_Barrier`.
+/// What a communicator got on its first `MPI_Barrier`. Boxed in the attribute, made once per
+/// communicator: the size of the variants does not matter.
+#[allow(clippy::large_enum_variant)]
 enum Entry {
     /// Our barrier.
     Served(Communicator),
@@ -48,10 +50,10 @@ thread_local! {
 /// A handle as a number, for the thread's remembered lookup (pointers in Open MPI, integers in
 /// MPICH).
 fn handle_key(comm: MPI_Comm) -> usize {
-    // SAFETY: MPI_Comm is a plain handle of at most a pointer's size (a pointer or a C int);
-    // the bytes are only compared, never used as a handle.
     let mut key = [0u8; std::mem::size_of::<usize>()];
     let n = std::mem::size_of::<MPI_Comm>().min(key.len());
+    // SAFETY: MPI_Comm is a plain handle of at most a pointer's size (a pointer or a C int);
+    // `n` bytes of it are copied, only to be compared, never used as a handle.
     unsafe { std::ptr::copy_nonoverlapping((&comm as *const MPI_Comm).cast::<u8>(), key.as_mut_ptr(), n) };
     usize::from_ne_bytes(key)
 }
@@ -102,9 +104,7 @@ fn keyval() -> Option<c_int> {
     }
     let mut k: c_int = 0;
     // SAFETY: both callbacks have the signatures MPI expects; `k` receives the key.
-    let rc = unsafe {
-        ffi::PMPI_Comm_create_keyval(Some(copy_attr), Some(delete_attr), &mut k, std::ptr::null_mut())
-    };
+    let rc = unsafe { ffi::PMPI_Comm_create_keyval(Some(copy_attr), Some(delete_attr), &mut k, std::ptr::null_mut()) };
     if rc != SUCCESS {
         barrier::sys::say(&format!(
             "barrier: cannot create an MPI attribute key ({}); MPI_Barrier stays MPI's",
