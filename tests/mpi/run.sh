@@ -27,6 +27,7 @@ test -f "$PRELOAD" || fail "no $PRELOAD"
 mkdir -p target/mpi
 mpicc -O2 -Wall -Werror -o target/mpi/barrier_check examples/mpi/barrier_check.c
 mpicc -O2 -Wall -Werror -o target/mpi/barrier_bench examples/mpi/barrier_bench.c
+mpicc -O2 -Wall -Werror -o target/mpi/transport_bench examples/mpi/transport_bench.c
 mpifort -O2 -o target/mpi/barrier_check_f examples/mpi/barrier_check.f90
 RUST_EXAMPLE=target/release/examples/mpi_barrier
 
