@@ -78,11 +78,20 @@ int main(int argc, char **argv) {
     MPI_Comm_dup(MPI_COMM_WORLD, &dup);
     run(dup, mine, counts, msize, (uint64_t)iters, iters / 2, "a duplicate of MPI_COMM_WORLD");
     MPI_Comm_free(&dup);
+    /* Freed handles come back (MPICH reuses them last in, first out): every new duplicate must
+     * get its own barrier, never the freed one's. */
+    uint64_t base = (uint64_t)(iters + iters / 2);
+    for (int k = 0; k < 20; k++) {
+        MPI_Comm_dup(MPI_COMM_WORLD, &dup);
+        run(dup, mine, counts, msize, base, 5, "a reused duplicate");
+        MPI_Comm_free(&dup);
+        base += 5;
+    }
     const char *absent = getenv("BARRIER_CHECK_ABSENT_RANK");
     if (absent && atoi(absent) == world_rank) sleep(60);
-    run(MPI_COMM_WORLD, mine, counts, msize, (uint64_t)(iters + iters / 2), 10, "MPI_COMM_WORLD again");
+    run(MPI_COMM_WORLD, mine, counts, msize, base, 10, "MPI_COMM_WORLD again");
 
-    printf("barrier_check: rank %d of %d: %ld checked barriers passed\n", world_rank, size, iters + iters / 2 + 10);
+    printf("barrier_check: rank %d of %d: %ld checked barriers passed\n", world_rank, size, iters + iters / 2 + 110);
     MPI_Win_unlock_all(win);
     MPI_Win_free(&win);
     free(counts);

@@ -100,6 +100,23 @@ run "bad node block, interposed" ok "${MPIRUN[@]}" -np 4 -x LD_PRELOAD="$PRELOAD
     sh -c "$BAD_BLOCK" sh target/mpi/barrier_check 300
 expect_text "bad node block" "world rank 2 rejected its value of BARRIER_MPI_NODE_BLOCK"
 
+step "a set-up stage that fails on one rank: every rank falls back to PMPI_Barrier together"
+for fault in open:1 join:2 internode:2; do
+    run "fault $fault" ok "${MPIRUN[@]}" -np 4 -x LD_PRELOAD="$PRELOAD" -x BARRIER_MPI_NODE_BLOCK=2 \
+        -x BARRIER_VERBOSE=1 -x BARRIER_MPI_FAULT="$fault" target/mpi/barrier_check 300
+    expect_text "fault $fault" "fault injected by BARRIER_MPI_FAULT=$fault"
+    expect_text "fault $fault" "MPI_Barrier on a communicator of 4 ranks: mpi: fell back to MPI_Barrier"
+    if grep -q "communicator of 4 ranks: hierarchical" "$out"; then
+        cat "$out"
+        fail "fault $fault: a communicator was served although a rank failed its set-up"
+    fi
+done
+# With the backends named (and mpi not among them) the same failure is an error on every rank.
+run "fault, forced backend" fail "${MPIRUN[@]}" -np 4 -x BARRIER_MPI_NODE_BLOCK=2 -x BARRIER_BACKEND=dissemination \
+    -x BARRIER_MPI_FAULT=open:1 "$RUST_EXAMPLE" 300
+expect_text "fault, forced backend" "fault injected by BARRIER_MPI_FAULT=open:1"
+expect_text "fault, forced backend" "world rank 1 could not map the node's shared segment"
+
 step "a rank that never arrives: a timeout that names it, on one node and across nodes"
 for block in 0 1; do
     start=$(date +%s)

@@ -2,6 +2,7 @@
 
 use std::cell::Cell;
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use barrier::params::ParamInfo;
@@ -9,7 +10,24 @@ use barrier::shm::{JobShape, Segment};
 use barrier::{Error, Params, Result, Universe};
 
 use crate::internode::Internode;
-use crate::raw::{self, Comm};
+use crate::raw::{self, Comm, OwnedComm};
+
+const FAULT: &str = "BARRIER_MPI_FAULT";
+const FAULT_STAGES: [&str; 3] = ["open", "join", "internode"];
+
+/// BARRIER_MPI_FAULT as (stage, world rank).
+fn parse_fault(params: &Params) -> Result<Option<(String, usize)>> {
+    let Some(v) = params.get(FAULT) else { return Ok(None) };
+    let parsed = v.trim().split_once(':').and_then(|(stage, rank)| {
+        let stage = stage.trim().to_ascii_lowercase();
+        (FAULT_STAGES.contains(&stage.as_str())).then_some(stage).zip(rank.trim().parse().ok())
+    });
+    parsed.map(Some).ok_or_else(|| Error::InvalidParam {
+        name: FAULT.into(),
+        value: v,
+        expected: format!("STAGE:RANK with STAGE one of {}", FAULT_STAGES.join(", ")),
+    })
+}
 
 /// The name of the last backend of the chain: `MPI_Barrier` itself.
 pub const MPI_BACKEND: &str = "mpi";
@@ -35,7 +53,13 @@ enum Path {
     Node(Universe),
     /// Several nodes: the node's barrier, then the roots' dissemination over MPI, then the
     /// node's barrier again.
-    Hierarchical { node: Universe, internode: Option<Internode> },
+    Hierarchical {
+        node: Universe,
+        internode: Option<Internode>,
+        /// The node's segment: a root whose internode phase fails marks it failed, so that the
+        /// node's ranks waiting for the root stop at once instead of at their timeout.
+        seg: Arc<Segment>,
+    },
     /// `PMPI_Barrier` on a private copy of the communicator.
     Mpi,
 }
@@ -62,6 +86,9 @@ pub struct Communicator {
     /// The `MPI_COMM_WORLD` rank and the communicator rank of each rank of this rank's node (by
     /// its rank in the node's segment): errors of the node's barrier name MPI ranks.
     node_ranks: Vec<(usize, usize)>,
+    /// Fell back to `MPI_Barrier` because a set-up step failed: on this rank (`Some(true)`) or
+    /// on another (`Some(false)`).
+    fell_back: Option<bool>,
 }
 
 // SAFETY: the MPI handles are plain handles MPI lets any thread use (at the thread level the
@@ -85,6 +112,8 @@ struct Agreed {
     mpi_only: bool,
     may_fall_back: bool,
     timeout: Option<Duration>,
+    /// BARRIER_MPI_FAULT: a set-up stage that fails on one world rank (tests).
+    fault: Option<(String, usize)>,
 }
 
 /// A failed set-up step, and which world rank it failed on.
@@ -138,6 +167,7 @@ impl Communicator {
             epoch: Cell::new(0),
             detail: String::new(),
             node_ranks: Vec::new(),
+            fell_back: None,
         };
         let agreed = me.agree_settings(&params, world_rank)?;
         if agreed.mpi_only {
@@ -148,6 +178,7 @@ impl Communicator {
             Ok(()) => Ok(me),
             Err(f) if agreed.may_fall_back => {
                 me.path = Path::Mpi;
+                me.fell_back = Some(f.world_rank == world_rank);
                 me.detail = if f.world_rank == world_rank {
                     format!("fell back to MPI_Barrier: {}", f.error)
                 } else {
@@ -166,7 +197,11 @@ impl Communicator {
         let core = node_params(params);
         let local_bad = known.iter().enumerate().find_map(|(i, info)| {
             // BARRIER_BACKEND may also name `mpi` here: checked on its own below.
-            let checked = if info.name == "BARRIER_BACKEND" { check_backend_list(params) } else { core.check(info) };
+            let checked = match info.name.as_str() {
+                "BARRIER_BACKEND" => check_backend_list(params),
+                FAULT => parse_fault(params).map(|_| ()),
+                _ => core.check(info),
+            };
             checked.err().map(|e| (i, e))
         });
         let node_block = params.parse("BARRIER_MPI_NODE_BLOCK", 0usize, "").unwrap_or(0);
@@ -174,6 +209,8 @@ impl Communicator {
         let mpi_only = list.first().is_some_and(|b| b == MPI_BACKEND);
         let may_fall_back = list.is_empty() || list.iter().any(|b| b == MPI_BACKEND);
         let timeout = params.duration("BARRIER_TIMEOUT").ok().flatten();
+        // Each rank reads its own: the fault is meant for one rank.
+        let fault = parse_fault(params).ok().flatten();
         let words = [
             local_bad.as_ref().map_or(0, |(i, _)| *i as u64 + 1),
             node_block as u64,
@@ -198,6 +235,7 @@ impl Communicator {
             mpi_only: r0[2] != 0,
             may_fall_back: r0[3] != 0,
             timeout: (r0[4] > 0).then(|| Duration::from_micros(r0[4])),
+            fault,
         })
     }
 
@@ -206,18 +244,16 @@ impl Communicator {
     fn build(&mut self, params: &Params, agreed: &Agreed, world_rank: usize) -> Step<()> {
         let local = |error: Error| Box::new(Failure { world_rank, error });
         // Node topology: the machine's ranks, cut into blocks of BARRIER_MPI_NODE_BLOCK.
-        let mut machine = raw::split_shared(self.comm, self.rank).map_err(local)?;
-        let machine_size = raw::size(machine).map_err(local)?;
+        let machine = OwnedComm(raw::split_shared(self.comm, self.rank).map_err(local)?);
+        let machine_size = raw::size(machine.0).map_err(local)?;
         let mut mask = affinity_mask();
-        raw::allreduce_or(machine, &mut mask).map_err(local)?;
+        raw::allreduce_or(machine.0, &mut mask).map_err(local)?;
         let cores = mask.iter().map(|w| w.count_ones() as usize).sum::<usize>().max(1);
         let color = world_rank.checked_div(agreed.node_block).unwrap_or(0);
-        let split = raw::split(machine, Some(color as u32), self.rank);
-        raw::free(&mut machine);
-        let mut node_comm = split.map_err(local)?.expect("a defined color gets a communicator");
-        let result = self.build_on_node(node_comm, params, agreed, world_rank, machine_size, cores);
-        raw::free(&mut node_comm);
-        result
+        let node_comm = raw::split(machine.0, Some(color as u32), self.rank).map_err(local)?;
+        drop(machine);
+        let node_comm = OwnedComm(node_comm.expect("a defined color gets a communicator"));
+        self.build_on_node(node_comm.0, params, agreed, world_rank, machine_size, cores)
     }
 
     fn build_on_node(
@@ -230,6 +266,13 @@ impl Communicator {
         cores: usize,
     ) -> Step<()> {
         let local = |error: Error| Box::new(Failure { world_rank, error });
+        let fault = |stage: &str| {
+            if agreed.fault == Some((stage.to_string(), world_rank)) {
+                Err(Error::Setup(format!("fault injected by BARRIER_MPI_FAULT={stage}:{world_rank}")))
+            } else {
+                Ok(())
+            }
+        };
         self.local_rank = raw::rank(node_comm).map_err(local)?;
         self.local_size = raw::size(node_comm).map_err(local)?;
         let leader = self.local_rank == 0;
@@ -238,48 +281,56 @@ impl Communicator {
             .iter()
             .map(|w| (w[0] as usize, w[1] as usize))
             .collect();
-        let mut roots = raw::split(self.comm, leader.then_some(0), self.rank).map_err(local)?;
+        let roots = raw::split(self.comm, leader.then_some(0), self.rank).map_err(local)?.map(OwnedComm);
         let mut place = [0u64; 2];
-        if let Some(r) = roots {
-            place = [raw::size(r).map_err(local)? as u64, raw::rank(r).map_err(local)? as u64];
+        if let Some(r) = &roots {
+            place = [raw::size(r.0).map_err(local)? as u64, raw::rank(r.0).map_err(local)? as u64];
         }
         raw::broadcast(node_comm, 0, &mut place).map_err(local)?;
         (self.nodes, self.node) = (place[0] as usize, place[1] as usize);
 
         // The node's segment: made (and unlinked at once) by the node's first rank, mapped by
-        // the others through that process's descriptor.
+        // the others through that process's descriptor, checked to be the same file.
         let shape = JobShape { world_size: self.local_size, nodes: 1, ranks_on_machine: machine_size, cores };
         let pool = params.parse("BARRIER_SHM_POOL_BYTES", barrier::shm::DEFAULT_POOL_BYTES, "").unwrap_or_default();
-        let mut offer = [0u64; 3];
+        let mut offer = [0u64; 5];
         let mut made = None;
         if leader {
-            match Segment::create_for_job(shape, pool) {
-                Ok(seg) => {
-                    offer = [1, u64::from(std::process::id()), seg.raw_fd().unwrap_or(-1) as u64];
-                    made = Some(Ok(seg));
-                }
-                Err(e) => made = Some(Err(e)),
-            }
+            let seg = Segment::create_for_job(shape, pool).and_then(|seg| match (seg.raw_fd(), seg.identity()) {
+                (Some(fd), Some((dev, ino))) => Ok((seg, [1, u64::from(std::process::id()), fd as u64, dev, ino])),
+                _ => Err(Error::Setup("the node's new segment has no descriptor to share".into())),
+            });
+            made = Some(seg.map(|(seg, words)| {
+                offer = words;
+                seg
+            }));
         }
         raw::broadcast(node_comm, 0, &mut offer).map_err(local)?;
         let seg = match made {
             Some(m) => m,
-            None if offer[0] == 1 => Segment::open_from_process(offer[1] as u32, offer[2] as i32),
-            None => Err(Error::Bootstrap("the node's first rank could not make the node's shared segment".into())),
+            None if offer[0] == 1 => fault("open")
+                .and_then(|()| Segment::open_from_process(offer[1] as u32, offer[2] as i32, (offer[3], offer[4]))),
+            None => Err(Error::Setup("the node's first rank could not make the node's shared segment".into())),
         };
         let seg = self.agree(seg, world_rank, "map the node's shared segment")?;
 
-        let node =
-            self.agree(Universe::join(seg, self.local_rank, node_params(params)), world_rank, "join the node")?;
-        let internode = match roots {
+        let joined = match fault("join") {
+            Ok(()) => Universe::join(seg.clone(), self.local_rank, node_params(params)),
+            Err(e) => {
+                // As a failed join does: the node's others must not wait for this rank.
+                seg.set_abort(self.local_rank);
+                Err(e)
+            }
+        };
+        let node = self.agree(joined, world_rank, "join the node")?;
+        let internode = match &roots {
             Some(r) if self.nodes > 1 => {
-                Some(Internode::new(r, self.rank, self.size, machine_size > cores, agreed.timeout))
+                let injected = fault("internode");
+                Some(Internode::new(r.0, self.rank, self.size, machine_size > cores, agreed.timeout, injected))
             }
             _ => None,
         };
-        if let Some(r) = roots.as_mut() {
-            raw::free(r);
-        }
+        drop(roots);
         let internode = self.agree(internode.transpose(), world_rank, "set up the internode phase over MPI")?;
         let node_backend = node.world().backend();
         if self.nodes > 1 {
@@ -291,7 +342,7 @@ impl Communicator {
                 node.world().algorithm(),
                 self.local_size
             );
-            self.path = Path::Hierarchical { node, internode };
+            self.path = Path::Hierarchical { node, internode, seg };
         } else {
             self.detail = format!(
                 "one node of {} ranks: {} ({}) over shared memory; declined or not needed:{}",
@@ -319,7 +370,7 @@ impl Communicator {
             Ok(v) if first == u64::MAX => Ok(v),
             Ok(_) => Err(Box::new(Failure {
                 world_rank: first as usize,
-                error: Error::Bootstrap(format!("world rank {first} could not {what} (its own error says why)")),
+                error: Error::Setup(format!("world rank {first} could not {what} (its own error says why)")),
             })),
             Err(error) => Err(Box::new(Failure { world_rank, error })),
         }
@@ -329,13 +380,16 @@ impl Communicator {
     pub fn barrier(&self) -> Result<()> {
         match &self.path {
             Path::Node(node) => node.world().barrier().map_err(|e| self.in_mpi_ranks(e)),
-            Path::Hierarchical { node, internode } => {
+            Path::Hierarchical { node, internode, seg } => {
                 let world = node.world();
                 world.barrier().map_err(|e| self.in_mpi_ranks(e))?;
                 if let Some(inter) = internode {
                     let epoch = self.epoch.get() + 1;
                     self.epoch.set(epoch);
-                    inter.barrier(epoch)?;
+                    if let Err(e) = inter.barrier(epoch) {
+                        seg.set_abort(self.local_rank);
+                        return Err(e);
+                    }
                 }
                 world.barrier().map_err(|e| self.in_mpi_ranks(e))
             }
@@ -392,6 +446,16 @@ impl Communicator {
     /// the communicator fell back to `MPI_Barrier`.
     pub fn describe(&self) -> String {
         format!("{}: {}", self.backend(), self.detail)
+    }
+
+    /// Whether a set-up step failed (on any rank) and every rank fell back to `MPI_Barrier`.
+    pub fn fell_back(&self) -> bool {
+        self.fell_back.is_some()
+    }
+
+    /// Whether that failure was this rank's own (its [`describe`](Self::describe) has the error).
+    pub fn failed_here(&self) -> bool {
+        self.fell_back == Some(true)
     }
 
     /// This rank's node (its index among the nodes of the communicator).

@@ -45,12 +45,14 @@ pub(crate) struct Internode {
 impl Internode {
     /// Sets up the dissemination (collective over `roots`, the communicator of the node roots).
     /// `rank` and `size`: this root's place in the barrier communicator (for error reports).
+    /// `injected`: a failure to take in place of registering the inbox (BARRIER_MPI_FAULT).
     pub(crate) fn new(
         roots: Comm,
         rank: usize,
         size: usize,
         yield_between: bool,
         timeout: Option<Duration>,
+        injected: Result<()>,
     ) -> Result<Self> {
         let index = raw::rank(roots)?;
         let nodes = raw::size(roots)?;
@@ -60,7 +62,7 @@ impl Internode {
         let transport = Arc::new(MpiTransport::new(roots, rounds, timeout)?);
         let me = Peer { world_rank: world[index], node: index };
         let fabric = Fabric::new(me, vec![transport.clone() as Arc<dyn Transport>]);
-        let mine = fabric.register(transport.inbox());
+        let mine = injected.and_then(|()| fabric.register(transport.inbox()));
         let words = mine.as_ref().map_or([u64::MAX, 0], |h| h.to_words());
         let all = raw::allgather(roots, &words)?;
         let outbox: Result<Vec<Signal>> = match mine {

@@ -128,6 +128,15 @@ pub(crate) fn split_shared(comm: Comm, key: usize) -> Result<Comm> {
     Ok(out)
 }
 
+/// A communicator this crate made for a while, freed when dropped (on every path).
+pub(crate) struct OwnedComm(pub(crate) Comm);
+
+impl Drop for OwnedComm {
+    fn drop(&mut self) {
+        free(&mut self.0);
+    }
+}
+
 /// Frees a communicator this crate made; nothing once MPI is finalized.
 pub(crate) fn free(comm: &mut Comm) {
     if *comm == comm_null() || !mpi_active() {

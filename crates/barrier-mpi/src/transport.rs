@@ -52,7 +52,7 @@ const REPLY: u64 = 3;
 /// A send in flight: the request and the buffer MPI reads from until it completes.
 struct Outgoing {
     req: Request,
-    _buf: Box<[u64; WORDS]>,
+    buf: Box<[u64; WORDS]>,
 }
 
 struct State {
@@ -117,10 +117,12 @@ impl MpiTransport {
 
     fn send(&self, st: &mut State, dest: usize, msg: [u64; WORDS]) -> Result<()> {
         let buf = Box::new(msg);
-        let mut req = raw::isend(self.comm, &buf[..], dest, TAG)?;
-        // Eager sends are usually complete at once: free those without keeping them.
-        if !raw::test(&mut req)? {
-            st.sends.push(Outgoing { req, _buf: buf });
+        let req = raw::isend(self.comm, &buf[..], dest, TAG)?;
+        // Kept until MPI says it is done with the buffer (eager sends usually are at once).
+        st.sends.push(Outgoing { req, buf });
+        let last = st.sends.last_mut().expect("just pushed");
+        if raw::test(&mut last.req)? {
+            st.sends.pop();
         }
         Ok(())
     }
@@ -209,12 +211,26 @@ impl MpiTransport {
     }
 }
 
+/// How long a dropped transport lets its last sends finish before it leaks their buffers.
+const DRAIN: Duration = Duration::from_secs(2);
+
 impl Drop for MpiTransport {
     fn drop(&mut self) {
         let st = self.state.get_mut().unwrap_or_else(|p| p.into_inner());
         raw::cancel(&mut st.recv);
-        for s in &mut st.sends {
+        // A root's last put of a barrier may still be on its way when the application frees
+        // the communicator: MPI may read the buffer until the send completes.
+        let start = Instant::now();
+        while !st.sends.is_empty() && raw::mpi_active() && start.elapsed() < DRAIN {
+            st.sends.retain_mut(|s| !raw::test(&mut s.req).unwrap_or(true));
+            if !st.sends.is_empty() {
+                std::thread::yield_now();
+            }
+        }
+        for mut s in st.sends.drain(..) {
+            // Still in flight (or MPI is gone): MPI keeps the request, the buffer must stay.
             raw::release(&mut s.req);
+            std::mem::forget(s.buf);
         }
         raw::free(&mut self.comm);
     }

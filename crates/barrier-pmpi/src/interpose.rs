@@ -93,9 +93,17 @@ unsafe extern "C" fn delete_attr(comm: MPI_Comm, _keyval: c_int, value: *mut c_v
 }
 
 fn ffi_err_other() -> c_int {
-    // MPI_ERR_OTHER is 16 in Open MPI and 15 in MPICH; rsmpi does not export it, and the only
-    // use is a return code after the error has been printed.
-    16
+    // The MPI library's own value (16 in Open MPI, 15 in MPICH), from its mpi.h.
+    ffi::MPI_ERR_OTHER as c_int
+}
+
+/// Ends the job: after a collective set-up, a rank that cannot keep what it agreed to (or
+/// cannot take part at all) would leave the others waiting in our barrier.
+fn abort_job(why: &str) -> ! {
+    barrier::sys::say(&format!("barrier: {why}; aborting the job (other ranks would wait for this one for ever)"));
+    // SAFETY: MPI_Abort on MPI_COMM_WORLD ends the job; it does not return.
+    unsafe { ffi::PMPI_Abort(raw::comm_world(), 70) };
+    std::process::abort()
 }
 
 fn keyval() -> Option<c_int> {
@@ -106,11 +114,8 @@ fn keyval() -> Option<c_int> {
     // SAFETY: both callbacks have the signatures MPI expects; `k` receives the key.
     let rc = unsafe { ffi::PMPI_Comm_create_keyval(Some(copy_attr), Some(delete_attr), &mut k, std::ptr::null_mut()) };
     if rc != SUCCESS {
-        barrier::sys::say(&format!(
-            "barrier: cannot create an MPI attribute key ({}); MPI_Barrier stays MPI's",
-            raw::error_string(rc)
-        ));
-        return None;
+        // The other ranks may already be making our communicator: this one cannot decline alone.
+        abort_job(&format!("cannot create an MPI attribute key ({})", raw::error_string(rc)));
     }
     // Two threads racing here make two keys; one is used, which is harmless.
     Some(*KEYVAL.get_or_init(|| k))
@@ -134,9 +139,9 @@ fn entry_for(comm: MPI_Comm, key: c_int) -> Option<&'static Entry> {
     // SAFETY: the attribute now owns the box; `delete_attr` frees it.
     let rc = unsafe { ffi::PMPI_Comm_set_attr(comm, key, entry.cast()) };
     if rc != SUCCESS {
-        // SAFETY: not stored: still ours to free.
-        drop(unsafe { Box::from_raw(entry) });
-        return None;
+        // The others run our barrier on this communicator from now on: this rank cannot fall
+        // back to PMPI_Barrier alone.
+        abort_job(&format!("cannot cache the barrier on the communicator ({})", raw::error_string(rc)));
     }
     cached().push(Handle(comm));
     // SAFETY: as above.
@@ -156,7 +161,9 @@ fn make_entry(comm: MPI_Comm) -> Entry {
     };
     match made {
         Ok(c) => {
-            if verbose && rank == 0 {
+            // A fall back caused by a failure is always reported: by rank 0 and by the rank
+            // that failed (with its own error).
+            if (rank == 0 && (verbose || c.fell_back())) || c.failed_here() {
                 barrier::sys::say(&format!("barrier: MPI_Barrier on a communicator of {size} ranks: {}", c.describe()));
             }
             Entry::Served(c)

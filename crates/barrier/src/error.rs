@@ -117,6 +117,10 @@ pub enum Error {
         /// What would be accepted.
         expected: String,
     },
+    /// A communicator could not be set up through a bootstrap other than the launcher (MPI):
+    /// what failed, on which rank.
+    #[error("could not set up the communicator: {0}")]
+    Setup(String),
     /// The launcher's environment is present but inconsistent.
     #[error("bad launcher environment: {0}; start the program with `barrier run -n N -- PROGRAM`")]
     Bootstrap(String),

@@ -250,45 +250,56 @@ impl Segment {
     pub fn from_fd(fd: RawFd) -> Result<Arc<Self>> {
         const NOT_A_RANK: &str = "a process started by a rank inherits its BARRIER_* environment but not \
              the job; only the processes `barrier run` starts are ranks";
-        Self::map_checked(fd, &format!("BARRIER_SHM_FD={fd}"), NOT_A_RANK)
+        Self::map_checked(fd, &format!("BARRIER_SHM_FD={fd}"), NOT_A_RANK, Error::Bootstrap)
     }
 
     /// Maps the segment that process `pid` holds open as descriptor `fd` (a segment made by
     /// [`Segment::create_for_job`], already unlinked): how ranks that were not started by one
     /// launcher (MPI ranks of one node) share the segment one of them made. Opens
     /// `/proc/<pid>/fd/<fd>`, which needs the same user as `pid`; the mapping outlives the
-    /// descriptor, which is closed before this returns.
-    pub fn open_from_process(pid: u32, fd: RawFd) -> Result<Arc<Self>> {
+    /// descriptor, which is closed before this returns. `identity` is what the creator's
+    /// [`Segment::identity`] says: a process of another PID namespace with the same number
+    /// cannot hand over another segment.
+    pub fn open_from_process(pid: u32, fd: RawFd, identity: (u64, u64)) -> Result<Arc<Self>> {
         let path = format!("/proc/{pid}/fd/{fd}");
         let file = std::fs::OpenOptions::new().read(true).write(true).open(&path).map_err(|e| {
             Error::io(format!("opening the node's shared segment through {path} (held by process {pid})"), e)
         })?;
+        let found = sys::fd_identity(file.as_raw_fd()).map_err(|e| Error::io(format!("fstat of {path}"), e))?;
+        if found != identity {
+            return Err(Error::Setup(format!(
+                "{path} is not the segment the node's first rank made (device and inode {found:?}, expected \
+                 {identity:?}): the ranks of one node must see the same processes (one PID namespace)"
+            )));
+        }
         Self::map_checked(
             file.as_raw_fd(),
             &path,
             "the process that made the node's segment must run as the same user on the same machine",
+            Error::Setup,
         )
     }
 
-    fn map_checked(fd: RawFd, what: &str, hint: &str) -> Result<Arc<Self>> {
+    /// Maps and checks; `error` makes the error for a segment that is not what it should be.
+    fn map_checked(fd: RawFd, what: &str, hint: &str, error: fn(String) -> Error) -> Result<Arc<Self>> {
         let len = sys::fd_len(fd).map_err(|e| {
             if e.raw_os_error() == Some(libc::EBADF) {
-                Error::Bootstrap(format!("{what} is not an open descriptor in this process ({hint})"))
+                error(format!("{what} is not an open descriptor in this process ({hint})"))
             } else {
                 Error::io(format!("fstat of {what}"), e)
             }
         })?;
         if len < HEADER_BYTES {
-            return Err(Error::Bootstrap(format!("{what} is {len} bytes, too small for a job segment ({hint})")));
+            return Err(error(format!("{what} is {len} bytes, too small for a job segment ({hint})")));
         }
         let map = Mapping::map_fd(fd, len).map_err(|e| Error::io(format!("mapping {what}"), e))?;
         let seg = Segment { map, fd: None };
         if seg.header().magic.load(Ordering::Acquire) != MAGIC {
-            return Err(Error::Bootstrap(format!("{what} is not a barrier job segment ({hint})")));
+            return Err(error(format!("{what} is not a barrier job segment ({hint})")));
         }
         let version = seg.header().version.load(Ordering::Relaxed);
         if version != LAYOUT_VERSION {
-            return Err(Error::Bootstrap(format!(
+            return Err(error(format!(
                 "{what} is a job segment of layout version {version}, but this program's barrier library \
                  expects version {LAYOUT_VERSION}; rebuild every program of the job (and the `barrier` command) \
                  from the same release"
@@ -305,6 +316,12 @@ impl Segment {
     /// Never true: a segment always holds at least its header.
     pub fn is_empty(&self) -> bool {
         self.map.is_empty()
+    }
+
+    /// The device and inode of a segment made by [`Segment::create_for_job`] (see
+    /// [`Segment::open_from_process`]).
+    pub fn identity(&self) -> Option<(u64, u64)> {
+        self.fd.as_ref().and_then(|f| sys::fd_identity(f.as_raw_fd()).ok())
     }
 
     /// The descriptor of a segment made by [`Segment::create_for_job`].

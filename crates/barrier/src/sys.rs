@@ -191,15 +191,25 @@ pub fn shm_unlink(name: &str) -> io::Result<()> {
     }
 }
 
-/// Size in bytes of the object behind `fd`.
-pub fn fd_len(fd: RawFd) -> io::Result<usize> {
+fn fstat(fd: RawFd) -> io::Result<libc::stat> {
     // SAFETY: stat is plain data; zeroed is a valid initial value.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: `st` is a live local and fstat writes only into it.
     if unsafe { libc::fstat(fd, &mut st) } != 0 {
         return Err(io::Error::last_os_error());
     }
-    Ok(st.st_size as usize)
+    Ok(st)
+}
+
+/// Size in bytes of the object behind `fd`.
+pub fn fd_len(fd: RawFd) -> io::Result<usize> {
+    Ok(fstat(fd)?.st_size as usize)
+}
+
+/// The device and inode of the object behind `fd`: which file it is, whoever opened it.
+pub fn fd_identity(fd: RawFd) -> io::Result<(u64, u64)> {
+    let st = fstat(fd)?;
+    Ok((st.st_dev, st.st_ino))
 }
 
 /// Writes `line` and a newline to stderr in one `write` (lines up to the pipe buffer are never

@@ -133,7 +133,10 @@ impl Universe {
         if rank >= size {
             return Err(Error::InvalidArgument(format!("rank {rank} joins a job segment of {size} ranks")));
         }
-        Universe::attach(seg, rank, params)
+        // A rank that fails before it reaches the communicator's creation must not leave the
+        // others waiting in it: the segment is this job's alone, so the whole job fails.
+        let abort = seg.clone();
+        Universe::attach(seg, rank, params).inspect_err(|_| abort.set_abort(rank))
     }
 
     fn attach(seg: Arc<Segment>, rank: usize, params: Params) -> Result<Self> {
