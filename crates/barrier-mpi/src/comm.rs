@@ -5,14 +5,13 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use barrier::params::ParamInfo;
+use barrier::params::{MPI_FAULT as FAULT, MPI_NODE_BLOCK};
 use barrier::shm::{JobShape, Segment};
 use barrier::{Error, Params, Result, Universe};
 
 use crate::internode::Internode;
 use crate::raw::{self, Comm, OwnedComm};
 
-const FAULT: &str = "BARRIER_MPI_FAULT";
 const FAULT_STAGES: [&str; 3] = ["open", "join", "internode"];
 
 /// BARRIER_MPI_FAULT as (stage, world rank).
@@ -33,19 +32,6 @@ fn parse_fault(params: &Params) -> Result<Option<(String, usize)>> {
 pub const MPI_BACKEND: &str = "mpi";
 /// The name reported for shared memory inside nodes and MPI between them.
 pub const HIERARCHICAL: &str = "hierarchical";
-
-/// Parameters of this crate (beside the core's, which `barrier info` lists).
-pub fn mpi_params() -> Vec<ParamInfo> {
-    use barrier::params::ParamKind;
-    vec![ParamInfo::new(
-        "BARRIER_MPI_NODE_BLOCK",
-        "0",
-        "Pretend that every K consecutive MPI_COMM_WORLD ranks of a machine are one node, so the internode \
-             path (MPI between node roots) runs on one machine. 0: nodes are the machines \
-             (MPI_COMM_TYPE_SHARED).",
-    )
-    .kind(ParamKind::Int { min: 0, max: i32::MAX as i64 })]
-}
 
 /// What runs a communicator's barriers.
 enum Path {
@@ -192,8 +178,7 @@ impl Communicator {
 
     /// Checks every setting on every rank and agrees on the verdict and on rank 0's values.
     fn agree_settings(&self, params: &Params, world_rank: usize) -> Result<Agreed> {
-        let mut known = barrier::params::all_params();
-        known.extend(mpi_params());
+        let known = barrier::params::all_params();
         let core = node_params(params);
         let local_bad = known.iter().enumerate().find_map(|(i, info)| {
             // BARRIER_BACKEND may also name `mpi` here: checked on its own below.
@@ -204,7 +189,7 @@ impl Communicator {
             };
             checked.err().map(|e| (i, e))
         });
-        let node_block = params.parse("BARRIER_MPI_NODE_BLOCK", 0usize, "").unwrap_or(0);
+        let node_block = params.parse(MPI_NODE_BLOCK, 0usize, "").unwrap_or(0);
         let list = backend_list(params);
         let mpi_only = list.first().is_some_and(|b| b == MPI_BACKEND);
         let may_fall_back = list.is_empty() || list.iter().any(|b| b == MPI_BACKEND);
@@ -292,7 +277,9 @@ impl Communicator {
         // The node's segment: made (and unlinked at once) by the node's first rank, mapped by
         // the others through that process's descriptor, checked to be the same file.
         let shape = JobShape { world_size: self.local_size, nodes: 1, ranks_on_machine: machine_size, cores };
-        let pool = params.parse("BARRIER_SHM_POOL_BYTES", barrier::shm::DEFAULT_POOL_BYTES, "").unwrap_or_default();
+        let pool = params
+            .parse("BARRIER_SHM_POOL_BYTES", barrier::shm::DEFAULT_POOL_BYTES, "")
+            .unwrap_or(barrier::shm::DEFAULT_POOL_BYTES);
         let mut offer = [0u64; 5];
         let mut made = None;
         if leader {

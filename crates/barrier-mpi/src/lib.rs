@@ -50,6 +50,6 @@ pub mod raw;
 pub mod transport;
 
 #[cfg(feature = "mpi")]
-pub use comm::{mpi_params, Communicator, HIERARCHICAL, MPI_BACKEND};
+pub use comm::{Communicator, HIERARCHICAL, MPI_BACKEND};
 #[cfg(feature = "mpi")]
 pub use mpi;

@@ -106,9 +106,9 @@ fn abort_job(why: &str) -> ! {
     std::process::abort()
 }
 
-fn keyval() -> Option<c_int> {
+fn keyval() -> c_int {
     if let Some(&k) = KEYVAL.get() {
-        return Some(k);
+        return k;
     }
     let mut k: c_int = 0;
     // SAFETY: both callbacks have the signatures MPI expects; `k` receives the key.
@@ -118,7 +118,7 @@ fn keyval() -> Option<c_int> {
         abort_job(&format!("cannot create an MPI attribute key ({})", raw::error_string(rc)));
     }
     // Two threads racing here make two keys; one is used, which is harmless.
-    Some(*KEYVAL.get_or_init(|| k))
+    *KEYVAL.get_or_init(|| k)
 }
 
 /// The cached entry of `comm`, made (collectively) on its first barrier.
@@ -204,8 +204,7 @@ fn barrier(comm: MPI_Comm) -> c_int {
         if comm == raw::comm_null() || FINALIZED.load(Ordering::Relaxed) || !raw::mpi_active() {
             return pass();
         }
-        let Some(key) = keyval() else { return pass() };
-        let entry = entry_for(comm, key);
+        let entry = entry_for(comm, keyval());
         if let Some(e) = entry {
             LAST.with(|l| l.set((key_of_comm, e as *const Entry, generation)));
         }

@@ -315,7 +315,35 @@ pub fn all_params() -> Vec<ParamInfo> {
         all.extend(backend_params(b.name(), b.default_priority()));
         all.extend(b.params());
     }
+    all.extend(mpi_params());
     all
+}
+
+/// `BARRIER_MPI_FAULT`: see [`mpi_params`].
+pub const MPI_FAULT: &str = "BARRIER_MPI_FAULT";
+/// `BARRIER_MPI_NODE_BLOCK`: see [`mpi_params`].
+pub const MPI_NODE_BLOCK: &str = "BARRIER_MPI_NODE_BLOCK";
+
+/// The parameters of communicators made over MPI (`barrier-mpi` and its interposer): described
+/// here so that `barrier info` lists them and every communicator checks them, read there.
+pub fn mpi_params() -> Vec<ParamInfo> {
+    vec![
+        ParamInfo::new(
+            MPI_NODE_BLOCK,
+            "0",
+            "MPI only: pretend that every K consecutive MPI_COMM_WORLD ranks of a machine are one node, so the \
+             internode path (MPI between node roots) runs on one machine. 0: nodes are the machines \
+             (MPI_COMM_TYPE_SHARED).",
+        )
+        .kind(ParamKind::Int { min: 0, max: i32::MAX as i64 }),
+        ParamInfo::new(
+            MPI_FAULT,
+            "",
+            "MPI only, tests: make one set-up stage fail on one MPI_COMM_WORLD rank, STAGE:RANK with STAGE one of \
+             open (mapping the node's segment), join (joining it), internode (the internode set-up). Every rank \
+             must then fall back to MPI_Barrier together.",
+        ),
+    ]
 }
 
 /// A backend's selection settings.

@@ -129,14 +129,16 @@ impl Universe {
     /// ([`Segment::create_for_job`] on one rank, [`Segment::open_from_process`] on the others)
     /// and joins each rank here.
     pub fn join(seg: Arc<Segment>, rank: usize, params: Params) -> Result<Universe> {
-        let size = seg.shape().world_size;
-        if rank >= size {
-            return Err(Error::InvalidArgument(format!("rank {rank} joins a job segment of {size} ranks")));
-        }
         // A rank that fails before it reaches the communicator's creation must not leave the
         // others waiting in it: the segment is this job's alone, so the whole job fails.
         let abort = seg.clone();
-        Universe::attach(seg, rank, params).inspect_err(|_| abort.set_abort(rank))
+        let size = seg.shape().world_size;
+        let joined = if rank < size {
+            Universe::attach(seg, rank, params)
+        } else {
+            Err(Error::InvalidArgument(format!("rank {rank} joins a job segment of {size} ranks")))
+        };
+        joined.inspect_err(|_| abort.set_abort(rank.min(size.saturating_sub(1))))
     }
 
     fn attach(seg: Arc<Segment>, rank: usize, params: Params) -> Result<Self> {
