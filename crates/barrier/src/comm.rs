@@ -452,8 +452,26 @@ impl Communicator {
         Ok(true)
     }
 
+    /// Progresses the module until the barrier at `epoch` is complete for this rank. Inline:
+    /// only the common end of a spinning barrier (the module's last wait, reached within the
+    /// inline checks), so the caller stays small; everything else is [`Self::finish_waiting`].
     #[inline(always)]
     fn finish_with(&self, engine: &mut Engine, epoch: u64) -> Result<()> {
+        match engine.progress(epoch) {
+            Ok(Poll::Ready) => return Ok(()),
+            Ok(Poll::Pending { flag, target, recheck: None, last: true }) if self.wait.reached_soon(flag, target) => {
+                return Ok(())
+            }
+            Err(e) => return Err(self.module_error(e, epoch)),
+            Ok(Poll::Pending { .. }) => {}
+        }
+        self.finish_waiting(engine, epoch)
+    }
+
+    /// [`Self::finish_with`] beyond its inline checks: waits with the policy, the watch (built
+    /// only here) and the timeout, and calls the module again after each wait.
+    #[inline(never)]
+    fn finish_waiting(&self, engine: &mut Engine, epoch: u64) -> Result<()> {
         let watch = LazyWatch::new(|| self.watch(epoch));
         // Time already spent in earlier recheck slices of this barrier (hardware modules).
         let mut waited = Duration::ZERO;

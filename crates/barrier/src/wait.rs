@@ -377,17 +377,26 @@ impl WaitConfig {
         watch: &dyn Watch,
         recheck: Option<Duration>,
     ) -> Result<(), WaitError> {
-        // A few checks inline: at 2 spinning ranks the partner's store usually lands within
-        // them, and an out-of-line call on every barrier is measurable latency. Ranks that park
-        // (more ranks than cores) check once: their partner is likely not even running.
+        if self.reached_soon(flag, epoch) {
+            return Ok(());
+        }
+        self.wait_slow(flag, epoch, watch, recheck)
+    }
+
+    /// The inline start of every wait: whether `flag` reaches `epoch` within a few checks. At 2
+    /// spinning ranks the partner's store usually lands within them, and an out-of-line call
+    /// on every barrier is measurable latency. Ranks that park (more ranks than cores) check
+    /// once: their partner is likely not even running.
+    #[inline(always)]
+    pub fn reached_soon(&self, flag: &Flag, epoch: u64) -> bool {
         let inline = if self.policy == WaitPolicy::Spin { INLINE_SPINS } else { 1 };
         for _ in 0..inline {
             if flag.reached(epoch) {
-                return Ok(());
+                return true;
             }
             std::hint::spin_loop();
         }
-        self.wait_slow(flag, epoch, watch, recheck)
+        false
     }
 
     #[cold]

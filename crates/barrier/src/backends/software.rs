@@ -421,11 +421,36 @@ impl Module for SoftwareModule {
         Ok(())
     }
 
-    #[inline]
+    /// Dissemination within a node is inline in the caller (the whole 2-rank barrier is one
+    /// store and this one check); the other algorithms are a call away.
+    #[inline(always)]
     fn progress(&mut self, epoch: u64) -> Result<Poll<'_>, Error> {
         if self.phase == Phase::Done {
             return Ok(Poll::Ready);
         }
+        if self.algo == Algorithm::Dissemination && !self.net_progress {
+            while self.step < self.inbox.len() {
+                if !self.inbox[self.step].reached(epoch) {
+                    // After the last round there is nothing left to signal.
+                    let last = self.step + 1 == self.inbox.len();
+                    return Ok(Poll::Pending { flag: &self.inbox[self.step], target: epoch, recheck: None, last });
+                }
+                self.step += 1;
+                if let Some(next) = self.outbox.get(self.step) {
+                    next.signal(epoch, self.wake)?;
+                }
+            }
+            self.phase = Phase::Done;
+            return Ok(Poll::Ready);
+        }
+        self.progress_other(epoch)
+    }
+}
+
+impl SoftwareModule {
+    /// [`Module::progress`] for central, tournament, tree and dissemination across nodes.
+    #[inline(never)]
+    fn progress_other(&mut self, epoch: u64) -> Result<Poll<'_>, Error> {
         match self.algo {
             Algorithm::Central | Algorithm::Auto => {
                 let flag = self.release.as_deref().expect("central release");
@@ -435,22 +460,7 @@ impl Module for SoftwareModule {
                 }
                 Ok(Poll::Pending { flag, target: epoch, recheck: None, last: true })
             }
-            Algorithm::Dissemination if self.net_progress => self.progress_helping_the_network(epoch),
-            Algorithm::Dissemination => {
-                while self.step < self.inbox.len() {
-                    if !self.inbox[self.step].reached(epoch) {
-                        // After the last round there is nothing left to signal.
-                        let last = self.step + 1 == self.inbox.len();
-                        return Ok(Poll::Pending { flag: &self.inbox[self.step], target: epoch, recheck: None, last });
-                    }
-                    self.step += 1;
-                    if let Some(next) = self.outbox.get(self.step) {
-                        next.signal(epoch, self.wake)?;
-                    }
-                }
-                self.phase = Phase::Done;
-                Ok(Poll::Ready)
-            }
+            Algorithm::Dissemination => self.progress_helping_the_network(epoch),
             Algorithm::Tournament | Algorithm::Tree => {
                 if self.phase == Phase::Gather {
                     while self.step < self.inbox.len() {
