@@ -507,6 +507,27 @@ fn hardware_backends_are_correct_on_inline_devices() {
 }
 
 #[test]
+fn an_inline_group_spanning_two_mask_words_completes_by_its_arrival_count() {
+    // 70 members: ARRIVED_MASK spans two words, so ARRIVAL_COUNT, not one word filling up,
+    // decides each epoch (the other completion rule of the inline device's traps).
+    let emu = Emulator::start(Config::new(&barrier_hw::GBA).inline()).unwrap();
+    let opts = StressOptions { iterations: 60, seed: 70, ..Default::default() };
+    let out = Job::new(70)
+        .params(params("gba", &emu))
+        .run(|w| (w.algorithm(), stress(&w, &opts).map_err(|e| e.to_string())))
+        .unwrap();
+    for (algorithm, result) in out {
+        assert_eq!(algorithm, "offload group 0");
+        assert_eq!(result, Ok(60));
+    }
+    assert!(emu.quiesce(Duration::from_secs(2)));
+    let c = emu.counters();
+    assert_eq!((c.errors, c.groups_in_use), (0, 0), "{c:?}");
+    assert!(c.barriers >= 60, "{c:?}");
+    assert_eq!(c.arrivals, 70 * c.barriers, "every barrier counts all its arrivals: {c:?}");
+}
+
+#[test]
 fn a_program_without_the_emulator_cannot_drive_an_inline_device_and_says_why() {
     let _machine = common::one_job_at_a_time();
     let mut spec = barrier_cli::launch::JobSpec::new(2, common::example("correctness"));

@@ -1,39 +1,67 @@
-//! Inline devices: the device's work runs in the context of the doorbell ring that triggers it,
-//! the way an emulator traps an MMIO write, instead of on an engine thread of its own.
+//! Inline devices: the device's work runs in the context of the store that triggers it, the
+//! way an emulator traps an MMIO write, instead of on an engine thread of its own.
 //!
 //! On a machine with few cores, an engine thread competes with the ranks for a core, so a
 //! threaded emulated barrier mostly measures scheduler hops. An inline device has no thread:
-//! its DEVICE_MODE register says so, and the driver, after every doorbell ring, calls the hook
-//! [`install`] puts in place (`barrier::mmio::install_inline_device`). The hook runs one pass of
-//! the **same engine code** as the threaded device (collecting arrivals, releasing, configuring
-//! groups), on the ringing process's own mapping of the device file, and returns.
+//! its DEVICE_MODE register says so, and the driver calls the hook [`install`] puts in place
+//! (`barrier::mmio::install_inline_device`) where a device would notice the driver's stores.
+//! The hook runs the **same engine code** as the threaded device, on the calling process's own
+//! mapping of the device file:
 //!
-//! Several ranks (threads or processes) may ring at once, so the engine's state must be the
-//! device's: an inline engine re-reads each group's dynamic state (ARRIVED_MASK,
-//! COMPLETED_EPOCH, STATUS) from the registers at every pass, and takes over ("adopts") a group
-//! another process configured, keyed by the group's owner id. Passes are serialized by the
-//! device's ENGINE_LOCK. A ring that finds the lock taken leaves its work to the holder, who
-//! looks at the doorbell again after releasing the lock (both sides separate their two accesses
-//! with a sequentially consistent fence, so one of them always sees the other).
+//! * **A trapped arrival** (`InlineWork::Arrival`, after a member wrote its arrival message):
+//!   the device takes that one message with the engine thread's code (`take_arrival`: check
+//!   the message, mark it TAKEN, set the member's ARRIVED_MASK bit), and the arrival that
+//!   completes the epoch releases the group. Every message is followed by exactly one trap,
+//!   its writer's, and nothing else takes messages from an inline device's slots, so the trap
+//!   marks it with a plain store (the engine thread, which races with nobody either, swaps).
+//!   No lock and no doorbell: traps in several ranks run at once, each step one atomic
+//!   operation on a register, and exactly one arrival fills the mask (or, for groups whose
+//!   members span several mask words, brings ARRIVAL_COUNT to the member count). The release
+//!   clears the arrival state before it writes any release flag, and a member's next arrival
+//!   follows its release, so no arrival of the next epoch is lost. A barrier therefore touches
+//!   the lines a real device's host side would (the member's slot, its release flag) plus the
+//!   group's ARRIVED_MASK and, from the completing rank, COMPLETED_EPOCH.
+//! * **A doorbell ring** (`InlineWork::Ring`: configuration changes, a waiting rank's
+//!   watchdog): a full pass under the device's ENGINE_LOCK: apply configuration (resets, first
+//!   configuration of an enabled group by whichever process sees it first, forgetting freed
+//!   groups), move the heartbeat, write held-back counts. A ring that finds
+//!   the lock taken leaves its work to the holder, who looks at the doorbell again after
+//!   releasing the lock (both sides separate their two accesses with a sequentially
+//!   consistent fence, so one of them always sees the other).
 //!
-//! No ring is lost: RINGS_SERVED records up to which doorbell value every ring has been served.
-//! A pass serves only the ringer's group when the ringer's own ticket is the only ring since
-//! then; otherwise (another ring is pending, or the doorbell moved) it scans every group. A pass
-//! that panics releases the lock; a rank killed in the middle of a pass leaves it held, and the
-//! device then stops answering (its heartbeat freezes): communicators fall back to software
-//! after the driver's silence limit, as for any device that stops.
+//! Any rank may run the engine, so it keeps no barrier state of its own: ARRIVED_MASK,
+//! ARRIVAL_COUNT and COMPLETED_EPOCH are read from the registers, and a group another process
+//! configured is taken over ("adopted", keyed by the group's owner id, with this process's own
+//! address translations). A pass that panics releases the lock; a rank killed in the middle of
+//! one leaves it held, and the device then stops answering rings (its heartbeat freezes):
+//! communicators fall back to software after the driver's silence limit, as for any device
+//! that stops.
+//!
+//! ENGINE_BUSY_NS (the device's work, which `barrier bench` reports per barrier) counts, for
+//! traps, the trap that completes an epoch (the device's work from the last arrival to the
+//! last release store), sampled: one trap in [`TIMED_TRAP_EVERY`] is timed, and counted that
+//! many times if it completed, because reading the clock twice per trap would cost about as
+//! much as the trap. The counters (ARRIVALS, RELEASES, BARRIERS, ENGINE_BUSY_NS) share one
+//! line; an inline engine adds up in its thread and writes them every few hundred barriers,
+//! at every full pass, and when a driver is done with the device (`InlineWork::Flush`), so a
+//! rank killed mid-run takes its last counts with it.
 //!
 //! Faults and latency are modelled by the threaded engine only (`Emulator::start`): inline
 //! devices serve the benchmark, which measures the host side of the protocol.
 
+use std::cell::RefCell;
 use std::path::Path;
 use std::sync::atomic::{fence, AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Instant;
 
+use barrier::mmio::InlineWork;
 use barrier_hw::{control, global, status, DeviceMap};
 
-use crate::{doorbell, Config, Dev, Engine, Group};
+use crate::{doorbell, Claim, Config, Dev, Engine, Group, Taken};
+
+/// One trap in this many is timed for ENGINE_BUSY_NS (and counted this many times).
+pub const TIMED_TRAP_EVERY: u64 = 16;
 
 /// Makes this process able to drive inline devices (idempotent). `barrier bench`'s ranks call
 /// it; so does any program that wants to use an inline device.
@@ -41,30 +69,58 @@ pub fn install() {
     barrier::mmio::install_inline_device(ring);
 }
 
-/// This process's engine for each inline device it has rung, by device instance.
-static ENGINES: Mutex<Vec<(u64, Engine)>> = Mutex::new(Vec::new());
+thread_local! {
+    /// This thread's engine for each inline device it has used, by device instance, with the
+    /// number of traps it has run. Per thread, not per process: an engine keeps no barrier
+    /// state of its own (that is in the registers), so thread ranks need not share one, and a
+    /// trap takes no lock. An engine writes its held-back counts when its thread ends.
+    static ENGINES: RefCell<Vec<(u64, Engine, u64)>> = const { RefCell::new(Vec::new()) };
+}
 
-/// The hook: one pass of the device `instance` at `path`, for `group` (rung with `ticket`).
-pub(crate) fn ring(path: &Path, instance: u64, map: &'static DeviceMap, group: Option<usize>, ticket: u64) {
-    let mut engines = ENGINES.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    let index = match engines.iter().position(|(i, _)| *i == instance) {
+/// The hook: the work `work` of the device `instance` at `path`.
+pub(crate) fn ring(path: &Path, instance: u64, map: &'static DeviceMap, work: InlineWork) {
+    ENGINES.with(|engines| {
+        // A full pass never calls the hook again, so the borrow is never nested.
+        let Ok(mut engines) = engines.try_borrow_mut() else { return };
+        serve(&mut engines, path, instance, map, work);
+    });
+}
+
+fn serve(engines: &mut Vec<(u64, Engine, u64)>, path: &Path, instance: u64, map: &'static DeviceMap, work: InlineWork) {
+    let index = match engines.iter().position(|(i, _, _)| *i == instance) {
         Some(i) => i,
         None => match barrier::mmio::Mmio::open(path, map.size) {
             Ok(mmio) if mmio.word(global::INSTANCE.offset).load(Ordering::Acquire) == instance => {
                 // Engines of devices nobody serves any more (their emulator is gone: its file
                 // lock with it) are dropped as new ones come, with their mappings.
-                engines.retain(|(_, e)| {
+                engines.retain(|(_, e, _)| {
                     e.dev.file().is_some_and(|f| barrier::sys::flock_held(std::os::fd::AsRawFd::as_raw_fd(f)))
                 });
-                let engine = Engine::new(Dev::Mapped(mmio), Config::new(map), Arc::new(AtomicBool::new(false)));
-                engines.push((instance, engine));
+                let engine =
+                    Engine::new(Dev::Mapped(mmio), Config::new(map).inline(), Arc::new(AtomicBool::new(false)));
+                engines.push((instance, engine, 0));
                 engines.len() - 1
             }
             // The device is gone or replaced: the driver's watchdog finds out and falls back.
             _ => return,
         },
     };
-    engines[index].1.inline_pass(group, ticket);
+    let (_, engine, traps) = &mut engines[index];
+    match work {
+        InlineWork::Arrival { group, member } => {
+            *traps += 1;
+            if (*traps).is_multiple_of(TIMED_TRAP_EVERY) {
+                let start = Instant::now();
+                if engine.trap_arrival(group, member) == Taken::Completed {
+                    engine.tally(0, 0, 0, start.elapsed().as_nanos() as u64 * TIMED_TRAP_EVERY);
+                }
+            } else {
+                engine.trap_arrival(group, member);
+            }
+        }
+        InlineWork::Ring { ticket } => engine.inline_pass(ticket),
+        InlineWork::Flush => engine.flush_tally(),
+    }
 }
 
 /// Releases the engine lock when a pass ends, also by a panic.
@@ -77,12 +133,31 @@ impl Drop for Unlock<'_> {
 }
 
 impl Engine {
-    /// One pass of an inline device's work, under the device's engine lock.
-    fn inline_pass(&mut self, mut group: Option<usize>, ticket: u64) {
+    /// The trapped arrival store of `member` in group `g`: takes that message (see the module
+    /// docs). A group this process does not know as running is looked at again after a full
+    /// pass (its configuration may be pending).
+    fn trap_arrival(&mut self, g: usize, member: usize) -> Taken {
+        if g >= self.map.max_groups || member >= self.map.max_members {
+            return Taken::Nothing;
+        }
+        // A group this engine knows is taken as it is (the registers are checked before a
+        // release: reading them first would fetch lines the release then writes).
+        if !self.groups[g].enabled && !self.load_shared(g) {
+            let ticket = doorbell(&self.dev).load();
+            self.inline_pass(ticket);
+            if !self.load_shared(g) {
+                return Taken::Nothing;
+            }
+        }
+        self.take_arrival(g, member, Claim::Own)
+    }
+
+    /// A full pass (a doorbell ring with value `ticket`), under the device's engine lock.
+    fn inline_pass(&mut self, ticket: u64) {
         // Between the caller's doorbell bump and the lock attempt (see the module docs).
         fence(Ordering::SeqCst);
+        let mut seen = ticket;
         loop {
-            let seen = doorbell(&self.dev).load();
             if self.lock().compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire).is_err() {
                 return;
             }
@@ -91,25 +166,24 @@ impl Engine {
             // as long as this engine exists, longer than this pass.
             let _unlock = Unlock(unsafe { &*lock });
             let start = Instant::now();
-            let served = self.dev.word(global::RINGS_SERVED.offset);
-            // Only the ringer's group if its ring is the only one not served yet.
-            let mut target = group.take().filter(|_| seen == ticket && served.load(Ordering::Acquire) + 1 == ticket);
             let config = self.dev.word(global::CONFIG_SEQ.offset).load(Ordering::Acquire);
             if config != self.dev.word(global::CONFIG_SEEN.offset).load(Ordering::Acquire) {
                 self.refresh_shared();
                 self.dev.word(global::CONFIG_SEEN.offset).store(config, Ordering::Release);
-                target = None;
             }
-            let worked = self.serve_shared(target);
-            self.dev.word(global::RINGS_SERVED.offset).store(seen, Ordering::Release);
-            if worked {
-                self.count(&global::ENGINE_BUSY_NS, start.elapsed().as_nanos() as u64);
-            }
+            // The rings of waiting ranks' watchdogs are such passes, so liveness and the
+            // two-strike checks see the heartbeat move. (Arrivals are not scanned for: each
+            // was taken by its own trap.)
+            self.dev.word(global::HEARTBEAT.offset).fetch_add(1, Ordering::Release);
+            self.tally(0, 0, 0, start.elapsed().as_nanos() as u64);
+            self.flush_tally();
             drop(_unlock);
             fence(Ordering::SeqCst);
-            if doorbell(&self.dev).load() == seen {
+            let now = doorbell(&self.dev).load();
+            if now == seen {
                 return;
             }
+            seen = now;
         }
     }
 
@@ -143,27 +217,6 @@ impl Engine {
         self.dev.word(global::GROUPS_IN_USE.offset).store(in_use, Ordering::Relaxed);
     }
 
-    /// Collects arrivals and releases, for `group` or every group that is running.
-    fn serve_shared(&mut self, group: Option<usize>) -> bool {
-        // A scan of every group moves the heartbeat (the rings of waiting ranks' watchdogs are
-        // such scans, so liveness and the two-strike checks see it move); a pass for one
-        // arrival does not write the shared line.
-        if group.is_none() {
-            self.dev.word(global::HEARTBEAT.offset).fetch_add(1, Ordering::Release);
-        }
-        let groups: Vec<usize> = match group {
-            Some(g) => vec![g],
-            None => (0..self.map.max_groups).filter(|&g| self.reg(g, &self.map.group.owner) != 0).collect(),
-        };
-        let mut worked = false;
-        for g in groups {
-            if self.load_shared(g) {
-                worked |= self.serve_group(g);
-            }
-        }
-        worked
-    }
-
     /// Brings this engine's view of group `g` up to date from the registers; false if the group
     /// is not running.
     fn load_shared(&mut self, g: usize) -> bool {
@@ -184,12 +237,6 @@ impl Engine {
                 return false;
             }
         }
-        let words = barrier_hw::mask_words(m.max_members);
-        let group = &mut self.groups[g];
-        for (w, bits) in group.arrived.iter_mut().enumerate().take(words) {
-            *bits = self.dev.group_word(m, g, &m.group.arrived_mask, w).load(Ordering::Acquire);
-        }
-        group.expected = self.dev.group_load(m, g, &m.group.completed_epoch) + 1;
         true
     }
 
@@ -210,8 +257,7 @@ impl Engine {
                 None => return false,
             }
         }
-        // The expected epoch is read from the registers at every pass (`load_shared`).
-        self.groups[g] = Group::running(owner, mask, members, release, 0);
+        self.groups[g] = Group::running(owner, mask, members, release);
         true
     }
 }

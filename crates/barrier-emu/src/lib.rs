@@ -80,6 +80,27 @@ pub struct Faults {
     pub seed: u64,
 }
 
+/// How a pass makes sure it alone takes a message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Claim {
+    /// Swap the identity word for [`TAKEN`] (the engine thread's scan).
+    Swap,
+    /// Nobody else takes this message: mark it [`TAKEN`] with a plain store (an inline
+    /// device's trap of its own rank's message, see [`inline`]).
+    Own,
+}
+
+/// What one look at an arrival slot did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Taken {
+    /// Nothing to take.
+    Nothing,
+    /// An arrival was taken (or a bad one failed the group), the epoch is not complete.
+    Arrival,
+    /// The arrival taken completed the epoch, and the group was released.
+    Completed,
+}
+
 /// How to run an emulated device.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -204,7 +225,12 @@ impl Emulator {
             if inline {
                 let instance = self.device.word(global::INSTANCE.offset).load(Ordering::Relaxed);
                 let ticket = doorbell(&self.device).load();
-                inline::ring(self.device.path(), instance, self.device.map(), None, ticket);
+                inline::ring(
+                    self.device.path(),
+                    instance,
+                    self.device.map(),
+                    barrier::mmio::InlineWork::Ring { ticket },
+                );
             }
             if self.device.word(global::CONFIG_SEEN.offset).load(Ordering::Acquire) >= target {
                 return true;
@@ -252,7 +278,9 @@ impl std::ops::Deref for Dev {
     }
 }
 
-/// Per-group engine state.
+/// Per-group engine state: the group's configuration as this engine knows it. The barrier
+/// state itself (ARRIVED_MASK, ARRIVAL_COUNT, COMPLETED_EPOCH) lives in the registers, so that
+/// every engine of an inline device works on the same state.
 #[derive(Clone, Debug, Default)]
 struct Group {
     /// The owner id the group had when this engine configured or adopted it.
@@ -262,10 +290,11 @@ struct Group {
     failed: bool,
     members: Vec<usize>,
     mask: Vec<u64>,
+    /// The one MEMBER_MASK word that holds every member, if there is one: then the arrival
+    /// that fills that ARRIVED_MASK word completes the epoch; otherwise ARRIVAL_COUNT decides.
+    single_word: Option<usize>,
     /// DMA offset of each member's release flag and the IOMMU entry that maps it.
     release: Vec<(u64, usize)>,
-    arrived: Vec<u64>,
-    expected: u64,
     /// Duplicate releases to send at the next pass: (dma offset, epoch).
     duplicates: Vec<(u64, u64)>,
 }
@@ -273,22 +302,50 @@ struct Group {
 impl Group {
     /// A configured, running group (the threaded engine configured it, or an inline engine
     /// adopted it).
-    fn running(owner: u64, mask: Vec<u64>, members: Vec<usize>, release: Vec<(u64, usize)>, expected: u64) -> Self {
+    fn running(owner: u64, mask: Vec<u64>, members: Vec<usize>, release: Vec<(u64, usize)>) -> Self {
+        let used: Vec<usize> = (0..mask.len()).filter(|&w| mask[w] != 0).collect();
         Group {
             owner,
             enabled: true,
             failed: false,
-            arrived: vec![0; mask.len()],
+            single_word: (used.len() == 1).then(|| used[0]),
             mask,
             members,
             release,
-            expected,
             duplicates: Vec::new(),
         }
     }
 }
 
+/// The identity word of an arrival slot whose message the device has taken. Member ids stay
+/// below 2^32 - 1, so no message carries it: a message is taken once.
+const TAKEN: u64 = u64::MAX;
+
+/// What an arrival slot holds, measured against the epoch its group expects.
+enum Slot {
+    /// Nothing to take: empty, still being written, taken, or a message for an epoch the
+    /// group completed already.
+    Nothing,
+    /// A complete message for the expected epoch: its identity word and the epoch.
+    Current { ident: u64, epoch: u64 },
+    /// A malformed message, or one for an epoch after the expected one.
+    Bad,
+}
+
+/// Counter increments an inline engine has not written yet (see [`Engine::tally`]).
+#[derive(Debug, Default)]
+struct Tally {
+    arrivals: u64,
+    releases: u64,
+    barriers: u64,
+    busy_ns: u64,
+}
+
+/// An inline engine writes its counts at least every this many barriers.
+const TALLY_BARRIERS: u64 = 256;
+
 struct Engine {
+    tally: Tally,
     dev: Dev,
     map: &'static DeviceMap,
     config: Config,
@@ -301,11 +358,18 @@ struct Engine {
     last_gc: Instant,
 }
 
+impl Drop for Engine {
+    fn drop(&mut self) {
+        self.flush_tally();
+    }
+}
+
 impl Engine {
     fn new(dev: Dev, config: Config, stop: Arc<AtomicBool>) -> Self {
         let map = config.map;
         let rng = config.faults.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
         Engine {
+            tally: Tally::default(),
             dev,
             map,
             config,
@@ -341,6 +405,37 @@ impl Engine {
 
     fn count(&self, reg: &barrier_hw::Register, n: u64) {
         self.dev.word(reg.offset).fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Counts a completed barrier (its arrivals, its release stores) and device time. The
+    /// engine thread writes the counters at once; an inline engine adds up in this process
+    /// and writes every [`TALLY_BARRIERS`] barriers, at every full pass and when a driver is
+    /// done with the device (`InlineWork::Flush`): the counters share one line, which would
+    /// otherwise move between the completing ranks at every barrier.
+    fn tally(&mut self, arrivals: u64, releases: u64, barriers: u64, busy_ns: u64) {
+        let t = &mut self.tally;
+        t.arrivals += arrivals;
+        t.releases += releases;
+        t.barriers += barriers;
+        t.busy_ns += busy_ns;
+        if !self.config.inline || t.barriers >= TALLY_BARRIERS {
+            self.flush_tally();
+        }
+    }
+
+    /// Writes the counts [`Engine::tally`] holds back.
+    fn flush_tally(&mut self) {
+        let t = std::mem::take(&mut self.tally);
+        for (reg, n) in [
+            (&global::ARRIVALS, t.arrivals),
+            (&global::RELEASES, t.releases),
+            (&global::BARRIERS, t.barriers),
+            (&global::ENGINE_BUSY_NS, t.busy_ns),
+        ] {
+            if n != 0 {
+                self.count(reg, n);
+            }
+        }
     }
 
     fn run(mut self) {
@@ -455,7 +550,7 @@ impl Engine {
             }
         }
         let base = self.reg(g, &m.group.epoch_base);
-        self.groups[g] = Group::running(self.reg(g, &m.group.owner), mask, members, release, base + 1);
+        self.groups[g] = Group::running(self.reg(g, &m.group.owner), mask, members, release);
         self.set_reg(g, &m.group.completed_epoch, base);
         self.set_reg(g, &m.group.status, status::READY);
     }
@@ -503,70 +598,29 @@ impl Engine {
         worked
     }
 
-    /// Collects group `g`'s arrivals and releases it once every member arrived (both engines).
+    /// Takes the arrivals waiting in group `g`'s slots (the scan of the engine thread, and of
+    /// an inline device's doorbell rings); the arrival that completes the epoch releases it.
     fn serve_group(&mut self, g: usize) -> bool {
-        let mut worked = self.collect_arrivals(g);
-        if self.groups[g].enabled && self.groups[g].arrived == self.groups[g].mask {
-            self.release(g);
-            worked = true;
-        }
-        worked
-    }
-
-    fn collect_arrivals(&mut self, g: usize) -> bool {
         let m = self.map;
-        let mut new = 0u64;
-        let expected = self.groups[g].expected;
-        for i in 0..self.groups[g].members.len() {
-            let member = self.groups[g].members[i];
-            if self.groups[g].arrived[member / 64] >> (member % 64) & 1 == 1 {
-                continue;
+        let mut worked = false;
+        let mut completed = false;
+        for w in 0..self.groups[g].mask.len() {
+            let arrived = self.dev.group_word(m, g, &m.group.arrived_mask, w).load(Ordering::Acquire);
+            let mut pending = self.groups[g].mask[w] & !arrived;
+            while pending != 0 && self.groups[g].enabled {
+                let member = w * 64 + pending.trailing_zeros() as usize;
+                pending &= pending - 1;
+                match self.take_arrival(g, member, Claim::Swap) {
+                    Taken::Nothing => {}
+                    Taken::Arrival => worked = true,
+                    Taken::Completed => {
+                        worked = true;
+                        completed = true;
+                    }
+                }
             }
-            let slot = m.arrival_slot(g, member);
-            // A message is present once its header is non-zero (slots are zeroed on attach), and
-            // complete when the arrival word agrees with the member/sequence word: the sender
-            // writes the arrival word last, so a disagreement is a message still in flight. A
-            // zero arrival word is legal (member 0 at a sequence that wrapped to 0).
-            let value = self.dev.word(slot + 32).load(Ordering::Acquire);
-            let header = self.dev.word(slot).load(Ordering::Acquire);
-            let ident = self.dev.word(slot + 8).load(Ordering::Acquire);
-            if header == 0 {
-                continue;
-            }
-            let (who, seq) = m.encoding.decode(value);
-            if ident != (who as u64 | (seq as u64) << 32) {
-                continue;
-            }
-            let epoch = expand_sequence(expected, seq);
-            if epoch < expected {
-                continue; // an old arrival (or one this engine already dropped)
-            }
-            if who as usize != member
-                || (header >> 32) as usize != g
-                || header & 0xff != barrier_hw::MessageType::Arrive as u64
-                || epoch > expected
-            {
-                self.fail(g, error_code::BAD_MESSAGE);
-                return true;
-            }
-            if self.chance(self.config.faults.drop_arrival) {
-                // Lost on the wire: overwrite the slot so this arrival is never seen again.
-                self.dev
-                    .word(slot + 32)
-                    .store(m.encoding.encode(member as u32, expected.wrapping_sub(1) as u32), Ordering::Relaxed);
-                tracing::debug!(device = m.kind, group = g, member, epoch, "fault: arrival dropped");
-                continue;
-            }
-            self.groups[g].arrived[member / 64] |= 1 << (member % 64);
-            new += 1;
         }
-        if new > 0 {
-            let words = self.groups[g].arrived.clone();
-            for (w, bits) in words.iter().enumerate() {
-                self.dev.group_word(m, g, &m.group.arrived_mask, w).store(*bits, Ordering::Release);
-            }
-            self.dev.group_word(m, g, &m.group.arrival_count, 0).fetch_add(new, Ordering::Relaxed);
-            self.count(&global::ARRIVALS, new);
+        if worked && !completed && self.groups[g].enabled {
             let st = self.reg(g, &m.group.status);
             let active = (st | status::ACTIVE) & !status::COMPLETE;
             // Only if it changes: STATUS shares its line with registers every pass reads.
@@ -574,24 +628,157 @@ impl Engine {
                 self.set_reg(g, &m.group.status, active);
             }
         }
-        new > 0
+        worked
     }
 
-    fn release(&mut self, g: usize) {
+    /// Reads member `member`'s arrival slot in group `g`. The slot is read before the group's
+    /// COMPLETED_EPOCH: a member writes its message for epoch e only after its release from
+    /// e - 1, which the device writes after COMPLETED_EPOCH, so the expected epoch read here is
+    /// never older than the message's.
+    fn look_at_slot(&self, g: usize, member: usize) -> Slot {
+        let m = self.map;
+        let slot = m.arrival_slot(g, member);
+        // A message is present once its header is non-zero (slots are zeroed on attach), and
+        // complete when the arrival word agrees with the member/sequence word: the sender
+        // writes the arrival word last, so a disagreement is a message still in flight (or a
+        // taken one). A zero arrival word is legal (member 0 at a sequence that wrapped to 0).
+        let value = self.dev.word(slot + 32).load(Ordering::Acquire);
+        let header = self.dev.word(slot).load(Ordering::Acquire);
+        let ident = self.dev.word(slot + 8).load(Ordering::Acquire);
+        if header == 0 || ident == TAKEN {
+            return Slot::Nothing;
+        }
+        let (who, seq) = m.encoding.decode(value);
+        if ident != (who as u64 | (seq as u64) << 32) {
+            return Slot::Nothing;
+        }
+        // The member's release flag holds the last epoch the device released it from, so a
+        // message for the epoch after it is current (an untaken message's epoch is not
+        // complete, and the flag never passes COMPLETED_EPOCH): the flag's line is the
+        // member's own, where COMPLETED_EPOCH's is written by whichever rank completes.
+        // Anything else is judged against COMPLETED_EPOCH.
+        let flag = self.member_index(g, member).map(|i| self.dev.flag(self.groups[g].release[i].0).load());
+        if flag.is_some_and(|f| expand_sequence(f + 1, seq) == f + 1) {
+            return Slot::Current { ident, epoch: flag.unwrap_or_default() + 1 };
+        }
+        let expected = self.reg(g, &m.group.completed_epoch) + 1;
+        let epoch = expand_sequence(expected, seq);
+        if epoch < expected {
+            return Slot::Nothing;
+        }
+        if who as usize != member
+            || (header >> 32) as usize != g
+            || header & 0xff != barrier_hw::MessageType::Arrive as u64
+            || epoch > expected
+        {
+            return Slot::Bad;
+        }
+        Slot::Current { ident, epoch }
+    }
+
+    /// Member `member`'s index in group `g`'s member list (and release table).
+    fn member_index(&self, g: usize, member: usize) -> Option<usize> {
+        self.groups[g].members.binary_search(&member).ok()
+    }
+
+    /// Whether group `g` is still the running group this engine knows (same owner, enabled,
+    /// armed, READY, no ERROR): checked before a release, never on the way to it, so that the
+    /// registers' lines stay shared while barriers run.
+    fn still_running(&self, g: usize) -> bool {
+        let m = self.map;
+        let st = self.reg(g, &m.group.status);
+        self.groups[g].enabled
+            && self.reg(g, &m.group.owner) == self.groups[g].owner
+            && self.reg(g, &m.group.control) & (control::ENABLE | control::ARM) == control::ENABLE | control::ARM
+            && st & status::READY != 0
+            && st & status::ERROR == 0
+    }
+
+    /// Takes member `member`'s arrival in group `g` if its slot holds one for the epoch the
+    /// group expects: marks the slot [`TAKEN`] (see [`Claim`]), sets the member's
+    /// ARRIVED_MASK bit and, if that completes the epoch, releases the group. Shared by the
+    /// engine thread's scans and an inline device's trapped stores, which run at the same
+    /// time in different ranks: every step is one atomic operation on a register, and exactly
+    /// one arrival completes each epoch.
+    fn take_arrival(&mut self, g: usize, member: usize, claim: Claim) -> Taken {
+        let m = self.map;
+        let (ident, epoch) = match self.look_at_slot(g, member) {
+            Slot::Nothing => return Taken::Nothing,
+            Slot::Bad => {
+                self.fail(g, error_code::BAD_MESSAGE);
+                return Taken::Arrival;
+            }
+            Slot::Current { ident, epoch } => (ident, epoch),
+        };
+        let identity = self.dev.word(m.arrival_slot(g, member) + 8);
+        match claim {
+            Claim::Swap => {
+                if identity.compare_exchange(ident, TAKEN, Ordering::AcqRel, Ordering::Relaxed).is_err() {
+                    return Taken::Nothing; // another pass took it first
+                }
+            }
+            Claim::Own => identity.store(TAKEN, Ordering::Relaxed),
+        }
+        if self.chance(self.config.faults.drop_arrival) {
+            // Lost on the wire: taken, never counted.
+            tracing::debug!(device = m.kind, group = g, member, epoch, "fault: arrival dropped");
+            return Taken::Arrival;
+        }
+        // The member's bit is clear (its message for this epoch was taken once, just now), so
+        // adding the bit sets it: one locked add, where an OR that returns the old word is a
+        // compare-and-swap loop whose first load fetches the line only shared (a second trip).
+        let bit = 1u64 << (member % 64);
+        let before = self.dev.group_word(m, g, &m.group.arrived_mask, member / 64).fetch_add(bit, Ordering::AcqRel);
+        let group = &self.groups[g];
+        let complete = match group.single_word {
+            Some(w) => before | bit == group.mask[w],
+            None => {
+                let count = self.dev.group_word(m, g, &m.group.arrival_count, 0).fetch_add(1, Ordering::AcqRel) + 1;
+                count == group.members.len() as u64
+            }
+        };
+        if !complete {
+            Taken::Arrival
+        } else if self.still_running(g) {
+            self.release(g, epoch);
+            Taken::Completed
+        } else {
+            // Failed, reset or freed meanwhile: no release; the next pass looks again.
+            self.groups[g] = Group::default();
+            Taken::Arrival
+        }
+    }
+
+    /// Completes group `g`'s epoch `epoch`: clears the arrival state for the next epoch,
+    /// records COMPLETED_EPOCH and stores the epoch into every member's release flag.
+    fn release(&mut self, g: usize, epoch: u64) {
         let m = self.map;
         let faults = self.config.faults;
         if !faults.slow_engine.is_zero() {
             std::thread::sleep(faults.slow_engine);
         }
-        let epoch = self.groups[g].expected;
         let interrupt = self.reg(g, &m.group.control) & control::INTERRUPT_EN != 0;
         // Late duplicates of the previous barrier's releases go out first (harmless by design:
         // a flag never moves backwards and never past what the device completed).
         for (off, e) in std::mem::take(&mut self.groups[g].duplicates) {
             self.dev.flag(off).raise(e, interrupt);
         }
+        // The next epoch's arrival state is cleared before any member is released: a member
+        // sends its next arrival only after its release, so none is ever cleared here.
+        for w in 0..self.groups[g].mask.len() {
+            if self.groups[g].mask[w] != 0 {
+                self.dev.group_word(m, g, &m.group.arrived_mask, w).store(0, Ordering::Relaxed);
+            }
+        }
+        if self.groups[g].single_word.is_none() {
+            self.set_reg(g, &m.group.arrival_count, 0);
+        }
         self.set_reg(g, &m.group.completed_epoch, epoch);
-        self.set_reg(g, &m.group.status, status::READY | status::COMPLETE);
+        let done = status::READY | status::COMPLETE;
+        // Only if it changes (an inline device keeps it at READY | COMPLETE): the line is shared.
+        if self.reg(g, &m.group.status) != done {
+            self.set_reg(g, &m.group.status, done);
+        }
         let delay = self.config.latency.per_hop;
         let mut sent = 0;
         for i in 0..self.groups[g].release.len() {
@@ -615,30 +802,27 @@ impl Engine {
                 );
                 continue;
             }
-            self.dev.flag(off).raise(epoch, interrupt);
+            // A plain store (no read first): only this release writes epoch `epoch`, and the
+            // member cannot be released from a later epoch before it saw this one.
+            self.dev.flag(off).signal(epoch, interrupt);
             sent += 1;
             if self.chance(faults.duplicate_release) {
                 self.groups[g].duplicates.push((off, epoch));
             }
         }
-        self.count(&global::RELEASES, sent);
-        self.count(&global::BARRIERS, 1);
-        let grp = &mut self.groups[g];
-        grp.arrived.iter_mut().for_each(|w| *w = 0);
-        grp.expected += 1;
-        for w in 0..grp.arrived.len() {
-            self.dev.group_word(m, g, &m.group.arrived_mask, w).store(0, Ordering::Release);
-        }
-        self.set_reg(g, &m.group.arrival_count, 0);
-        let barriers = self.dev.word(global::BARRIERS.offset).load(Ordering::Relaxed);
-        if faults.stick_error_after.is_some_and(|n| barriers >= n) {
-            self.error_stuck = true;
-            for &g in &self.active.clone() {
-                self.fail(g, error_code::INJECTED);
+        // Arrivals are counted here, all at once.
+        self.tally(self.groups[g].members.len() as u64, sent, 1, 0);
+        if faults.stick_error_after.is_some() || faults.vanish_after.is_some() {
+            let barriers = self.dev.word(global::BARRIERS.offset).load(Ordering::Relaxed);
+            if faults.stick_error_after.is_some_and(|n| barriers >= n) {
+                self.error_stuck = true;
+                for &g in &self.active.clone() {
+                    self.fail(g, error_code::INJECTED);
+                }
             }
-        }
-        if faults.vanish_after.is_some_and(|n| barriers >= n) {
-            self.vanish();
+            if faults.vanish_after.is_some_and(|n| barriers >= n) {
+                self.vanish();
+            }
         }
     }
 

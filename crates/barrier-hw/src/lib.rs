@@ -133,14 +133,11 @@ pub mod global {
     pub const HEARTBEAT: Register = reg("HEARTBEAT", 0x140, 8, ReadOnly, "scans of the arrival slots so far");
     /// How the device does its work: [`DEVICE_MODE_SELF`] (hardware, or an emulator's own
     /// engine) or [`DEVICE_MODE_INLINE`] (an emulated device whose work runs in the context of
-    /// the doorbell ring that triggers it, the way an emulator traps an MMIO write).
+    /// the store that triggers it, the way an emulator traps an MMIO write).
     pub const DEVICE_MODE: Register =
         reg("DEVICE_MODE", 0x148, 8, ReadOnly, "0: the device works on its own; 1: emulated inline");
-    /// The inline engine's lock (whoever rang runs the device's work under it).
+    /// The inline engine's lock: scans of every group (doorbell rings) run under it.
     pub const ENGINE_LOCK: Register = reg("ENGINE_LOCK", 0x150, 8, ReadWrite, "inline engine lock");
-    /// The inline engine's record: every doorbell ring up to this value has been served.
-    pub const RINGS_SERVED: Register =
-        reg("RINGS_SERVED", 0x160, 8, ReadOnly, "inline engine: doorbell value served up to");
     /// A random number fixed when the device powers on: tells two devices apart that were
     /// reached through the same path at different times.
     pub const INSTANCE: Register = reg("INSTANCE", 0x158, 8, ReadOnly, "random id of this power-on");
@@ -167,7 +164,6 @@ pub mod global {
         DEVICE_MODE,
         ENGINE_LOCK,
         INSTANCE,
-        RINGS_SERVED,
     ];
 }
 
@@ -320,7 +316,7 @@ pub static SWITCH: DeviceMap = {
     DeviceMap {
         kind: "switch",
         magic: u64::from_le_bytes(*b"SWBARACC"),
-        version: 3,
+        version: 4,
         max_members: MEMBERS,
         max_groups: GROUPS,
         encoding: ArrivalEncoding::MemberHigh,
@@ -397,7 +393,7 @@ pub static GBA: DeviceMap = {
     DeviceMap {
         kind: "gba",
         magic: u64::from_le_bytes(*b"GBARACC1"),
-        version: 3,
+        version: 4,
         max_members: MEMBERS,
         max_groups: GROUPS,
         encoding: ArrivalEncoding::SequenceHigh,
@@ -426,7 +422,9 @@ pub static GBA: DeviceMap = {
             owner: reg("OWNER", 0x1810, 8, ReadWrite, "0 = free; claimed by compare-and-swap"),
             refs: reg("REFS", 0x1818, 8, ReadWrite, "members attached"),
             epoch_base: reg("EPOCH_BASE", 0x1820, 8, ReadWrite, "64-bit epoch before the first barrier"),
-            completed_epoch: reg("COMPLETED_EPOCH", 0x1828, 8, ReadOnly, "last epoch released"),
+            // Alone on its line: written at every release, while CONTROL, STATUS and OWNER,
+            // which every pass reads, change only when the group is configured.
+            completed_epoch: reg("COMPLETED_EPOCH", 0x18C0, 8, ReadOnly, "last epoch released"),
             error_code: reg("ERROR_CODE", 0x1830, 8, ReadOnly, "why ERROR is set"),
             local_member_id: reg(
                 "LOCAL_MEMBER_ID",

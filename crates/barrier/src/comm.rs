@@ -485,6 +485,10 @@ impl Communicator {
                     }
                 }
                 Ok(Poll::Pending { flag, target, recheck: Some(slice), .. }) => {
+                    // Most hardware waits end within the inline checks: no clock read then.
+                    if self.wait.reached_soon(flag, target) {
+                        continue;
+                    }
                     let budget =
                         WaitConfig { timeout: self.wait.timeout.map(|t| t.saturating_sub(waited)), ..self.wait };
                     let started = std::time::Instant::now();

@@ -12,15 +12,36 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use crate::sys::{self, Mapping};
 use crate::wait::Flag;
 
-/// Device work that runs in the context of the doorbell ring that triggers it: a device
-/// emulated *inline* (its DEVICE_MODE register says so) has no engine of its own; whoever rings
-/// runs the device's work, with the emulator's code, on the device file at `path`. `group`
-/// names the group whose arrival was just sent, if any, and `ticket` the doorbell's value after
-/// this ring; `instance` is the device's INSTANCE register as the driver read it (a path can
-/// name another device later). `barrier-emu` installs the hook ([`install_inline_device`]); a
-/// program without it cannot drive an inline device.
-pub type InlineDevice =
-    fn(path: &Path, instance: u64, map: &'static barrier_hw::DeviceMap, group: Option<usize>, ticket: u64);
+/// Device work that runs in the context of the store that triggers it: a device emulated
+/// *inline* (its DEVICE_MODE register says so) has no engine of its own; the rank whose store
+/// needs the device runs the device's work, with the emulator's code, on the device file at
+/// `path`, the way an emulator traps an MMIO write. `instance` is the device's INSTANCE
+/// register as the driver read it (a path can name another device later). `barrier-emu`
+/// installs the hook ([`install_inline_device`]); a program without it cannot drive an inline
+/// device.
+pub type InlineDevice = fn(path: &Path, instance: u64, map: &'static barrier_hw::DeviceMap, work: InlineWork);
+
+/// What an inline device is asked to do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InlineWork {
+    /// Member `member` of group `group` has just written its arrival message into its slot:
+    /// the device takes that message (the trapped remote store).
+    Arrival {
+        /// The group.
+        group: usize,
+        /// The member whose slot was written.
+        member: usize,
+    },
+    /// The doorbell was rung (configuration changes, a waiting rank's watchdog): the device
+    /// scans every group. `ticket` is the doorbell's value after this ring.
+    Ring {
+        /// The doorbell's value after this ring.
+        ticket: u64,
+    },
+    /// This process's driver is done with the device (its mapping is going away): the device
+    /// writes out what it has not written yet (an inline device adds up its counters).
+    Flush,
+}
 
 static INLINE_DEVICE: std::sync::OnceLock<InlineDevice> = std::sync::OnceLock::new();
 
@@ -37,10 +58,34 @@ pub fn inline_device() -> Option<InlineDevice> {
 /// A mapped device.
 #[derive(Debug)]
 pub struct Mmio {
-    mapping: Mapping,
+    mapping: std::sync::Arc<Mapping>,
     /// The device file, kept open: the locks a driver holds on it (see
     /// `barrier_hw::DeviceMap::member_lock`) live as long as this open file.
     file: Option<std::fs::File>,
+}
+
+/// This process's mappings of device files, by file identity and length.
+type MappingCache = Vec<((u64, u64, usize), std::sync::Weak<Mapping>)>;
+static MAPPINGS: std::sync::Mutex<MappingCache> = std::sync::Mutex::new(Vec::new());
+
+/// The process's one mapping of the device file `file` (`len` bytes), made now if there is
+/// none. Every [`Mmio::open`] of a file in a process shares it, each with its own open file
+/// (the driver's locks belong to open files). One mapping, not one per open: an inline device
+/// reads the arrival its driver has just stored, and writes the release flag the driver then
+/// reads, in the same thread; through two mappings of one page the load and the store have
+/// different addresses, and the processor discards its work when it finds out that they
+/// alias. A live mapping keeps its file's inode from being reused, so the identity is unique.
+fn shared_mapping(file: &std::fs::File, len: usize) -> std::io::Result<std::sync::Arc<Mapping>> {
+    let (dev, ino) = sys::fd_identity(file.as_raw_fd())?;
+    let key = (dev, ino, len);
+    let mut cache = MAPPINGS.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    cache.retain(|(_, m)| m.strong_count() > 0);
+    if let Some(mapping) = cache.iter().find(|(k, _)| *k == key).and_then(|(_, m)| m.upgrade()) {
+        return Ok(mapping);
+    }
+    let mapping = std::sync::Arc::new(Mapping::map_fd(file.as_raw_fd(), len)?);
+    cache.push((key, std::sync::Arc::downgrade(&mapping)));
+    Ok(mapping)
 }
 
 impl Mmio {
@@ -54,12 +99,12 @@ impl Mmio {
                 format!("{} is {have} bytes, smaller than the device's {len}", path.display()),
             ));
         }
-        Ok(Mmio { mapping: Mapping::map_fd(file.as_raw_fd(), len as usize)?, file: Some(file) })
+        Ok(Mmio { mapping: shared_mapping(&file, len as usize)?, file: Some(file) })
     }
 
     /// Maps `len` bytes of an open descriptor (its owner keeps it open).
     pub fn from_fd(fd: std::os::fd::RawFd, len: u64) -> std::io::Result<Mmio> {
-        Ok(Mmio { mapping: Mapping::map_fd(fd, len as usize)?, file: None })
+        Ok(Mmio { mapping: std::sync::Arc::new(Mapping::map_fd(fd, len as usize)?), file: None })
     }
 
     /// The open device file, if this mapping keeps one.
@@ -77,6 +122,7 @@ impl Mmio {
         self.mapping.is_empty()
     }
 
+    #[inline]
     fn at<T>(&self, offset: u64, align: u64) -> *const T {
         let size = std::mem::size_of::<T>() as u64;
         assert!(
@@ -88,6 +134,7 @@ impl Mmio {
     }
 
     /// The 64-bit register at `offset`.
+    #[inline]
     pub fn word(&self, offset: u64) -> &AtomicU64 {
         // SAFETY: `at` checked bounds and alignment; the mapping outlives `&self`; an atomic is
         // valid for any bits.
@@ -95,12 +142,14 @@ impl Mmio {
     }
 
     /// The 32-bit register at `offset`.
+    #[inline]
     pub fn word32(&self, offset: u64) -> &AtomicU32 {
         // SAFETY: as for `word`.
         unsafe { &*self.at::<AtomicU32>(offset, 4) }
     }
 
     /// Reads a register of `bytes` (4 or 8).
+    #[inline]
     pub fn load(&self, offset: u64, bytes: u64) -> u64 {
         if bytes == 4 {
             self.word32(offset).load(Ordering::Acquire) as u64
@@ -110,6 +159,7 @@ impl Mmio {
     }
 
     /// Writes a register of `bytes` (4 or 8).
+    #[inline]
     pub fn store(&self, offset: u64, bytes: u64, value: u64) {
         if bytes == 4 {
             self.word32(offset).store(value as u32, Ordering::Release)
@@ -119,22 +169,26 @@ impl Mmio {
     }
 
     /// Reads register `r` of group `g` of a device laid out by `map`.
+    #[inline]
     pub fn group_load(&self, map: &barrier_hw::DeviceMap, g: usize, r: &barrier_hw::Register) -> u64 {
         self.load(map.group_reg(g, r), r.bytes)
     }
 
     /// Writes register `r` of group `g`.
+    #[inline]
     pub fn group_store(&self, map: &barrier_hw::DeviceMap, g: usize, r: &barrier_hw::Register, value: u64) {
         self.store(map.group_reg(g, r), r.bytes, value)
     }
 
     /// The `index`-th 64-bit word of register (or table) `r` of group `g`.
+    #[inline]
     pub fn group_word(&self, map: &barrier_hw::DeviceMap, g: usize, r: &barrier_hw::Register, index: usize) -> &AtomicU64 {
         self.word(map.group_reg(g, r) + 8 * index as u64)
     }
 
     /// A flag-shaped line (epoch word and waiter count) at `offset`: release flags in DMA
     /// memory, the doorbell.
+    #[inline]
     pub fn flag(&self, offset: u64) -> &Flag {
         // SAFETY: bounds and line alignment checked by `at`; a Flag is atomics only.
         unsafe { &*self.at::<Flag>(offset, barrier_hw::FLAG_BYTES) }

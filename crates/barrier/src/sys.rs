@@ -55,6 +55,19 @@ pub fn futex_wake_all(word: &AtomicU32) {
     }
 }
 
+/// The wall clock in nanoseconds since the epoch, at the kernel's tick resolution
+/// (`CLOCK_REALTIME_COARSE`): a few nanoseconds to read, where the precise clock costs tens in
+/// a virtual machine. For timestamps that only label things (device messages).
+pub fn coarse_wall_clock_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid, writable timespec for the duration of the call.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut ts) };
+    if rc != 0 {
+        return 0;
+    }
+    (ts.tv_sec as u64).wrapping_mul(1_000_000_000).wrapping_add(ts.tv_nsec as u64)
+}
+
 /// Gives the core to another runnable thread.
 #[inline]
 pub fn yield_now() {

@@ -121,7 +121,8 @@ impl HwBackend {
         }
         let mmio = Mmio::open(&path, self.map.size).map_err(|e| format!("cannot map {}: {e}", path.display()))?;
         let regular = mmio.file().and_then(|f| f.metadata().ok()).is_some_and(|m| m.file_type().is_file());
-        let dev = Device { mmio, map: self.map, path, regular, inline: None };
+        let instance = mmio.word(global::INSTANCE.offset).load(Ordering::Acquire);
+        let dev = Device { mmio, map: self.map, path, regular, inline: None, instance };
         let magic = dev.mmio.word(global::MAGIC.offset).load(Ordering::Acquire);
         if magic != self.map.magic {
             return Err(format!("{} is not a {} device (MAGIC {magic:#x})", dev.path.display(), self.name));
@@ -194,6 +195,8 @@ pub struct Device {
     regular: bool,
     /// An inline emulated device: its work runs here, after each ring.
     inline: Option<crate::mmio::InlineDevice>,
+    /// The device's INSTANCE register (read once: it names this power-on of the device).
+    instance: u64,
 }
 
 impl Device {
@@ -243,17 +246,26 @@ impl Device {
 
     /// Rings the doorbell (the device, or its emulator, looks for new work). An atomic add:
     /// two rings are never merged into one, so the device cannot sleep past an arrival. An
-    /// inline device does the work now, in this call; `group` is the group just arrived at.
-    fn ring_for(&self, group: Option<usize>) {
+    /// inline device does the work now, in this call.
+    fn ring(&self) {
         let ticket = self.mmio.flag(global::DOORBELL.offset).bump(self.inline.is_none());
-        if let Some(work) = self.inline {
-            let instance = self.mmio.word(global::INSTANCE.offset).load(Ordering::Relaxed);
-            work(&self.path, instance, self.map, group, ticket);
+        if let Some(device) = self.inline {
+            device(&self.path, self.instance, self.map, crate::mmio::InlineWork::Ring { ticket });
         }
     }
 
-    fn ring(&self) {
-        self.ring_for(None)
+    /// Tells the device that `member` of `group` wrote its arrival message. A device with an
+    /// engine of its own is rung; an inline device takes the message now, in this call (the
+    /// trapped store), without touching the doorbell, which every rank would otherwise write.
+    fn arrived(&self, group: usize, member: usize) {
+        match self.inline {
+            Some(device) => {
+                device(&self.path, self.instance, self.map, crate::mmio::InlineWork::Arrival { group, member })
+            }
+            None => {
+                self.mmio.flag(global::DOORBELL.offset).bump(true);
+            }
+        }
     }
 
     fn config_changed(&self) {
@@ -577,6 +589,7 @@ impl Backend for HwBackend {
             watchdog: self.watchdog(q.params),
             silence,
             pending_since: None,
+            polls: 0,
             suspect: None,
             heartbeat: (0, Instant::now()),
             fault: region.shared_flag(region.fault()),
@@ -810,6 +823,11 @@ pub struct HwModule {
     /// stopped answering.
     silence: Duration,
     pending_since: Option<Instant>,
+    /// Calls that found the current wait pending. The first two hand the wait to the
+    /// communicator (its inline checks, then its wait); the device is inspected from the third
+    /// on, a recheck slice later, not on the fast path, where reading the clock would be a good
+    /// part of the barrier.
+    polls: u8,
     /// What the previous watchdog check found wrong (and the heartbeat then): the same finding
     /// twice in a row, with the device having scanned in between, is a fault.
     suspect: Option<(String, u64)>,
@@ -882,9 +900,7 @@ impl HwModule {
             group_id: a.group as u32,
             member_id: a.member as u32,
             sequence: target as u32,
-            timestamp: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos() as u64),
+            timestamp: crate::sys::coarse_wall_clock_ns(),
             target_addr: self.dev.reg(a.group, &map.group.arrival_addr),
             store_value: map.encoding.encode(a.member as u32, target as u32),
         };
@@ -895,7 +911,7 @@ impl HwModule {
         // The arrival word last: the device takes the message as complete only when it agrees
         // with the member/sequence word written above.
         self.dev.mmio.word(a.slot + 32).store(words[4], Ordering::Release);
-        self.dev.ring_for(Some(a.group));
+        self.dev.arrived(a.group, a.member);
         self.messages.set(self.messages.get() + 1);
         // For the lost-arrival check of whoever waits on this group: how many of this rank's
         // arrivals (in plan order) it has sent for this epoch.
@@ -1006,6 +1022,7 @@ impl Module for HwModule {
 
     fn arrive(&mut self, epoch: u64) -> Result<(), Error> {
         self.pending_since = None;
+        self.polls = 0;
         self.suspect = None;
         self.flat_next = 0;
         self.step = 0;
@@ -1047,11 +1064,16 @@ impl Module for HwModule {
                     if self.dev.mmio.flag(a.flag_off).reached(base + epoch) {
                         self.step += 1;
                         self.pending_since = None;
+                        self.polls = 0;
                         self.suspect = None;
                         continue;
                     }
                     if self.fault.load() != 0 {
                         self.degrade(epoch, "another rank's hardware barrier failed".into(), false);
+                    } else if self.polls < 2 {
+                        self.polls += 1;
+                        let flag = self.dev.mmio.flag(a.flag_off);
+                        return Ok(Poll::Pending { flag, target: base + epoch, recheck: Some(RECHECK), last: false });
                     } else if let Some(reason) = self.inspect(s, epoch) {
                         self.degrade(epoch, reason, true);
                     } else {
@@ -1062,6 +1084,14 @@ impl Module for HwModule {
             }
         }
         Ok(self.flat(epoch))
+    }
+}
+
+impl Drop for Device {
+    fn drop(&mut self) {
+        if let Some(device) = self.inline {
+            device(&self.path, self.instance, self.map, crate::mmio::InlineWork::Flush);
+        }
     }
 }
 
