@@ -270,6 +270,7 @@ enum Dev {
 
 impl std::ops::Deref for Dev {
     type Target = barrier::mmio::Mmio;
+    #[inline]
     fn deref(&self) -> &barrier::mmio::Mmio {
         match self {
             Dev::Own(file) => file,
@@ -395,10 +396,12 @@ impl Engine {
         (x >> 11) as f64 / (1u64 << 53) as f64 <= p
     }
 
+    #[inline]
     fn reg(&self, g: usize, r: &barrier_hw::Register) -> u64 {
         self.dev.group_load(self.map, g, r)
     }
 
+    #[inline]
     fn set_reg(&self, g: usize, r: &barrier_hw::Register, v: u64) {
         self.dev.group_store(self.map, g, r, v)
     }

@@ -385,7 +385,9 @@ impl Device {
         self.group_word(g, &m.group.release_table, member).store(iova, Ordering::Release);
         self.group_word(g, &m.group.netaddr_table, member).store(node, Ordering::Release);
         self.group_word(g, &m.group.refs, 0).fetch_add(1, Ordering::AcqRel);
-        Ok(Attachment { group: g, member, entry, flag_off, slot, owner })
+        // Set when the device powers on, never changed: read once.
+        let arrival_addr = self.reg(g, &m.group.arrival_addr);
+        Ok(Attachment { group: g, member, entry, flag_off, slot, owner, arrival_addr })
     }
 
     /// Frees a group this rank claimed if nobody attached to it (a failed enable).
@@ -446,6 +448,8 @@ struct Attachment {
     slot: u64,
     /// The owner id the group had when this member attached.
     owner: u64,
+    /// The group's ARRIVAL_ADDR (where arrival messages land), for the messages.
+    arrival_addr: u64,
 }
 
 /// A group owner id: random, so that no two claims share one, whatever their processes' pid
@@ -579,6 +583,7 @@ impl Backend for HwBackend {
         let silence = (self.watchdog(q.params) * 10).max(Duration::from_secs(1));
         let mut module = HwModule {
             dev: dev.clone(),
+            sends_through: sends_through(&shape.plan(q.rank)),
             plan: shape.plan(q.rank),
             stages,
             shape,
@@ -640,6 +645,16 @@ impl Backend for HwBackend {
         tracing::debug!(backend = self.name, groups = ?groups, "hardware barrier groups enabled");
         Ok(Box::new(module))
     }
+}
+
+/// For each step of `plan`, the number of arrivals sent up to and including it.
+fn sends_through(plan: &[Step]) -> Vec<u64> {
+    plan.iter()
+        .scan(0, |sent, step| {
+            *sent += u64::from(matches!(step, Step::Arrive(_)));
+            Some(*sent)
+        })
+        .collect()
 }
 
 /// Rank 0's claimed groups during `enable`: on drop, the claim locks are released (the members'
@@ -810,6 +825,8 @@ pub struct HwModule {
     dev: Arc<Device>,
     stages: Vec<Stage>,
     plan: Vec<Step>,
+    /// For each step of the plan, how many arrivals the plan sends up to and including it.
+    sends_through: Vec<u64>,
     shape: TreeShape,
     /// The epoch base of every group of the shape.
     bases: Vec<u64>,
@@ -901,7 +918,7 @@ impl HwModule {
             member_id: a.member as u32,
             sequence: target as u32,
             timestamp: crate::sys::coarse_wall_clock_ns(),
-            target_addr: self.dev.reg(a.group, &map.group.arrival_addr),
+            target_addr: a.arrival_addr,
             store_value: map.encoding.encode(a.member as u32, target as u32),
         };
         let words = msg.to_words();
@@ -915,8 +932,7 @@ impl HwModule {
         self.messages.set(self.messages.get() + 1);
         // For the lost-arrival check of whoever waits on this group: how many of this rank's
         // arrivals (in plan order) it has sent for this epoch.
-        let sends = self.plan[..=self.step].iter().filter(|s| matches!(s, Step::Arrive(_))).count() as u64;
-        self.sent[self.rank].signal(epoch << 2 | sends, false);
+        self.sent[self.rank].signal(epoch << 2 | self.sends_through[self.step], false);
     }
 
     /// Whether member `member` of the shape's group `k` has sent its arrival for `epoch`: its
