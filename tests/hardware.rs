@@ -528,6 +528,36 @@ fn an_inline_group_spanning_two_mask_words_completes_by_its_arrival_count() {
 }
 
 #[test]
+fn inline_groups_freed_and_claimed_again_under_a_new_shape_keep_working() {
+    // The same ranks (threads, each with its own engine of the device) free a group and claim
+    // it again under a new owner, with another member count: every engine must take the new
+    // group as it is now, not as it knew it, or a barrier is never released (or falls back).
+    for (kind, map) in DEVICES {
+        let emu = Emulator::start(Config::new(map).inline()).unwrap();
+        let opts = StressOptions { iterations: 50, seed: 5, ..Default::default() };
+        let out = Job::new(6)
+            .params(params(kind, &emu))
+            .run(|w| -> Result<Vec<String>, String> {
+                let mut algorithms = Vec::new();
+                for round in 0..4 {
+                    let color = if round % 2 == 0 { 0 } else { w.rank() % 2 };
+                    let sub = w.split(color, w.rank()).map_err(|e| e.to_string())?.expect("a color");
+                    stress(&sub, &opts).map_err(|e| e.to_string())?;
+                    algorithms.push(sub.algorithm());
+                }
+                Ok(algorithms)
+            })
+            .unwrap();
+        for result in out {
+            let algorithms = result.unwrap_or_else(|e| panic!("{kind}: {e}"));
+            assert!(algorithms.iter().all(|a| a.starts_with("offload group")), "{kind}: {algorithms:?}");
+        }
+        assert!(emu.quiesce(Duration::from_secs(2)));
+        assert_eq!(emu.counters().errors, 0, "{kind}");
+    }
+}
+
+#[test]
 fn a_program_without_the_emulator_cannot_drive_an_inline_device_and_says_why() {
     let _machine = common::one_job_at_a_time();
     let mut spec = barrier_cli::launch::JobSpec::new(2, common::example("correctness"));

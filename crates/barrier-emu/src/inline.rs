@@ -79,16 +79,24 @@ thread_local! {
 
 /// The hook: the work `work` of the device `instance` at `path`.
 pub(crate) fn ring(path: &Path, instance: u64, map: &'static DeviceMap, work: InlineWork) {
-    ENGINES.with(|engines| {
+    let served = ENGINES.try_with(|engines| {
         // A full pass never calls the hook again, so the borrow is never nested.
-        let Ok(mut engines) = engines.try_borrow_mut() else { return };
-        serve(&mut engines, path, instance, map, work);
+        if let Ok(mut engines) = engines.try_borrow_mut() {
+            serve(&mut engines, path, instance, map, work);
+        }
     });
+    if served.is_err() && work != InlineWork::Flush {
+        // This thread's engines are gone (a communicator used from another thread-local's
+        // destructor): the work is done by an engine made for it, which flushes as it goes.
+        serve(&mut Vec::new(), path, instance, map, work);
+    }
 }
 
 fn serve(engines: &mut Vec<(u64, Engine, u64)>, path: &Path, instance: u64, map: &'static DeviceMap, work: InlineWork) {
     let index = match engines.iter().position(|(i, _, _)| *i == instance) {
         Some(i) => i,
+        // Nothing held back in an engine this thread never made.
+        None if work == InlineWork::Flush => return,
         None => match barrier::mmio::Mmio::open(path, map.size) {
             Ok(mmio) if mmio.word(global::INSTANCE.offset).load(Ordering::Acquire) == instance => {
                 // Engines of devices nobody serves any more (their emulator is gone: its file
@@ -140,9 +148,13 @@ impl Engine {
         if g >= self.map.max_groups || member >= self.map.max_members {
             return Taken::Nothing;
         }
-        // A group this engine knows is taken as it is (the registers are checked before a
-        // release: reading them first would fetch lines the release then writes).
-        if !self.groups[g].enabled && !self.load_shared(g) {
+        // A group this engine knows is taken as it is if its OWNER is still the one it was
+        // adopted under (a line written only when the group is claimed or freed; every new
+        // claim has a new random owner id, and a claimed group's configuration never changes).
+        // The other registers are checked before a release: reading them first would fetch
+        // lines the release then writes.
+        let known = self.groups[g].enabled && self.reg(g, &self.map.group.owner) == self.groups[g].owner;
+        if !known && !self.load_shared(g) {
             let ticket = doorbell(&self.dev).load();
             self.inline_pass(ticket);
             if !self.load_shared(g) {

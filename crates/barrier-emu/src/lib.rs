@@ -656,15 +656,18 @@ impl Engine {
             return Slot::Nothing;
         }
         // The member's release flag holds the last epoch the device released it from, so a
-        // message for the epoch after it is current (an untaken message's epoch is not
-        // complete, and the flag never passes COMPLETED_EPOCH): the flag's line is the
+        // message for the epoch after it is for the expected epoch (an untaken message's epoch
+        // is not complete, and the flag never passes COMPLETED_EPOCH): the flag's line is the
         // member's own, where COMPLETED_EPOCH's is written by whichever rank completes.
-        // Anything else is judged against COMPLETED_EPOCH.
-        let flag = self.member_index(g, member).map(|i| self.dev.flag(self.groups[g].release[i].0).load());
-        if flag.is_some_and(|f| expand_sequence(f + 1, seq) == f + 1) {
-            return Slot::Current { ident, epoch: flag.unwrap_or_default() + 1 };
-        }
-        let expected = self.reg(g, &m.group.completed_epoch) + 1;
+        // Anything else is judged against COMPLETED_EPOCH. The same checks follow either way.
+        let next_after_flag = self
+            .member_index(g, member)
+            .and_then(|i| self.dev.flag(self.groups[g].release[i].0).load().checked_add(1))
+            .filter(|&next| expand_sequence(next, seq) == next);
+        let expected = match next_after_flag {
+            Some(next) => next,
+            None => self.reg(g, &m.group.completed_epoch) + 1,
+        };
         let epoch = expand_sequence(expected, seq);
         if epoch < expected {
             return Slot::Nothing;
@@ -746,7 +749,8 @@ impl Engine {
             self.release(g, epoch);
             Taken::Completed
         } else {
-            // Failed, reset or freed meanwhile: no release; the next pass looks again.
+            // Failed (ERROR) meanwhile: no release. The waiting drivers see ERROR and fall
+            // back; a full mask that is never released is also what their watchdog reports.
             self.groups[g] = Group::default();
             Taken::Arrival
         }
@@ -762,7 +766,7 @@ impl Engine {
         }
         let interrupt = self.reg(g, &m.group.control) & control::INTERRUPT_EN != 0;
         // Late duplicates of the previous barrier's releases go out first (harmless by design:
-        // a flag never moves backwards and never past what the device completed).
+        // a duplicate never moves a flag backwards, nor past what the device completed).
         for (off, e) in std::mem::take(&mut self.groups[g].duplicates) {
             self.dev.flag(off).raise(e, interrupt);
         }
@@ -805,8 +809,14 @@ impl Engine {
                 );
                 continue;
             }
-            // A plain store (no read first): only this release writes epoch `epoch`, and the
-            // member cannot be released from a later epoch before it saw this one.
+            // A plain store: a read-modify-write would hold the completing rank until the
+            // line, which the member is polling, came over. A member that waits on this group
+            // cannot pass this epoch before this store, so its flag only moves forward. One
+            // that does not wait on it (a non-leader of a gather group in a tree) can have the
+            // group complete again, by another rank, while this store is delayed, and then see
+            // its flag go back one epoch for a moment: nothing waits on that flag, the device
+            // uses it only as a hint it checks against COMPLETED_EPOCH, and EPOCH_BASE takes
+            // the maximum over the members, whose leader's flag is exact.
             self.dev.flag(off).signal(epoch, interrupt);
             sent += 1;
             if self.chance(faults.duplicate_release) {

@@ -251,7 +251,8 @@ pub struct GroupRegs {
     pub release_addr: Register,
     /// ARRIVAL_ADDR (ro): device offset of the group's arrival slots.
     pub arrival_addr: Register,
-    /// ARRIVAL_COUNT (ro): arrivals counted for the current epoch.
+    /// ARRIVAL_COUNT (ro): arrivals counted for the current epoch, in groups whose members span
+    /// more than one ARRIVED_MASK word (where it decides completion).
     pub arrival_count: Register,
     /// OWNER: 0 = free; a driver claims the group by compare-and-swap of its id.
     pub owner: Register,
@@ -352,7 +353,13 @@ pub static SWITCH: DeviceMap = {
             release_addr: reg("RELEASE_ADDR", 0x0050, 8, ReadOnly, "release IOVA of LOCAL_MEMBER_ID"),
             arrival_addr: reg("ARRIVAL_ADDR", 0x0058, 8, ReadOnly, "device offset where arrival remote stores land"),
             // Extensions (not in the seed).
-            arrival_count: reg("ARRIVAL_COUNT", 0x0060, 8, ReadOnly, "arrivals counted for the current epoch"),
+            arrival_count: reg(
+                "ARRIVAL_COUNT",
+                0x0060,
+                8,
+                ReadOnly,
+                "arrivals counted for the current epoch (groups spanning mask words)",
+            ),
             owner: reg("OWNER", 0x0068, 8, ReadWrite, "0 = free; claimed by compare-and-swap"),
             refs: reg("REFS", 0x0070, 8, ReadWrite, "members attached"),
             epoch_base: reg("EPOCH_BASE", 0x0078, 8, ReadWrite, "64-bit epoch before the first barrier"),
@@ -402,7 +409,13 @@ pub static GBA: DeviceMap = {
         group: GroupRegs {
             group_id: reg("GROUP_ID", 0x0000, 4, ReadOnly, "barrier group identifier (32-bit)"),
             member_count: reg("MEMBER_COUNT", 0x0004, 4, ReadWrite, "number of members (32-bit)"),
-            arrival_count: reg("ARRIVAL_COUNT", 0x0008, 8, ReadOnly, "arrivals counted for the current epoch"),
+            arrival_count: reg(
+                "ARRIVAL_COUNT",
+                0x0008,
+                8,
+                ReadOnly,
+                "arrivals counted for the current epoch (groups spanning mask words)",
+            ),
             member_mask: reg("MEMBER_MASK", 0x0010, MASK_BYTES, ReadWrite, "708-bit member mask, 12 × u64"),
             release_table: reg(
                 "RELEASE_ADDR_TABLE",

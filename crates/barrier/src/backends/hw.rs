@@ -992,18 +992,25 @@ impl HwModule {
             })
         } else if completed + 1 == target {
             let members = self.shape.members_of(group_index);
-            let lost: Vec<usize> = (0..members)
-                .filter(|&m| {
-                    let counted = self.dev.group_word(a.group, &map.group.arrived_mask, m / 64).load(Ordering::Acquire)
-                        >> (m % 64)
-                        & 1
-                        == 1;
-                    !counted && self.member_sent(group_index, m, epoch)
-                })
-                .collect();
-            (!lost.is_empty()).then(|| {
-                format!("the device never counted the arrival of member(s) {lost:?} at epoch {epoch} in group {}", a.group)
-            })
+            let counted = |m: usize| {
+                self.dev.group_word(a.group, &map.group.arrived_mask, m / 64).load(Ordering::Acquire) >> (m % 64) & 1
+                    == 1
+            };
+            let lost: Vec<usize> =
+                (0..members).filter(|&m| !counted(m) && self.member_sent(group_index, m, epoch)).collect();
+            if !lost.is_empty() {
+                Some(format!(
+                    "the device never counted the arrival of member(s) {lost:?} at epoch {epoch} in group {}",
+                    a.group
+                ))
+            } else if (0..members).all(counted) {
+                Some(format!(
+                    "the device counted every member's arrival at epoch {epoch} in group {} but never released it",
+                    a.group
+                ))
+            } else {
+                None
+            }
         } else {
             None
         };
