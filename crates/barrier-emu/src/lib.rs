@@ -30,7 +30,7 @@
 //!   refuse a file nobody serves and fall back when the lock goes away mid-job.
 //!
 //! An inline device ([`Config::inline`], see [`inline`]) runs the same engine code in the
-//! ranks, in the context of the doorbell ring that triggers it, instead of on a thread.
+//! ranks, in the context of the store that needs it (a trapped arrival), instead of on a thread.
 //!
 //! The [`Latency`] model delays releases; the [`Faults`] model drops or duplicates messages,
 //! sticks the ERROR bit, makes the device vanish (every register reads all ones) or slows the
