@@ -23,9 +23,11 @@
 //!
 //! `arrive(e)` records the arrival in the communicator's arrival flag (for the fallback and for
 //! timeout reports), writes the remote-store message into its arrival slot with the arrival word
-//! (`store_value`) last, and rings the doorbell. `progress(e)` is ready when the release flag
-//! holds `EPOCH_BASE + e` or more (64-bit, so nothing wraps); otherwise it asks to be called again
-//! every few milliseconds to watch the device.
+//! (`store_value`) last, and rings the doorbell (an inline emulated device instead takes the
+//! message at once, in this call: the trapped store). `progress(e)` is ready when the release
+//! flag holds `EPOCH_BASE + e` or more (64-bit, so nothing wraps); otherwise it asks to be called
+//! again every few milliseconds to watch the device, which it inspects from the third call of a
+//! wait on (not on the fast path).
 //!
 //! # Trees of groups
 //!
