@@ -177,7 +177,6 @@ impl Engine {
             // SAFETY: the word lives in the device mapping, which `self.dev` keeps mapped for
             // as long as this engine exists, longer than this pass.
             let _unlock = Unlock(unsafe { &*lock });
-            let start = Instant::now();
             let config = self.dev.word(global::CONFIG_SEQ.offset).load(Ordering::Acquire);
             if config != self.dev.word(global::CONFIG_SEEN.offset).load(Ordering::Acquire) {
                 self.refresh_shared();
@@ -186,8 +185,8 @@ impl Engine {
             // The rings of waiting ranks' watchdogs are such passes, so liveness and the
             // two-strike checks see the heartbeat move. (Arrivals are not scanned for: each
             // was taken by its own trap.)
+            // (Its time is not device time: ENGINE_BUSY_NS is the barriers' work.)
             self.dev.word(global::HEARTBEAT.offset).fetch_add(1, Ordering::Release);
-            self.tally(0, 0, 0, start.elapsed().as_nanos() as u64);
             self.flush_tally();
             drop(_unlock);
             fence(Ordering::SeqCst);
@@ -234,13 +233,7 @@ impl Engine {
     fn load_shared(&mut self, g: usize) -> bool {
         let m = self.map;
         let owner = self.reg(g, &m.group.owner);
-        let ctl = self.reg(g, &m.group.control);
-        let st = self.reg(g, &m.group.status);
-        let running = owner != 0
-            && ctl & (control::ENABLE | control::ARM) == control::ENABLE | control::ARM
-            && st & status::READY != 0
-            && st & status::ERROR == 0;
-        if !running {
+        if owner == 0 || !self.serving(g) {
             return false;
         }
         if self.groups[g].owner != owner || !self.groups[g].enabled {

@@ -691,11 +691,14 @@ impl Engine {
     /// armed, READY, no ERROR): checked before a release, never on the way to it, so that the
     /// registers' lines stay shared while barriers run.
     fn still_running(&self, g: usize) -> bool {
+        self.groups[g].enabled && self.reg(g, &self.map.group.owner) == self.groups[g].owner && self.serving(g)
+    }
+
+    /// Whether group `g`'s registers say it is served: enabled and armed, READY, no ERROR.
+    fn serving(&self, g: usize) -> bool {
         let m = self.map;
         let st = self.reg(g, &m.group.status);
-        self.groups[g].enabled
-            && self.reg(g, &m.group.owner) == self.groups[g].owner
-            && self.reg(g, &m.group.control) & (control::ENABLE | control::ARM) == control::ENABLE | control::ARM
+        self.reg(g, &m.group.control) & (control::ENABLE | control::ARM) == control::ENABLE | control::ARM
             && st & status::READY != 0
             && st & status::ERROR == 0
     }
