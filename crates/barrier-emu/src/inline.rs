@@ -60,8 +60,19 @@ use barrier_hw::{control, global, status, DeviceMap};
 
 use crate::{doorbell, Claim, Config, Dev, Engine, Group, Taken};
 
-/// One trap in this many is timed for ENGINE_BUSY_NS (and counted this many times).
-pub const TIMED_TRAP_EVERY: u64 = 16;
+/// One trap in this many (at random) is timed for ENGINE_BUSY_NS (and counted this many
+/// times). A power of two.
+pub const TIMED_TRAP_EVERY: u64 = 64;
+const _: () = assert!(TIMED_TRAP_EVERY.is_power_of_two());
+
+/// Steps a trap's sampling state (a linear congruential generator), and says whether to time
+/// this trap: one in [`TIMED_TRAP_EVERY`], at random, because a fixed period could fall in
+/// step with a rank's plan (a tree leader traps twice per barrier) and time only one kind.
+#[inline]
+fn timed(state: &mut u64) -> bool {
+    *state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+    *state >> (64 - TIMED_TRAP_EVERY.trailing_zeros()) == 0
+}
 
 /// Makes this process able to drive inline devices (idempotent). `barrier bench`'s ranks call
 /// it; so does any program that wants to use an inline device.
@@ -71,9 +82,10 @@ pub fn install() {
 
 thread_local! {
     /// This thread's engine for each inline device it has used, by device instance, with the
-    /// number of traps it has run. Per thread, not per process: an engine keeps no barrier
-    /// state of its own (that is in the registers), so thread ranks need not share one, and a
-    /// trap takes no lock. An engine writes its held-back counts when its thread ends.
+    /// state that picks the traps to time (see [`timed`]). Per thread, not per process: an
+    /// engine keeps no barrier state of its own (that is in the registers), so thread ranks
+    /// need not share one, and a trap takes no lock. An engine writes its held-back counts
+    /// when its thread ends.
     static ENGINES: RefCell<Vec<(u64, Engine, u64)>> = const { RefCell::new(Vec::new()) };
 }
 
@@ -113,11 +125,10 @@ fn serve(engines: &mut Vec<(u64, Engine, u64)>, path: &Path, instance: u64, map:
             _ => return,
         },
     };
-    let (_, engine, traps) = &mut engines[index];
+    let (_, engine, sampling) = &mut engines[index];
     match work {
         InlineWork::Arrival { group, member } => {
-            *traps += 1;
-            if (*traps).is_multiple_of(TIMED_TRAP_EVERY) {
+            if timed(sampling) {
                 let start = Instant::now();
                 if engine.trap_arrival(group, member) == Taken::Completed {
                     engine.tally(0, 0, 0, start.elapsed().as_nanos() as u64 * TIMED_TRAP_EVERY);
@@ -153,7 +164,8 @@ impl Engine {
         // claim has a new random owner id, and a claimed group's configuration never changes).
         // The other registers are checked before a release: reading them first would fetch
         // lines the release then writes.
-        let known = self.groups[g].enabled && self.reg(g, &self.map.group.owner) == self.groups[g].owner;
+        let known =
+            self.groups[g].enabled && self.dev.word(self.regs[g].owner).load(Ordering::Acquire) == self.groups[g].owner;
         if !known && !self.load_shared(g) {
             let ticket = doorbell(&self.dev).load();
             self.inline_pass(ticket);

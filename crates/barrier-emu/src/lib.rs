@@ -300,6 +300,44 @@ struct Group {
     duplicates: Vec<(u64, u64)>,
 }
 
+/// Device offsets of a group's registers that every barrier touches, worked out once per
+/// engine (a trap would otherwise compute each from the map at every access).
+#[derive(Clone, Copy, Debug, Default)]
+struct RegsAt {
+    owner: u64,
+    control: u64,
+    status: u64,
+    completed_epoch: u64,
+    arrival_count: u64,
+    /// ARRIVED_MASK's first word.
+    arrived_mask: u64,
+    /// Member 0's arrival slot.
+    slots: u64,
+}
+
+impl RegsAt {
+    fn of(map: &DeviceMap, g: usize) -> RegsAt {
+        let r = &map.group;
+        let word = |reg: &barrier_hw::Register| {
+            assert_eq!(reg.bytes, 8, "{} is read as one 64-bit word", reg.name);
+            map.group_reg(g, reg)
+        };
+        RegsAt {
+            owner: word(&r.owner),
+            control: word(&r.control),
+            status: word(&r.status),
+            completed_epoch: word(&r.completed_epoch),
+            arrival_count: word(&r.arrival_count),
+            arrived_mask: map.group_reg(g, &r.arrived_mask),
+            slots: map.group_reg(g, &r.arrival_slots),
+        }
+    }
+
+    fn slot(&self, member: usize) -> u64 {
+        self.slots + member as u64 * barrier_hw::ARRIVAL_SLOT_BYTES
+    }
+}
+
 impl Group {
     /// A configured, running group (the threaded engine configured it, or an inline engine
     /// adopted it).
@@ -316,6 +354,15 @@ impl Group {
             duplicates: Vec::new(),
         }
     }
+}
+
+/// Whether a group whose CONTROL and STATUS read `ctl` and `st` is served: enabled and
+/// armed, READY, no ERROR.
+#[inline]
+fn served(ctl: u64, st: u64) -> bool {
+    ctl & (control::ENABLE | control::ARM) == control::ENABLE | control::ARM
+        && st & status::READY != 0
+        && st & status::ERROR == 0
 }
 
 /// The identity word of an arrival slot whose message the device has taken. Member ids stay
@@ -347,6 +394,10 @@ const TALLY_BARRIERS: u64 = 256;
 
 struct Engine {
     tally: Tally,
+    /// No faults and no latency configured: arrivals and releases skip their checks.
+    plain: bool,
+    /// Each group's register offsets, by group.
+    regs: Vec<RegsAt>,
     dev: Dev,
     map: &'static DeviceMap,
     config: Config,
@@ -369,8 +420,12 @@ impl Engine {
     fn new(dev: Dev, config: Config, stop: Arc<AtomicBool>) -> Self {
         let map = config.map;
         let rng = config.faults.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        let plain = config.faults == Faults { seed: config.faults.seed, ..Faults::default() }
+            && config.latency == Latency::default();
         Engine {
             tally: Tally::default(),
+            plain,
+            regs: (0..map.max_groups).map(|g| RegsAt::of(map, g)).collect(),
             dev,
             map,
             config,
@@ -640,14 +695,15 @@ impl Engine {
     /// never older than the message's.
     fn look_at_slot(&self, g: usize, member: usize) -> Slot {
         let m = self.map;
-        let slot = m.arrival_slot(g, member);
+        let at = self.regs[g];
+        let slot = self.dev.words(at.slot(member), 5);
         // A message is present once its header is non-zero (slots are zeroed on attach), and
         // complete when the arrival word agrees with the member/sequence word: the sender
         // writes the arrival word last, so a disagreement is a message still in flight (or a
         // taken one). A zero arrival word is legal (member 0 at a sequence that wrapped to 0).
-        let value = self.dev.word(slot + 32).load(Ordering::Acquire);
-        let header = self.dev.word(slot).load(Ordering::Acquire);
-        let ident = self.dev.word(slot + 8).load(Ordering::Acquire);
+        let value = slot[4].load(Ordering::Acquire);
+        let header = slot[0].load(Ordering::Acquire);
+        let ident = slot[1].load(Ordering::Acquire);
         if header == 0 || ident == TAKEN {
             return Slot::Nothing;
         }
@@ -666,7 +722,7 @@ impl Engine {
             .filter(|&next| expand_sequence(next, seq) == next);
         let expected = match next_after_flag {
             Some(next) => next,
-            None => self.reg(g, &m.group.completed_epoch) + 1,
+            None => self.dev.word(at.completed_epoch).load(Ordering::Acquire) + 1,
         };
         let epoch = expand_sequence(expected, seq);
         if epoch < expected {
@@ -691,16 +747,20 @@ impl Engine {
     /// armed, READY, no ERROR): checked before a release, never on the way to it, so that the
     /// registers' lines stay shared while barriers run.
     fn still_running(&self, g: usize) -> bool {
-        self.groups[g].enabled && self.reg(g, &self.map.group.owner) == self.groups[g].owner && self.serving(g)
+        let group = &self.groups[g];
+        let at = self.regs[g];
+        group.enabled
+            && self.dev.word(at.owner).load(Ordering::Acquire) == group.owner
+            && served(
+                self.dev.word(at.control).load(Ordering::Acquire),
+                self.dev.word(at.status).load(Ordering::Acquire),
+            )
     }
 
     /// Whether group `g`'s registers say it is served: enabled and armed, READY, no ERROR.
     fn serving(&self, g: usize) -> bool {
         let m = self.map;
-        let st = self.reg(g, &m.group.status);
-        self.reg(g, &m.group.control) & (control::ENABLE | control::ARM) == control::ENABLE | control::ARM
-            && st & status::READY != 0
-            && st & status::ERROR == 0
+        served(self.reg(g, &m.group.control), self.reg(g, &m.group.status))
     }
 
     /// Takes member `member`'s arrival in group `g` if its slot holds one for the epoch the
@@ -719,7 +779,8 @@ impl Engine {
             }
             Slot::Current { ident, epoch } => (ident, epoch),
         };
-        let identity = self.dev.word(m.arrival_slot(g, member) + 8);
+        let at = self.regs[g];
+        let identity = self.dev.word(at.slot(member) + 8);
         match claim {
             Claim::Swap => {
                 if identity.compare_exchange(ident, TAKEN, Ordering::AcqRel, Ordering::Relaxed).is_err() {
@@ -728,7 +789,7 @@ impl Engine {
             }
             Claim::Own => identity.store(TAKEN, Ordering::Relaxed),
         }
-        if self.chance(self.config.faults.drop_arrival) {
+        if !self.plain && self.chance(self.config.faults.drop_arrival) {
             // Lost on the wire: taken, never counted.
             tracing::debug!(device = m.kind, group = g, member, epoch, "fault: arrival dropped");
             return Taken::Arrival;
@@ -737,12 +798,12 @@ impl Engine {
         // adding the bit sets it: one locked add, where an OR that returns the old word is a
         // compare-and-swap loop whose first load fetches the line only shared (a second trip).
         let bit = 1u64 << (member % 64);
-        let before = self.dev.group_word(m, g, &m.group.arrived_mask, member / 64).fetch_add(bit, Ordering::AcqRel);
+        let before = self.dev.word(at.arrived_mask + 8 * (member / 64) as u64).fetch_add(bit, Ordering::AcqRel);
         let group = &self.groups[g];
         let complete = match group.single_word {
             Some(w) => before | bit == group.mask[w],
             None => {
-                let count = self.dev.group_word(m, g, &m.group.arrival_count, 0).fetch_add(1, Ordering::AcqRel) + 1;
+                let count = self.dev.word(at.arrival_count).fetch_add(1, Ordering::AcqRel) + 1;
                 count == group.members.len() as u64
             }
         };
@@ -763,38 +824,47 @@ impl Engine {
     /// records COMPLETED_EPOCH and stores the epoch into every member's release flag.
     fn release(&mut self, g: usize, epoch: u64) {
         let m = self.map;
+        let at = self.regs[g];
+        let plain = self.plain;
         let faults = self.config.faults;
-        if !faults.slow_engine.is_zero() {
+        if !plain && !faults.slow_engine.is_zero() {
             std::thread::sleep(faults.slow_engine);
         }
-        let interrupt = self.reg(g, &m.group.control) & control::INTERRUPT_EN != 0;
+        let interrupt = self.dev.word(at.control).load(Ordering::Acquire) & control::INTERRUPT_EN != 0;
         // Late duplicates of the previous barrier's releases go out first (harmless by design:
         // a duplicate never moves a flag backwards, nor past what the device completed).
-        for (off, e) in std::mem::take(&mut self.groups[g].duplicates) {
-            self.dev.flag(off).raise(e, interrupt);
+        if !self.groups[g].duplicates.is_empty() {
+            for (off, e) in std::mem::take(&mut self.groups[g].duplicates) {
+                self.dev.flag(off).raise(e, interrupt);
+            }
         }
         // The next epoch's arrival state is cleared before any member is released: a member
         // sends its next arrival only after its release, so none is ever cleared here.
-        for w in 0..self.groups[g].mask.len() {
-            if self.groups[g].mask[w] != 0 {
-                self.dev.group_word(m, g, &m.group.arrived_mask, w).store(0, Ordering::Relaxed);
+        let mask = self.dev.words(at.arrived_mask, self.groups[g].mask.len());
+        match self.groups[g].single_word {
+            Some(w) => mask[w].store(0, Ordering::Relaxed),
+            None => {
+                for (word, &members) in mask.iter().zip(&self.groups[g].mask) {
+                    if members != 0 {
+                        word.store(0, Ordering::Relaxed);
+                    }
+                }
+                self.dev.word(at.arrival_count).store(0, Ordering::Release);
             }
         }
-        if self.groups[g].single_word.is_none() {
-            self.set_reg(g, &m.group.arrival_count, 0);
-        }
-        self.set_reg(g, &m.group.completed_epoch, epoch);
+        self.dev.word(at.completed_epoch).store(epoch, Ordering::Release);
         let done = status::READY | status::COMPLETE;
         // Only if it changes (an inline device keeps it at READY | COMPLETE): the line is shared.
-        if self.reg(g, &m.group.status) != done {
-            self.set_reg(g, &m.group.status, done);
+        let st = self.dev.word(at.status);
+        if st.load(Ordering::Acquire) != done {
+            st.store(done, Ordering::Release);
         }
-        let delay = self.config.latency.per_hop;
         let mut sent = 0;
+        let delay = self.config.latency.per_hop + self.config.latency.per_member;
         for i in 0..self.groups[g].release.len() {
             let (off, entry) = self.groups[g].release[i];
-            if !self.config.latency.per_member.is_zero() || !delay.is_zero() {
-                spin_for(delay + self.config.latency.per_member);
+            if !plain && !delay.is_zero() {
+                spin_for(delay);
             }
             // Re-check the IOMMU entry: an unmapped flag must never be written.
             let state = self.dev.word(m.iommu_entry(entry) + 24).load(Ordering::Acquire);
@@ -802,7 +872,7 @@ impl Engine {
                 self.fail(g, error_code::IOMMU_FAULT);
                 return;
             }
-            if self.chance(faults.drop_release) {
+            if !plain && self.chance(faults.drop_release) {
                 tracing::debug!(
                     device = m.kind,
                     group = g,
@@ -822,13 +892,13 @@ impl Engine {
             // the maximum over the members, whose leader's flag is exact.
             self.dev.flag(off).signal(epoch, interrupt);
             sent += 1;
-            if self.chance(faults.duplicate_release) {
+            if !plain && self.chance(faults.duplicate_release) {
                 self.groups[g].duplicates.push((off, epoch));
             }
         }
         // Arrivals are counted here, all at once.
         self.tally(self.groups[g].members.len() as u64, sent, 1, 0);
-        if faults.stick_error_after.is_some() || faults.vanish_after.is_some() {
+        if !plain && (faults.stick_error_after.is_some() || faults.vanish_after.is_some()) {
             let barriers = self.dev.word(global::BARRIERS.offset).load(Ordering::Relaxed);
             if faults.stick_error_after.is_some_and(|n| barriers >= n) {
                 self.error_stuck = true;

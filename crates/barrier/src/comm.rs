@@ -485,12 +485,18 @@ impl Communicator {
                     }
                 }
                 Ok(Poll::Pending { flag, target, recheck: Some(slice), .. }) => {
-                    // Most hardware waits end within the inline checks: no clock read then.
-                    if self.wait.reached_soon(flag, target) {
+                    // Most hardware waits end spinning: no clock read then (it would delay
+                    // the return of a rank whose release lands during the read). The spin
+                    // phase is not counted against the timeout (a few microseconds per
+                    // recheck slice of milliseconds).
+                    if self.wait.spun_until(flag, target) {
                         continue;
                     }
-                    let budget =
-                        WaitConfig { timeout: self.wait.timeout.map(|t| t.saturating_sub(waited)), ..self.wait };
+                    let budget = WaitConfig {
+                        timeout: self.wait.timeout.map(|t| t.saturating_sub(waited)),
+                        spin: 0,
+                        ..self.wait
+                    };
                     let started = std::time::Instant::now();
                     match budget.wait_or_recheck(flag, target, &watch, Some(slice)) {
                         Ok(()) => {}
@@ -519,8 +525,9 @@ impl Communicator {
         let epoch = self.epoch.get() + 1;
         self.epoch.set(epoch);
         // This rank's record that it called barrier `epoch` (one store to a line only it
-        // writes; others read it only to explain a wait: who has not arrived, whether a rank
-        // that is gone had done its part).
+        // writes; others read it to explain a wait (who has not arrived, whether a rank that
+        // is gone had done its part), and the hardware module's flat fallback waits on it:
+        // that module wakes its parked waiters when it takes the arrival).
         self.arrival.signal(epoch, false);
         if self.done.get() + 1 != epoch {
             return self.drive(epoch, true).map(|_| ());
@@ -544,7 +551,9 @@ impl Communicator {
         self.check_usable()?;
         let epoch = self.epoch.get() + 1;
         self.epoch.set(epoch);
-        self.arrival.signal(epoch, false);
+        // Waking: the module may announce this arrival only later (when the barriers before
+        // it complete), and the hardware module's flat fallback parks on this flag.
+        self.arrival.signal(epoch, self.wait.policy.wakes());
         if self.armed.get() == self.done.get() && self.done.get() + 1 == epoch {
             self.engine.borrow_mut().arrive(epoch).map_err(|e| self.module_error(e, epoch))?;
             self.armed.set(epoch);

@@ -58,11 +58,22 @@ pub fn inline_device() -> Option<InlineDevice> {
 /// A mapped device.
 #[derive(Debug)]
 pub struct Mmio {
-    mapping: std::sync::Arc<Mapping>,
+    /// The mapping's base address and length, copied out of `mapping` (which keeps them
+    /// valid): every register access checks against them, one load each instead of two.
+    base: std::ptr::NonNull<u8>,
+    len: u64,
+    /// Keeps `base` mapped (shared with the other `Mmio`s of the file in this process).
+    _mapping: std::sync::Arc<Mapping>,
     /// The device file, kept open: the locks a driver holds on it (see
     /// `barrier_hw::DeviceMap::member_lock`) live as long as this open file.
     file: Option<std::fs::File>,
 }
+
+// SAFETY: `base` points into `mapping`, plain shared memory that `Mmio` keeps mapped and
+// accesses through atomics only (the same argument as `Mapping`'s own Send and Sync).
+unsafe impl Send for Mmio {}
+// SAFETY: as above; `&Mmio` hands out only atomics in the mapping.
+unsafe impl Sync for Mmio {}
 
 /// This process's mappings of device files, by file identity and length.
 type MappingCache = Vec<((u64, u64, usize), std::sync::Weak<Mapping>)>;
@@ -99,12 +110,17 @@ impl Mmio {
                 format!("{} is {have} bytes, smaller than the device's {len}", path.display()),
             ));
         }
-        Ok(Mmio { mapping: shared_mapping(&file, len as usize)?, file: Some(file) })
+        Ok(Mmio::new(shared_mapping(&file, len as usize)?, Some(file)))
+    }
+
+    fn new(mapping: std::sync::Arc<Mapping>, file: Option<std::fs::File>) -> Mmio {
+        let base = std::ptr::NonNull::new(mapping.as_ptr()).expect("a mapping is never at address 0");
+        Mmio { base, len: mapping.len() as u64, _mapping: mapping, file }
     }
 
     /// Maps `len` bytes of an open descriptor (its owner keeps it open).
     pub fn from_fd(fd: std::os::fd::RawFd, len: u64) -> std::io::Result<Mmio> {
-        Ok(Mmio { mapping: std::sync::Arc::new(Mapping::map_fd(fd, len as usize)?), file: None })
+        Ok(Mmio::new(std::sync::Arc::new(Mapping::map_fd(fd, len as usize)?), None))
     }
 
     /// The open device file, if this mapping keeps one.
@@ -114,23 +130,24 @@ impl Mmio {
 
     /// Bytes mapped.
     pub fn len(&self) -> u64 {
-        self.mapping.len() as u64
+        self.len
     }
 
     /// Never true for a mapped device.
     pub fn is_empty(&self) -> bool {
-        self.mapping.is_empty()
+        self.len == 0
     }
 
     #[inline]
     fn at<T>(&self, offset: u64, align: u64) -> *const T {
         let size = std::mem::size_of::<T>() as u64;
         assert!(
-            offset.is_multiple_of(align) && offset.checked_add(size).is_some_and(|end| end <= self.len()),
+            offset.is_multiple_of(align) && offset.checked_add(size).is_some_and(|end| end <= self.len),
             "device offset {offset:#x} out of range or misaligned"
         );
-        // The pointer stays inside the mapping (checked above).
-        self.mapping.as_ptr().wrapping_add(offset as usize) as *const T
+        // The address stays inside the mapping (checked above), which `self._mapping` keeps
+        // mapped for as long as `self` lives.
+        self.base.as_ptr().wrapping_add(offset as usize) as *const T
     }
 
     /// The 64-bit register at `offset`.
@@ -139,6 +156,19 @@ impl Mmio {
         // SAFETY: `at` checked bounds and alignment; the mapping outlives `&self`; an atomic is
         // valid for any bits.
         unsafe { &*self.at::<AtomicU64>(offset, 8) }
+    }
+
+    /// The `n` 64-bit words from `offset` (an arrival slot, a mask), checked once.
+    #[inline]
+    pub fn words(&self, offset: u64, n: usize) -> &[AtomicU64] {
+        assert!(
+            offset.is_multiple_of(8)
+                && (n as u64).checked_mul(8).and_then(|b| offset.checked_add(b)).is_some_and(|end| end <= self.len),
+            "device words {offset:#x} + {n} out of range or misaligned"
+        );
+        // SAFETY: the `n` words lie inside the mapping (whose length fits an isize) and are
+        // aligned (checked above); the mapping outlives `&self`; atomics are valid for any bits.
+        unsafe { std::slice::from_raw_parts(self.base.as_ptr().wrapping_add(offset as usize) as *const AtomicU64, n) }
     }
 
     /// The 32-bit register at `offset`.

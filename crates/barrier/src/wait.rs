@@ -162,6 +162,14 @@ impl Flag {
         }
     }
 
+    /// Wakes the waiters parked on this flag, for a value this thread stored earlier without
+    /// waking (`signal(_, false)`): the store precedes this call's fence F1 in program order,
+    /// so the protocol is that of `signal(_, true)` split in two.
+    #[inline]
+    pub fn wake(&self) {
+        self.wake_parked();
+    }
+
     /// Raises the flag to `epoch` if it is lower (for flags with several writers, such as
     /// fault words): returns the previous value.
     pub fn raise(&self, epoch: u64, wake: bool) -> u64 {
@@ -391,6 +399,24 @@ impl WaitConfig {
     pub fn reached_soon(&self, flag: &Flag, epoch: u64) -> bool {
         let inline = if self.policy == WaitPolicy::Spin { INLINE_SPINS } else { 1 };
         for _ in 0..inline {
+            if flag.reached(epoch) {
+                return true;
+            }
+            std::hint::spin_loop();
+        }
+        false
+    }
+
+    /// [`WaitConfig::reached_soon`], then the spin phase of the policy (no clock reads, no
+    /// stores): whether `flag` reached `epoch` meanwhile. For callers that read the clock
+    /// before a wait (hardware modules), so that waits that end spinning never read it; they
+    /// then wait with `spin: 0`.
+    #[inline]
+    pub fn spun_until(&self, flag: &Flag, epoch: u64) -> bool {
+        if self.reached_soon(flag, epoch) {
+            return true;
+        }
+        for _ in 0..self.spin {
             if flag.reached(epoch) {
                 return true;
             }

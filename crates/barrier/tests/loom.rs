@@ -33,6 +33,22 @@ fn a_parked_waiter_always_sees_the_signal() {
     });
 }
 
+/// The split form the hardware module's arrival record uses: the communicator stores the
+/// epoch without waking, the module wakes later, from the same thread.
+#[test]
+fn a_store_without_wake_followed_by_a_wake_reaches_a_parked_waiter() {
+    loom::model(|| {
+        let flag = Arc::new(Flag::default());
+        let waiter = {
+            let flag = flag.clone();
+            thread::spawn(move || parking().wait(&flag, 1, &Unwatched))
+        };
+        flag.signal(1, false);
+        flag.wake();
+        assert_eq!(waiter.join().unwrap(), Ok(()));
+    });
+}
+
 #[test]
 fn a_waiter_for_a_later_epoch_sleeps_through_earlier_signals_and_wakes_at_its_own() {
     loom::model(|| {

@@ -909,6 +909,23 @@ impl HwModule {
         Poll::Ready
     }
 
+    /// This rank's arrival record (the communicator's arrival flag, which the flat fallback
+    /// waits on) at `epoch`. `Communicator::barrier` stores it when the barrier is called,
+    /// without waking anyone (no other backend parks on it): the ranks of a flat fallback that
+    /// parked on it are woken here. A locked add only if the record is behind (a module driven
+    /// without a communicator): the flag is this rank's alone, and with spinning ranks (no
+    /// wake, whose fence drains the store buffer anyway) a locked instruction would wait for
+    /// this rank's release stores to other ranks' flags to drain.
+    #[inline]
+    fn record_arrival(&self, epoch: u64) {
+        let own = &self.arrivals[self.rank];
+        if own.load() < epoch {
+            own.raise(epoch, self.wake);
+        } else if self.wake {
+            own.wake();
+        }
+    }
+
     /// Sends this rank's arrival at `epoch` to stage `s`.
     fn send(&self, s: usize, epoch: u64) {
         let Stage { a, base, .. } = self.stages[s];
@@ -924,12 +941,13 @@ impl HwModule {
             store_value: map.encoding.encode(a.member as u32, target as u32),
         };
         let words = msg.to_words();
-        for (i, w) in words.iter().enumerate().take(4) {
-            self.dev.mmio.word(a.slot + 8 * i as u64).store(*w, Ordering::Release);
+        let slot = self.dev.mmio.words(a.slot, words.len());
+        for (reg, w) in slot.iter().zip(words).take(4) {
+            reg.store(w, Ordering::Release);
         }
         // The arrival word last: the device takes the message as complete only when it agrees
         // with the member/sequence word written above.
-        self.dev.mmio.word(a.slot + 32).store(words[4], Ordering::Release);
+        slot[4].store(words[4], Ordering::Release);
         self.dev.arrived(a.group, a.member);
         self.messages.set(self.messages.get() + 1);
         // For the lost-arrival check of whoever waits on this group: how many of this rank's
@@ -1060,16 +1078,16 @@ impl Module for HwModule {
                 let reason = self.degraded.as_deref().unwrap_or_default();
                 self.algorithm = format!("fallback: {} ({reason})", self.software.algorithm());
             }
-            self.arrivals[self.rank].raise(epoch, self.wake);
+            self.record_arrival(epoch);
             return self.software.arrive(epoch);
         }
-        // Send every arrival that does not wait for a release first, then record the arrival
-        // (the flat fallback, timeout reports and the lost-arrival check rely on it).
+        // Send every arrival that does not wait for a release first, then make sure the arrival
+        // is recorded (the flat fallback waits on it).
         while let Some(&Step::Arrive(s)) = self.plan.get(self.step).filter(|_| self.degraded.is_none()) {
             self.send(s, epoch);
             self.step += 1;
         }
-        self.arrivals[self.rank].raise(epoch, self.wake);
+        self.record_arrival(epoch);
         Ok(())
     }
 
