@@ -106,9 +106,16 @@ pub mod global {
     /// Network address of the device.
     pub const NETWORK_ADDR: Register = reg("NETWORK_ADDR", 0x018, 8, ReadOnly, "network address of the switch");
     /// Doorbell: drivers bump it after sending arrivals or changing a group (lets an emulator
-    /// sleep; real hardware sees the transactions themselves). One cache line with a waiter count.
-    pub const DOORBELL: Register =
-        reg("DOORBELL", 0x080, 128, ReadWrite, "arrival/config doorbell (epoch-style counter + waiters)");
+    /// sleep; real hardware sees the transactions themselves). A flag line with a waiter count:
+    /// [`MAX_FLAG_BYTES`] bytes at an offset aligned to them, so that it is one aligned line
+    /// whatever this architecture's [`FLAG_BYTES`].
+    pub const DOORBELL: Register = reg(
+        "DOORBELL",
+        0x200,
+        super::MAX_FLAG_BYTES,
+        ReadWrite,
+        "arrival/config doorbell (epoch-style counter + waiters)",
+    );
     /// Counters (read-only): arrivals accepted.
     pub const ARRIVALS: Register = reg("ARRIVALS", 0x100, 8, ReadOnly, "arrival messages accepted");
     /// Releases written.
@@ -197,6 +204,10 @@ pub const FLAG_BYTES: u64 = 256;
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 pub const FLAG_BYTES: u64 = 64;
 const _: () = assert!(FLAG_BYTES.is_power_of_two());
+/// The largest [`FLAG_BYTES`] of any architecture: flag-shaped registers (the doorbell) take
+/// this much room, aligned to it, so one device layout serves every architecture.
+pub const MAX_FLAG_BYTES: u64 = 256;
+const _: () = assert!(FLAG_BYTES <= MAX_FLAG_BYTES && MAX_FLAG_BYTES.is_multiple_of(FLAG_BYTES));
 /// Bytes of one member's arrival slot (one remote-store message, padded to a line).
 pub const ARRIVAL_SLOT_BYTES: u64 = 128;
 /// Where the IOVA space handed out by drivers starts (so that an IOVA is never a small number).
@@ -317,7 +328,7 @@ pub static SWITCH: DeviceMap = {
     DeviceMap {
         kind: "switch",
         magic: u64::from_le_bytes(*b"SWBARACC"),
-        version: 4,
+        version: 5,
         max_members: MEMBERS,
         max_groups: GROUPS,
         encoding: ArrivalEncoding::MemberHigh,
@@ -400,7 +411,7 @@ pub static GBA: DeviceMap = {
     DeviceMap {
         kind: "gba",
         magic: u64::from_le_bytes(*b"GBARACC1"),
-        version: 4,
+        version: 5,
         max_members: MEMBERS,
         max_groups: GROUPS,
         encoding: ArrivalEncoding::SequenceHigh,
@@ -527,6 +538,10 @@ impl DeviceMap {
     pub fn validate(&self) -> Result<(), MapError> {
         let err = |s: String| Err(MapError(format!("{} map: {s}", self.kind)));
         check_disjoint(self.kind, "global", global::ALL, GLOBAL_BYTES)?;
+        let doorbell = global::DOORBELL;
+        if !doorbell.offset.is_multiple_of(MAX_FLAG_BYTES) || doorbell.bytes < MAX_FLAG_BYTES {
+            return err(format!("DOORBELL is not a {MAX_FLAG_BYTES}-byte aligned flag line"));
+        }
         let mut group: Vec<Register> = self.group.all().to_vec();
         if self.kind == "switch" {
             group.push(SWITCH_GROUP_NETWORK_ADDR);

@@ -489,7 +489,14 @@ impl Communicator {
                     // the return of a rank whose release lands during the read). The spin
                     // phase is not counted against the timeout (a few microseconds per
                     // recheck slice of milliseconds).
-                    if self.wait.spun_until(flag, target) {
+                    // (A zero slice asks to be polled again at once: the flag may not be
+                    // the one that moves, so only the inline checks.)
+                    let reached = if slice.is_zero() {
+                        self.wait.reached_soon(flag, target)
+                    } else {
+                        self.wait.spun_until(flag, target)
+                    };
+                    if reached {
                         continue;
                     }
                     let budget = WaitConfig {
