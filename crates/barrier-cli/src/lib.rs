@@ -22,6 +22,6 @@ pub fn a64fx_layout(params: &barrier::Params) -> Result<barrier_hw::a64fx::node:
     let cmgs = params.parse(EMU_CMGS, base.cmgs, "a number of CMGs (1..=8)").map_err(|e| e.to_string())?;
     let pes = params.parse(EMU_PES, base.pes, "a number of PEs per CMG (2..=13)").map_err(|e| e.to_string())?;
     let layout = barrier_hw::a64fx::node::Layout { cmgs, pes, ..base };
-    layout.validate()?;
+    layout.validate().map_err(|e| format!("emulated A64FX node of {EMU_CMGS}={cmgs} x {EMU_PES}={pes}: {e}"))?;
     Ok(layout)
 }

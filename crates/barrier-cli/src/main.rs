@@ -89,15 +89,15 @@ enum Cmd {
         /// Instead: time ours against the raw floor protocol (and hurdles) in alternating
         /// chunks of --batch barriers in the same two pinned threads, the comparison that holds
         /// on machines whose speed changes from moment to moment.
-        #[arg(long)]
+        #[arg(long, conflicts_with_all = ["mpi", "ranks", "backend", "nodes", "algorithms", "no_emulate", "threaded_emulator", "json", "plot"])]
         interleave: bool,
         /// Instead: the machine's MPI_Barrier against the same program's barrier under the
         /// PMPI interposer (libbarrier_pmpi.so), timed in alternating chunks in one run of
         /// mpirun per rank count (--iters barriers each). Needs mpicc and mpirun.
-        #[arg(long)]
+        #[arg(long, conflicts_with_all = ["backend", "nodes", "algorithms", "no_emulate", "threaded_emulator", "batch", "json", "plot"])]
         mpi: bool,
         /// The interposer for --mpi (default: libbarrier_pmpi.so beside this command).
-        #[arg(long, value_name = "PATH")]
+        #[arg(long, value_name = "PATH", requires = "mpi")]
         mpi_preload: Option<PathBuf>,
     },
     /// List backends and parameters, and show which backend a job of N ranks gets and why.
@@ -196,6 +196,36 @@ fn info(
     }
 }
 
+/// The devices `barrier <command> --emulate <kinds>` names: register maps, and the shape of an
+/// A64FX node (from its parameters); a bad name or shape is reported and is exit code 2.
+fn emulated_devices(
+    command: &str,
+    kinds: &[String],
+) -> Result<(Vec<&'static barrier_hw::DeviceMap>, Option<barrier_hw::a64fx::node::Layout>), ExitCode> {
+    let mut maps = Vec::new();
+    let mut a64fx = None;
+    for kind in kinds {
+        if kind.trim().eq_ignore_ascii_case("a64fx") {
+            match barrier_cli::a64fx_layout(&barrier::Params::from_env()) {
+                Ok(layout) => a64fx = Some(layout),
+                Err(e) => {
+                    eprintln!("barrier {command}: --emulate a64fx: {e}");
+                    return Err(ExitCode::from(2));
+                }
+            }
+            continue;
+        }
+        match barrier_cli::device_map(kind) {
+            Some(map) => maps.push(map),
+            None => {
+                eprintln!("barrier {command}: --emulate {kind}: unknown device; use switch, gba, a64fx or a list");
+                return Err(ExitCode::from(2));
+            }
+        }
+    }
+    Ok((maps, a64fx))
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
@@ -214,24 +244,12 @@ fn main() -> ExitCode {
             }
             spec.pin = pin;
             spec.tag_output = tag_output;
-            for kind in &emulate {
-                if kind.trim().eq_ignore_ascii_case("a64fx") {
-                    match barrier_cli::a64fx_layout(&barrier::Params::from_env()) {
-                        Ok(layout) => spec.emulate_a64fx = Some(layout),
-                        Err(e) => {
-                            eprintln!("barrier run: --emulate a64fx: {e}");
-                            return ExitCode::from(2);
-                        }
-                    }
-                    continue;
+            match emulated_devices("run", &emulate) {
+                Ok((maps, a64fx)) => {
+                    spec.emulate = maps.into_iter().map(barrier_emu::Config::new).collect();
+                    spec.emulate_a64fx = a64fx;
                 }
-                match barrier_cli::device_map(kind) {
-                    Some(map) => spec.emulate.push(barrier_emu::Config::new(map)),
-                    None => {
-                        eprintln!("barrier run: --emulate {kind}: unknown device; use switch, gba, a64fx or a list");
-                        return ExitCode::from(2);
-                    }
-                }
+                Err(code) => return code,
             }
             let cores = barrier::sys::affinity_cores().len();
             let busy = ranks + usize::from(!spec.emulate.is_empty());
@@ -324,30 +342,10 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Cmd::Info { ranks, nodes, emulate } => {
-            let mut maps = Vec::new();
-            let mut a64fx = None;
-            for kind in &emulate {
-                if kind.trim().eq_ignore_ascii_case("a64fx") {
-                    match barrier_cli::a64fx_layout(&barrier::Params::from_env()) {
-                        Ok(layout) => a64fx = Some(layout),
-                        Err(e) => {
-                            eprintln!("barrier info: --emulate a64fx: {e}");
-                            return ExitCode::from(2);
-                        }
-                    }
-                    continue;
-                }
-                match barrier_cli::device_map(kind) {
-                    Some(m) => maps.push(m),
-                    None => {
-                        eprintln!("barrier info: --emulate {kind}: unknown device; use switch, gba or switch,gba");
-                        return ExitCode::from(2);
-                    }
-                }
-            }
-            info(ranks, nodes, &maps, a64fx)
-        }
+        Cmd::Info { ranks, nodes, emulate } => match emulated_devices("info", &emulate) {
+            Ok((maps, a64fx)) => info(ranks, nodes, &maps, a64fx),
+            Err(code) => code,
+        },
         Cmd::Emu {
             kind,
             device,

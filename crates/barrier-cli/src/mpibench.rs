@@ -33,6 +33,16 @@ pub fn default_preload() -> Option<PathBuf> {
     Some(exe.parent()?.join("libbarrier_pmpi.so"))
 }
 
+/// Whether the shared library at `path` names `MPI_Barrier` in its dynamic string table, as the
+/// interposer built with MPI does (a build without the `mpi` feature defines no MPI symbol, and
+/// the MPI library it links names only `PMPI_Barrier`): NUL on both sides, as symbol names are
+/// stored there, where string constants in Rust code are not NUL-terminated.
+fn defines_mpi_barrier(path: &Path) -> Result<bool, String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+    let name = b"\0MPI_Barrier\0";
+    Ok(bytes.windows(name.len()).any(|w| w == name))
+}
+
 fn tool(var: &str, default: &str) -> String {
     std::env::var(var).ok().filter(|v| !v.trim().is_empty()).unwrap_or_else(|| default.to_string())
 }
@@ -75,6 +85,13 @@ pub fn run(opts: &MpiBenchOptions) -> Result<(), String> {
         ));
     }
     let preload = preload.canonicalize().map_err(|e| format!("{}: {e}", preload.display()))?;
+    if !defines_mpi_barrier(&preload)? {
+        return Err(format!(
+            "{} does not define MPI_Barrier: it was built without MPI; rebuild it with `cargo build --release -p \
+             barrier-pmpi --features mpi`",
+            preload.display()
+        ));
+    }
     let mpirun = tool("MPIRUN", "mpirun");
     let open_mpi = is_open_mpi(&mpirun)?;
     let dir = std::env::temp_dir().join(format!("barrier-mpi-bench-{}", std::process::id()));

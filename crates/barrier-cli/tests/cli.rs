@@ -490,3 +490,55 @@ fn interleave_times_ours_against_the_floor_and_hurdles_side_by_side() {
         assert!(ns > 0.0 && ns.is_finite(), "{line}");
     }
 }
+
+#[test]
+fn options_that_interleave_and_mpi_would_ignore_are_refused() {
+    for args in [
+        &["bench", "--interleave", "--backend", "gba"][..],
+        &["bench", "--interleave", "-n", "4"],
+        &["bench", "--mpi", "--json"],
+        &["bench", "--mpi", "--backend", "switch"],
+        &["bench", "--mpi-preload", "/nonexistent.so"],
+    ] {
+        let out = barrier().args(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?} was accepted");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("cannot be used with") || err.contains("required arguments"), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn bench_mpi_refuses_an_interposer_built_without_mpi() {
+    // Any shared library that defines no MPI_Barrier: this one is the C library.
+    let libc = ["/lib/x86_64-linux-gnu/libc.so.6", "/usr/lib/x86_64-linux-gnu/libc.so.6", "/lib64/libc.so.6"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).is_file());
+    let Some(libc) = libc else { return };
+    let out = barrier().args(["bench", "--mpi", "-n", "2", "--mpi-preload", libc]).output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("does not define MPI_Barrier") && err.contains("--features mpi"), "{err}");
+}
+
+#[test]
+fn emulate_names_and_shapes_are_checked_with_the_parameter_to_change() {
+    for command in ["run", "info"] {
+        let mut args = vec![command, "--emulate", "gba,nonesuch"];
+        if command == "run" {
+            args.extend(["--", "/bin/true"]);
+        }
+        let out = barrier().args(&args).output().unwrap();
+        assert_eq!(out.status.code(), Some(2));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("--emulate nonesuch: unknown device; use switch, gba, a64fx"), "{err}");
+    }
+    let out = barrier()
+        .args(["info", "--emulate", "a64fx"])
+        .env("BARRIER_A64FX_EMU_CMGS", "8")
+        .env("BARRIER_A64FX_EMU_PES", "12")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("BARRIER_A64FX_EMU_CMGS=8 x BARRIER_A64FX_EMU_PES=12: 96 CPUs, more than 64"), "{err}");
+}

@@ -147,6 +147,9 @@ pub mod errno {
     pub const EBUSY: i32 = 16;
     /// Invalid argument: mask across CMGs or with fewer than 2 PEs, bad descriptor or window.
     pub const EINVAL: i32 = 22;
+    /// Timed out: the driver did not answer (an emulated node's agent that stopped or is
+    /// starved of CPU; the real driver never returns it).
+    pub const ETIMEDOUT: i32 = 110;
 
     /// The symbolic name of an error number, for messages.
     pub fn name(e: i32) -> &'static str {
@@ -155,6 +158,7 @@ pub mod errno {
             EFAULT => "EFAULT",
             EBUSY => "EBUSY",
             EINVAL => "EINVAL",
+            ETIMEDOUT => "ETIMEDOUT",
             _ => "errno",
         }
     }
@@ -440,7 +444,10 @@ pub mod node {
                 return Err(format!("{} windows per PE: a PE has 1 to 4", self.windows));
             }
             if self.cmgs * self.pes > 64 {
-                return Err("more than 64 CPUs: the emulated cpumask is one word".into());
+                return Err(format!(
+                    "{} CPUs, more than 64: the emulated cpumask is one word (lower the CMGs or the PEs per CMG)",
+                    self.cmgs * self.pes
+                ));
             }
             Ok(())
         }

@@ -317,8 +317,23 @@ impl Communicator {
             }
             _ => None,
         };
+        let internode_runs = roots.is_some() && self.nodes > 1;
         drop(roots);
         let internode = self.agree(internode.transpose(), world_rank, "set up the internode phase over MPI")?;
+        if let Some((stage, _)) = agreed.fault.as_ref().filter(|(_, r)| *r == world_rank) {
+            // A test that injects a fault which cannot fire must not pass for the wrong reason.
+            let never = match stage.as_str() {
+                "open" if leader => Some("this rank makes its node's segment; `open` fails a node's other ranks"),
+                "internode" if !internode_runs => Some(
+                    "this rank has no internode phase; `internode` fails a node's first rank when there are several \
+                     nodes",
+                ),
+                _ => None,
+            };
+            if let Some(why) = never {
+                eprintln!("barrier-mpi: {FAULT}={stage}:{world_rank} did not fire: {why}");
+            }
+        }
         let node_backend = node.world().backend();
         if self.nodes > 1 {
             self.detail = format!(

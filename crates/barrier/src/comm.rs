@@ -151,8 +151,6 @@ pub struct Communicator {
     /// when a timeout applies): a polled request times out from then, not from when it was
     /// queued behind earlier ones.
     armed_at: Cell<Option<std::time::Instant>>,
-    /// The barrier whose failure broke the communicator (it did not complete).
-    failed_epoch: Cell<Option<u64>>,
     ctrl_epoch: Cell<u64>,
     engine: RefCell<Engine>,
     arrival: Shared<Flag>,
@@ -265,7 +263,6 @@ impl Communicator {
             armed: Cell::new(0),
             done: Cell::new(0),
             armed_at: Cell::new(None),
-            failed_epoch: Cell::new(None),
             ctrl_epoch,
             engine: RefCell::new(engine),
             selection,
@@ -408,15 +405,8 @@ impl Communicator {
     }
 
     #[cold]
-    fn wait_error(&self, watch: &PeerWatch<'_>, w: WaitError, epoch: u64) -> Error {
-        self.failed_epoch.set(Some(epoch));
+    fn wait_error(&self, watch: &PeerWatch<'_>, w: WaitError) -> Error {
         self.fail(watch.error(w))
-    }
-
-    #[cold]
-    fn module_error(&self, err: Error, epoch: u64) -> Error {
-        self.failed_epoch.set(Some(epoch));
-        self.fail(err)
     }
 
     fn note_armed(&self) {
@@ -434,7 +424,7 @@ impl Communicator {
             let next = self.done.get() + 1;
             let mut engine = self.engine.borrow_mut();
             if self.armed.get() < next {
-                engine.arrive(next).map_err(|e| self.module_error(e, next))?;
+                engine.arrive(next).map_err(|e| self.fail(e))?;
                 self.armed.set(next);
                 self.note_armed();
             }
@@ -444,7 +434,7 @@ impl Communicator {
                 match engine.progress(next) {
                     Ok(Poll::Ready) => {}
                     Ok(Poll::Pending { .. }) => return Ok(false),
-                    Err(e) => return Err(self.module_error(e, next)),
+                    Err(e) => return Err(self.fail(e)),
                 }
             }
             self.done.set(next);
@@ -462,7 +452,7 @@ impl Communicator {
             Ok(Poll::Pending { flag, target, recheck: None, last: true }) if self.wait.reached_soon(flag, target) => {
                 return Ok(())
             }
-            Err(e) => return Err(self.module_error(e, epoch)),
+            Err(e) => return Err(self.fail(e)),
             Ok(Poll::Pending { .. }) => {}
         }
         self.finish_waiting(engine, epoch)
@@ -479,7 +469,7 @@ impl Communicator {
             match engine.progress(epoch) {
                 Ok(Poll::Ready) => return Ok(()),
                 Ok(Poll::Pending { flag, target, recheck: None, last }) => {
-                    self.wait.wait(flag, target, &watch).map_err(|w| self.wait_error(watch.get(), w, epoch))?;
+                    self.wait.wait(flag, target, &watch).map_err(|w| self.wait_error(watch.get(), w))?;
                     if last {
                         return Ok(());
                     }
@@ -509,12 +499,12 @@ impl Communicator {
                         Ok(()) => {}
                         Err(WaitError::Recheck) => waited += started.elapsed(),
                         Err(WaitError::Timeout(d)) => {
-                            return Err(self.wait_error(watch.get(), WaitError::Timeout(waited + d), epoch))
+                            return Err(self.wait_error(watch.get(), WaitError::Timeout(waited + d)))
                         }
-                        Err(w) => return Err(self.wait_error(watch.get(), w, epoch)),
+                        Err(w) => return Err(self.wait_error(watch.get(), w)),
                     }
                 }
-                Err(e) => return Err(self.module_error(e, epoch)),
+                Err(e) => return Err(self.fail(e)),
             }
         }
     }
@@ -541,7 +531,7 @@ impl Communicator {
         }
         let mut engine = self.engine.borrow_mut();
         if let Err(e) = engine.arrive(epoch) {
-            return Err(self.module_error(e, epoch));
+            return Err(self.fail(e));
         }
         self.armed.set(epoch);
         self.finish_with(&mut engine, epoch)?;
@@ -562,7 +552,7 @@ impl Communicator {
         // it complete), and the hardware module's flat fallback parks on this flag.
         self.arrival.signal(epoch, self.wait.policy.wakes());
         if self.armed.get() == self.done.get() && self.done.get() + 1 == epoch {
-            self.engine.borrow_mut().arrive(epoch).map_err(|e| self.module_error(e, epoch))?;
+            self.engine.borrow_mut().arrive(epoch).map_err(|e| self.fail(e))?;
             self.armed.set(epoch);
             self.note_armed();
         }
@@ -751,7 +741,7 @@ impl<'c> Request<'c> {
         };
         match verdict {
             Ok(()) => Ok(false),
-            Err(w) => Err(self.comm.wait_error(&self.watch, w, flight)),
+            Err(w) => Err(self.comm.wait_error(&self.watch, w)),
         }
     }
 
@@ -805,7 +795,6 @@ impl Drop for Request<'_> {
         if std::thread::panicking() {
             // Waiting here could wait for ranks that are themselves waiting for this one (in
             // another collective); the panic must reach the job instead.
-            self.comm.failed_epoch.set(Some(self.comm.done.get() + 1));
             self.comm.fail(Error::Broken(format!(
                 "an ibarrier() request for barrier {} was dropped while the thread panicked",
                 self.epoch

@@ -95,7 +95,7 @@ impl EmulatedDriver {
             match free {
                 Some(i) => break i,
                 None if std::time::Instant::now() < deadline => std::thread::sleep(Duration::from_millis(1)),
-                None => return Err(errno::EFAULT),
+                None => return Err(errno::ETIMEDOUT),
             }
         };
         let args = l.slot_args(slot);
@@ -112,7 +112,7 @@ impl EmulatedDriver {
         if waiter.wait(state, node::state::DONE, &Unwatched).is_err() {
             // Withdraw the request if the agent has not taken it: then it never runs.
             match state.compare_swap(node::state::POSTED, node::state::FREE, false) {
-                node::state::POSTED => return Err(errno::EFAULT),
+                node::state::POSTED => return Err(errno::ETIMEDOUT),
                 // Taken: it runs, and its effect (a blade, a window) must be known to the
                 // caller, so wait for the answer once more.
                 node::state::SERVING | node::state::DONE => {
@@ -121,7 +121,7 @@ impl EmulatedDriver {
                             == node::state::SERVING
                     {
                         // The agent frees the slot when it finishes; the call's effect is lost.
-                        return Err(errno::EFAULT);
+                        return Err(errno::ETIMEDOUT);
                     }
                 }
                 // Not ours any more (the agent judged this process gone): touch nothing.

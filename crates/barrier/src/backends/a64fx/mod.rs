@@ -184,7 +184,7 @@ fn enable(ctx: &EnableContext<'_>) -> Result<A64fxModule, Decline> {
             )
         })?;
         let (cmg, ppe) =
-            dev.driver.pe_info().map_err(|e| format!("fhwb_get_pe_info on CPU {cpu} failed: -{}", errno::name(e)))?;
+            dev.driver.pe_info().map_err(|e| format!("fhwb_get_pe_info on CPU {cpu} failed: {}", driver_error(e)))?;
         Ok((dev, Placement { cpu, cmg: cmg.into(), ppe: ppe.into() }))
     })();
     let words = match &local {
@@ -221,7 +221,7 @@ fn enable(ctx: &EnableContext<'_>) -> Result<A64fxModule, Decline> {
                 "every barrier blade of CMG {c} is in use (fhwb_init: -EBUSY): other communicators or processes hold \
                  them all"
             ),
-            e => format!("allocating a barrier blade in CMG {c} failed (fhwb_init: -{})", errno::name(e)),
+            e => format!("allocating a barrier blade in CMG {c} failed (fhwb_init: {})", driver_error(e)),
         }));
     }
     let bb = all[leader][1] as u8;
@@ -241,7 +241,7 @@ fn enable(ctx: &EnableContext<'_>) -> Result<A64fxModule, Decline> {
                 "PE {p} of CMG {c} (rank {r}) has no free barrier window (fhwb_assign: -EBUSY): all of its windows \
                  are in use"
             ),
-            e => format!("connecting a window of PE {p} in CMG {c} (rank {r}) failed (fhwb_assign: -{})", errno::name(e)),
+            e => format!("connecting a window of PE {p} in CMG {c} (rank {r}) failed (fhwb_assign: {})", driver_error(e)),
         }));
     }
     let assignment = assignment.map_err(|_| Decline::new("window assignment failed"))?;
@@ -284,6 +284,16 @@ fn enable(ctx: &EnableContext<'_>) -> Result<A64fxModule, Decline> {
         _allocation: allocation,
         algorithm: if cmgs > 1 { format!("blades x{cmgs} + dissemination") } else { "blade".into() },
     })
+}
+
+/// A driver call's error for a message: `-NAME`, and for a timeout what it means.
+fn driver_error(e: driver::Errno) -> String {
+    match e {
+        errno::ETIMEDOUT => "-ETIMEDOUT: the driver did not answer in time (an emulated node's agent that stopped or \
+                             gets no CPU; `barrier info` shows whether it serves)"
+            .into(),
+        e => format!("-{}", errno::name(e)),
+    }
 }
 
 /// Declines placements the hardware cannot serve: two ranks on one PE, a CMG with one rank.
