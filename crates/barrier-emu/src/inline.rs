@@ -74,6 +74,22 @@ fn timed(state: &mut u64) -> bool {
     *state >> (64 - TIMED_TRAP_EVERY.trailing_zeros()) == 0
 }
 
+/// Asks the cache for the line of `word` now, ahead of an atomic operation on it (x86-64
+/// PREFETCHT0; nothing elsewhere): a hint that never faults and changes no memory. (PREFETCHW,
+/// which asks for the line in a writable state, measured the same here and needs a CPUID
+/// check.)
+#[inline(always)]
+fn prefetch(word: &std::sync::atomic::AtomicU64) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch reads no memory the program can see, writes none and never faults,
+    // whatever the address (this one is a register of the live mapping).
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(word.as_ptr() as *const i8);
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = word;
+}
+
 /// Makes this process able to drive inline devices (idempotent). `barrier bench`'s ranks call
 /// it; so does any program that wants to use an inline device.
 pub fn install() {
@@ -159,6 +175,10 @@ impl Engine {
         if g >= self.map.max_groups || member >= self.map.max_members {
             return Taken::Nothing;
         }
+        // The arrival's one atomic add needs the mask line, which the previous arrival (in
+        // another rank) holds: ask for it now, so that it travels while this trap checks the
+        // message (2 ranks: 148 -> 133 ns per barrier, the same run).
+        prefetch(self.dev.word(self.regs[g].arrived_mask + 8 * (member / 64) as u64));
         // A group this engine knows is taken as it is if its OWNER is still the one it was
         // adopted under (a line written only when the group is claimed or freed; every new
         // claim has a new random owner id, and a claimed group's configuration never changes).
