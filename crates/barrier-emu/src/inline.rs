@@ -10,7 +10,9 @@
 //!
 //! * **A trapped arrival** (`InlineWork::Arrival`, after a member wrote its arrival message):
 //!   the device takes that one message with the engine thread's code (`take_arrival`: check
-//!   the message, mark it TAKEN, set the member's ARRIVED_MASK bit), and the arrival that
+//!   the message, mark it TAKEN, set the member's ARRIVED_MASK bit; the mask's line, which
+//!   the previous arrival's rank holds, is asked for first, so it travels while the message is
+//!   checked), and the arrival that
 //!   completes the epoch releases the group. Every message is followed by exactly one trap,
 //!   its writer's, and nothing else takes messages from an inline device's slots, so the trap
 //!   marks it with a plain store (the engine thread, which races with nobody either, swaps).
