@@ -72,7 +72,7 @@ enum Cmd {
         no_emulate: bool,
         /// Emulated devices with an engine thread of their own, instead of inline (their work
         /// then competes with the ranks for the cores).
-        #[arg(long)]
+        #[arg(long, conflicts_with = "no_emulate")]
         threaded_emulator: bool,
         /// Barriers per measurement.
         #[arg(long, default_value_t = 100_000)]

@@ -331,7 +331,7 @@ impl Communicator {
                 _ => None,
             };
             if let Some(why) = never {
-                eprintln!("barrier-mpi: {FAULT}={stage}:{world_rank} did not fire: {why}");
+                barrier::sys::say(&format!("barrier-mpi: {FAULT}={stage}:{world_rank} did not fire: {why}"));
             }
         }
         let node_backend = node.world().backend();

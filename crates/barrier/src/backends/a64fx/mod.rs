@@ -289,14 +289,13 @@ fn enable(ctx: &EnableContext<'_>) -> Result<A64fxModule, Decline> {
 /// A driver call's error for a message: `-NAME`, and for a timeout what it means.
 fn driver_error(e: driver::Errno) -> String {
     match e {
-        errno::ETIMEDOUT => "-ETIMEDOUT: the driver did not answer in time (an emulated node's agent that stopped or \
-                             gets no CPU; `barrier info` shows whether it serves)"
+        errno::ETIMEDOUT => "-ETIMEDOUT: the driver did not answer within its limit (an emulated node's agent thread \
+                             that exited or gets no CPU: more busy threads than cores)"
             .into(),
         e => format!("-{}", errno::name(e)),
     }
 }
 
-/// Declines placements the hardware cannot serve: two ranks on one PE, a CMG with one rank.
 fn check_placement(place: &[Placement]) -> Result<(), Decline> {
     for (a, pa) in place.iter().enumerate() {
         if let Some(b) = place[a + 1..].iter().position(|pb| (pb.cmg, pb.ppe) == (pa.cmg, pa.ppe)) {
