@@ -66,7 +66,7 @@ use std::time::Duration;
 use barrier_hw::a64fx::errno;
 
 use crate::backend::{Backend, Decline, EnableContext, Module, Poll, QueryContext};
-use crate::backends::hierarchical::internode::RootDissemination;
+use crate::backends::software::FabricDissemination;
 use crate::backends::hierarchical::Topology;
 use crate::error::Error;
 use crate::params::{ParamInfo, ParamKind, Params};
@@ -261,7 +261,7 @@ fn enable(ctx: &EnableContext<'_>) -> Result<A64fxModule, Decline> {
                 |e| format!("the CMG leaders' transports: {e}"),
             )));
         }
-        RootDissemination::enable(ctx, &fabric.map_err(coll)?, &Topology::new(&cmg_of, q.rank, 2))?
+        FabricDissemination::enable(ctx, &fabric.map_err(coll)?, Topology::new(&cmg_of, q.rank, 2).roots())?
     } else {
         None
     };
@@ -336,7 +336,7 @@ enum Phase {
 #[derive(Debug)]
 pub struct A64fxModule {
     spans: bool,
-    leaders: Option<RootDissemination>,
+    leaders: Option<FabricDissemination>,
     phase: Phase,
     /// The BST value written by the sync under way (the LBSY it waits for).
     wrote: bool,

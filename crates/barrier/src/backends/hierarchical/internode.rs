@@ -2,10 +2,9 @@
 //!
 //! * **dissemination** over the transport: ⌈log2 nodes⌉ rounds; in round `r` root `j` puts the
 //!   epoch into round-`r` slot of root `(j + 2^r) mod nodes` and waits for its own round-`r`
-//!   slot. Each root registers its row of slots and publishes the handle while the
-//!   communicator is created; every put goes through the transport the fabric ranks first for
-//!   that peer (across nodes: the network, so it is counted). Slots only grow, so nothing is
-//!   reset between barriers and no put is spent on a reset.
+//!   slot (the software backend's
+//!   [`FabricDissemination`](crate::backends::software::FabricDissemination) among the roots). Slots only grow, so
+//!   nothing is reset between barriers and no put is spent on a reset.
 //! * **a hardware group of the roots** (`switch` or `gba`): the same driver as the flat hardware
 //!   backends, enabled on a communicator-like context that holds only the roots (their own
 //!   region in the job segment, their own control plane). Each root sends one arrival per
@@ -20,91 +19,8 @@ use crate::backend::{Backend, Decline, EnableContext, Module, QueryContext};
 use crate::backends::hw::HwBackend;
 use crate::error::Error;
 use crate::region::Region;
-use crate::shm::Shared;
-use crate::transport::{Fabric, MemHandle, Signal};
-use crate::wait::Flag;
 
 use super::Topology;
-
-/// Put-based dissemination among the roots: this root's state.
-#[derive(Debug)]
-pub(crate) struct RootDissemination {
-    /// Own slot per round.
-    inbox: Vec<Shared<Flag>>,
-    /// The partner root's slot per round.
-    outbox: Vec<Signal>,
-    step: usize,
-}
-
-impl RootDissemination {
-    /// Sets up the roots' dissemination (collective over the whole communicator: non-roots
-    /// take part in the handle exchange with empty words). `None` on a non-root.
-    pub fn enable(ctx: &EnableContext<'_>, fabric: &Fabric, topo: &Topology) -> Result<Option<Self>, Decline> {
-        let q = &ctx.query;
-        let decline = |e: Error| Decline::new(e.to_string());
-        let rounds = crate::region::rounds(topo.nodes());
-        let mine = match topo.root_index(q.rank) {
-            Some(_) if rounds > 0 => fabric.register(&ctx.region.diss_row(q.rank)[..rounds]).map(Some),
-            _ => Ok(None),
-        };
-        let words = mine.as_ref().ok().and_then(|h| h.map(MemHandle::to_words)).unwrap_or([0, 0]);
-        let all = ctx.allgather(&words).map_err(decline)?;
-        let outbox: Result<Vec<Signal>, Error> = match (&mine, topo.root_index(q.rank)) {
-            (Ok(_), Some(j)) => (0..rounds)
-                .map(|r| {
-                    let partner = topo.roots()[(j + (1 << r)) % topo.nodes()];
-                    let handle = MemHandle::from_words([all[partner][0], all[partner][1]]);
-                    fabric.signal_to(ctx.peer(partner), handle, r)
-                })
-                .collect(),
-            (Ok(_), None) => Ok(Vec::new()),
-            (Err(e), _) => Err(Error::Transport(e.to_string())),
-        };
-        if !ctx.all_agree(outbox.is_ok()).map_err(decline)? {
-            return Err(Decline::new(outbox.err().map_or_else(
-                || "a node root could not reach its dissemination partners".into(),
-                |e| e.to_string(),
-            )));
-        }
-        let outbox = outbox.map_err(decline)?;
-        Ok(topo.root_index(q.rank).map(|_| RootDissemination {
-            inbox: (0..rounds).map(|r| ctx.region.shared_flag(ctx.region.diss(q.rank, r))).collect(),
-            outbox,
-            step: 0,
-        }))
-    }
-
-    /// Whether the transports need this rank's calls to move its puts along.
-    pub fn needs_progress(&self) -> bool {
-        self.outbox.iter().any(Signal::needs_progress)
-    }
-
-    /// Starts epoch `epoch`: the first round's put.
-    #[inline]
-    pub fn start(&mut self, epoch: u64, wake: bool) -> Result<(), Error> {
-        self.step = 0;
-        match self.outbox.first() {
-            Some(first) => first.signal(epoch, wake),
-            None => Ok(()),
-        }
-    }
-
-    /// Advances: `Some((slot, last))` to wait on (`last`: it is the final round), `None` when
-    /// every round is done.
-    #[inline]
-    pub fn progress(&mut self, epoch: u64, wake: bool) -> Result<Option<(&Flag, bool)>, Error> {
-        while let Some(slot) = self.inbox.get(self.step) {
-            if !slot.reached(epoch) {
-                return Ok(Some((slot, self.step + 1 == self.inbox.len())));
-            }
-            self.step += 1;
-            if let Some(next) = self.outbox.get(self.step) {
-                next.signal(epoch, wake)?;
-            }
-        }
-        Ok(None)
-    }
-}
 
 /// The roots' own region, left when the root's module goes (the last root out frees it).
 #[derive(Debug)]

@@ -51,7 +51,9 @@ use crate::shm::Shared;
 use crate::transport::Fabric;
 use crate::wait::Flag;
 
-use internode::{DeviceOutcome, RootDissemination, RootsDevice};
+use internode::{DeviceOutcome, RootsDevice};
+
+use crate::backends::software::FabricDissemination;
 use tree::{LocalTree, TreeSlots};
 
 /// The backend's name.
@@ -293,7 +295,7 @@ impl Backend for Hierarchical {
                 if !why.is_empty() {
                     tracing::debug!(reasons = ?why, "hierarchical: no device among the node roots");
                 }
-                let diss = RootDissemination::enable(ctx, &fabric, &topo)?;
+                let diss = FabricDissemination::enable(ctx, &fabric, topo.roots())?;
                 // The transport between two nodes, as seen from this node (the same on every rank).
                 let my_node = topo.root_index(topo.rank_of(0)).expect("the root is a root");
                 let other = ctx.peer(topo.roots()[(my_node + 1) % topo.nodes()]);
@@ -348,7 +350,7 @@ enum Internode {
     /// Not a root: the roots do it.
     Remote,
     /// A root in the dissemination among roots.
-    Dissemination(RootDissemination),
+    Dissemination(FabricDissemination),
     /// A root in a device group of the roots.
     Device(RootsDevice),
 }
