@@ -281,21 +281,10 @@ impl Engine {
 
     /// Takes over a group that another process configured, without touching its registers.
     fn adopt(&mut self, g: usize, owner: u64) -> bool {
-        let m = self.map;
-        let words = barrier_hw::mask_words(m.max_members);
-        let mask: Vec<u64> =
-            (0..words).map(|w| self.dev.group_word(m, g, &m.group.member_mask, w).load(Ordering::Acquire)).collect();
-        let members: Vec<usize> = (0..m.max_members).filter(|i| mask[i / 64] >> (i % 64) & 1 == 1).collect();
-        let mut release = Vec::with_capacity(members.len());
-        for &member in &members {
-            let iova = self.dev.group_word(m, g, &m.group.release_table, member).load(Ordering::Acquire);
-            match self.translate(iova) {
-                Some(t) => release.push(t),
-                // A member detaching right now: not a fault of the device (a release that
-                // cannot be delivered is reported by `release`'s own check).
-                None => return false,
-            }
-        }
+        let (mask, members) = self.member_mask(g);
+        // An entry that does not translate is a member detaching right now: not a fault of the
+        // device (a release that cannot be delivered is reported by `release`'s own check).
+        let Some(release) = self.release_targets(g, &members) else { return false };
         self.groups[g] = Group::running(owner, mask, members, release);
         true
     }

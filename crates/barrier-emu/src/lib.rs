@@ -588,29 +588,41 @@ impl Engine {
             return;
         }
         let count = self.reg(g, &m.group.member_count) as usize;
-        let words = barrier_hw::mask_words(m.max_members);
-        let mask: Vec<u64> =
-            (0..words).map(|w| self.dev.group_word(m, g, &m.group.member_mask, w).load(Ordering::Acquire)).collect();
-        let members: Vec<usize> = (0..m.max_members).filter(|i| mask[i / 64] >> (i % 64) & 1 == 1).collect();
+        let (mask, members) = self.member_mask(g);
         if count == 0 || count > m.max_members || members.len() != count {
             self.fail(g, error_code::BAD_CONFIG);
             return;
         }
-        let mut release = Vec::with_capacity(members.len());
-        for &member in &members {
-            let iova = self.dev.group_word(m, g, &m.group.release_table, member).load(Ordering::Acquire);
-            match self.translate(iova) {
-                Some(t) => release.push(t),
-                None => {
-                    self.fail(g, error_code::IOMMU_FAULT);
-                    return;
-                }
-            }
-        }
+        let Some(release) = self.release_targets(g, &members) else {
+            self.fail(g, error_code::IOMMU_FAULT);
+            return;
+        };
         let base = self.reg(g, &m.group.epoch_base);
         self.groups[g] = Group::running(self.reg(g, &m.group.owner), mask, members, release);
         self.set_reg(g, &m.group.completed_epoch, base);
         self.set_reg(g, &m.group.status, status::READY);
+    }
+
+    /// Group `g`'s MEMBER_MASK words, and its members in order.
+    fn member_mask(&self, g: usize) -> (Vec<u64>, Vec<usize>) {
+        let m = self.map;
+        let words = barrier_hw::mask_words(m.max_members);
+        let mask: Vec<u64> =
+            (0..words).map(|w| self.dev.group_word(m, g, &m.group.member_mask, w).load(Ordering::Acquire)).collect();
+        let members = (0..m.max_members).filter(|i| mask[i / 64] >> (i % 64) & 1 == 1).collect();
+        (mask, members)
+    }
+
+    /// Where each of `members` of group `g` is released (its RELEASE_TABLE entry translated:
+    /// DMA offset, IOMMU entry); `None` if any entry does not translate.
+    fn release_targets(&self, g: usize, members: &[usize]) -> Option<Vec<(u64, usize)>> {
+        let m = self.map;
+        members
+            .iter()
+            .map(|&member| {
+                self.translate(self.dev.group_word(m, g, &m.group.release_table, member).load(Ordering::Acquire))
+            })
+            .collect()
     }
 
     /// IOVA → (DMA offset, IOMMU entry), through VALID entries only, inside DMA memory.
