@@ -37,13 +37,17 @@ pub fn default_preload() -> Option<PathBuf> {
 /// `mpi` feature does; one built without it defines no MPI symbol).
 fn defines_mpi_barrier(path: &Path) -> Result<bool, String> {
     let bytes = std::fs::read(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
-    defines_symbol(&bytes, "MPI_Barrier")
-        .ok_or_else(|| format!("{} is not a 64-bit ELF shared library", path.display()))
+    defines_symbol(&bytes, "MPI_Barrier").ok_or_else(|| {
+        format!(
+            "{}: no dynamic symbol table (not a 64-bit ELF shared library, or its section headers were stripped)",
+            path.display()
+        )
+    })
 }
 
 /// Whether the little-endian 64-bit ELF file `elf` defines the dynamic symbol `name`: an
 /// entry of its `.dynsym` with that name and a section (an import has none). `None` if the
-/// bytes are not such a file or its tables lie outside it.
+/// bytes are not such a file, it has no `.dynsym` section, or its tables lie outside it.
 fn defines_symbol(elf: &[u8], name: &str) -> Option<bool> {
     const SHT_DYNSYM: u32 = 11;
     const SHN_UNDEF: u16 = 0;
@@ -77,14 +81,15 @@ fn defines_symbol(elf: &[u8], name: &str) -> Option<bool> {
         for sym in (0..symsize / entsize.max(1)).map(|k| symoff + k * entsize) {
             let name_at = u32_at(sym)? as usize;
             let shndx = u16_at(sym + 6)?;
-            let sym_name = strings.get(name_at..)?.split(|&b| b == 0).next()?;
+            // (A name outside the string table names nothing: skipped.)
+            let Some(sym_name) = strings.get(name_at..).and_then(|s| s.split(|&b| b == 0).next()) else { continue };
             if sym_name == name.as_bytes() && shndx != SHN_UNDEF {
                 return Some(true);
             }
         }
         return Some(false);
     }
-    Some(false)
+    None
 }
 
 fn tool(var: &str, default: &str) -> String {

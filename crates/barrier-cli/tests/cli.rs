@@ -160,14 +160,23 @@ fn info_with_emulated_devices_chooses_the_gba() {
 }
 
 /// A daemon's device file in /dev/shm that a failing test must not leave behind (CI checks
-/// that none is left): on drop, the daemons serving it are killed and the file is removed.
+/// that none is left): on drop, this process's children that were started with exactly that
+/// path as an argument (its daemons) are killed, and the file is removed.
 struct DeviceFileGuard(String);
 
 impl Drop for DeviceFileGuard {
     fn drop(&mut self) {
-        for pid in processes_with(&self.0) {
-            // SAFETY: kill has no memory-safety preconditions.
-            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+        let me = std::process::id().to_string();
+        for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+            let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else { continue };
+            let Ok(cmd) = std::fs::read(entry.path().join("cmdline")) else { continue };
+            let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { continue };
+            // stat: "pid (comm) state ppid ...", where comm may hold spaces: after the last ')'.
+            let parent = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1));
+            if parent == Some(me.as_str()) && cmd.split(|&b| b == 0).any(|arg| arg == self.0.as_bytes()) {
+                // SAFETY: kill has no memory-safety preconditions.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
         }
         let _ = std::fs::remove_file(&self.0);
     }

@@ -20,8 +20,9 @@
 //!    publishes its number; every rank then connects a free window of its PE to it
 //!    (`BW_ASSIGN`, window −1).
 //! 3. When the communicator spans CMGs, the CMG leaders (the lowest rank of each) set up
-//!    put-based dissemination among themselves over the transports: the hierarchical backend's
-//!    phase 2 (`hierarchical::internode`), with CMGs in the role of nodes.
+//!    put-based dissemination among themselves over the transports
+//!    (`software::FabricDissemination`, as the hierarchical backend's node roots do), with CMGs
+//!    in the role of nodes.
 //!
 //! Every step's outcome is agreed (an allgather) before the next, so a failure on one rank
 //! (no free blade, no free window, an unbound thread) is a decline on all of them and the
@@ -296,6 +297,7 @@ fn driver_error(e: driver::Errno) -> String {
     }
 }
 
+/// Declines placements the hardware cannot serve: two ranks on one PE, a CMG with one rank.
 fn check_placement(place: &[Placement]) -> Result<(), Decline> {
     for (a, pa) in place.iter().enumerate() {
         if let Some(b) = place[a + 1..].iter().position(|pb| (pb.cmg, pb.ppe) == (pa.cmg, pa.ppe)) {

@@ -3,7 +3,7 @@
 //! * **dissemination** over the transport: ⌈log2 nodes⌉ rounds; in round `r` root `j` puts the
 //!   epoch into round-`r` slot of root `(j + 2^r) mod nodes` and waits for its own round-`r`
 //!   slot (the software backend's
-//!   [`FabricDissemination`](crate::backends::software::FabricDissemination) among the roots). Slots only grow, so
+//!   `FabricDissemination` among the roots). Slots only grow, so
 //!   nothing is reset between barriers and no put is spent on a reset.
 //! * **a hardware group of the roots** (`switch` or `gba`): the same driver as the flat hardware
 //!   backends, enabled on a communicator-like context that holds only the roots (their own
