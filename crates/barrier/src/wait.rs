@@ -413,9 +413,13 @@ impl WaitConfig {
     /// then wait with `spin: 0`.
     #[inline]
     pub fn spun_until(&self, flag: &Flag, epoch: u64) -> bool {
-        if self.reached_soon(flag, epoch) {
-            return true;
-        }
+        self.reached_soon(flag, epoch) || self.spin_phase(flag, epoch)
+    }
+
+    /// The spin phase: [`WaitConfig::spin`] checks, no clock reads, no stores; whether `flag`
+    /// reached `epoch` meanwhile.
+    #[inline]
+    fn spin_phase(&self, flag: &Flag, epoch: u64) -> bool {
         for _ in 0..self.spin {
             if flag.reached(epoch) {
                 return true;
@@ -434,12 +438,8 @@ impl WaitConfig {
         watch: &dyn Watch,
         recheck: Option<Duration>,
     ) -> Result<(), WaitError> {
-        // Spin phase: no clock reads, no stores.
-        for _ in 0..self.spin {
-            if flag.reached(epoch) {
-                return Ok(());
-            }
-            std::hint::spin_loop();
+        if self.spin_phase(flag, epoch) {
+            return Ok(());
         }
         let start = Instant::now();
         let check = |start: Instant| -> Result<(), WaitError> {
