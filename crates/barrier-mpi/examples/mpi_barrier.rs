@@ -112,14 +112,20 @@ fn run(comm: &Communicator, counts: &Counts, iters: u64, base: u64, what: &str) 
     }
 }
 
+/// A set-up failure is agreed: every rank of `comm` gets an error. Each says its own (the rank
+/// where it happened says why), then all meet in MPI's barrier before they exit, so mpirun does
+/// not kill a rank for the first one's exit status before that rank has said why.
+fn setup_failed(comm: &impl barrier_mpi::mpi::traits::CommunicatorCollectives, e: &impl std::fmt::Display) -> ! {
+    eprintln!("mpi_barrier: rank {}: {e}", comm.rank());
+    comm.barrier();
+    std::process::exit(2);
+}
+
 fn main() {
     let iters: u64 = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(1000);
     let universe = barrier_mpi::mpi::initialize().expect("MPI_Init");
     let world = universe.world();
-    let comm = Communicator::new(&world).unwrap_or_else(|e| {
-        eprintln!("mpi_barrier: rank {}: {e}", world.rank());
-        std::process::exit(2);
-    });
+    let comm = Communicator::new(&world).unwrap_or_else(|e| setup_failed(&world, &e));
     if comm.rank() == 0 {
         println!("mpi_barrier: {} ranks, {} nodes: {}", comm.size(), comm.num_nodes(), comm.describe());
     }
@@ -131,10 +137,7 @@ fn main() {
     // A split communicator: even and odd ranks, each with its own barrier communicator. The
     // counts of the other half stay put, so only this half's are checked.
     let half = world.split_by_color(barrier_mpi::mpi::topology::Color::with_value(world.rank() % 2)).expect("a color");
-    let sub = Communicator::new(&half).unwrap_or_else(|e| {
-        eprintln!("mpi_barrier: rank {}: {e}", world.rank());
-        std::process::exit(2);
-    });
+    let sub = Communicator::new(&half).unwrap_or_else(|e| setup_failed(&half, &e));
     let sub_counts = Counts::new(&half.split_shared(half.rank()));
     run(&sub, &sub_counts, iters / 2, 0, "a split communicator");
     drop(sub);
