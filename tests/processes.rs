@@ -40,6 +40,31 @@ fn both_wait_policies_are_correct() {
 }
 
 #[test]
+fn the_central_tail_spin_keeps_barriers_correct_whatever_its_bound() {
+    // More ranks than cores: central, ranks park, and a rank whose CPU holds no missing rank
+    // spins (its hints are never what a barrier completes on). 0 turns the spin off; 1ms is
+    // the longest; a delay now and then makes ranks spin past their bound.
+    let mask = || {
+        let status = std::fs::read_to_string("/proc/thread-self/status").unwrap();
+        status.lines().find(|l| l.starts_with("Cpus_allowed_list:")).unwrap().to_string()
+    };
+    let before = mask();
+    for spin in ["0", "50us", "1ms"] {
+        for n in [3, 5, 8] {
+            let env =
+                [("BARRIER_SW_ALGORITHM", "central"), ("BARRIER_WAIT_POLICY", "park"), ("BARRIER_SW_TAIL_SPIN", spin)];
+            let report = run_example(n, "correctness", &["1500", "--seed", &n.to_string()], &env);
+            assert_passed(&report, &format!("tail spin {spin} at {n} ranks"));
+            let on = spin != "0" && n > barrier::sys::affinity_cores().len();
+            let says = report.stdout[0].contains("central + tail spin");
+            assert_eq!(says, on, "tail spin {spin} at {n} ranks: {:?}", report.stdout[0]);
+            // The launcher moved this thread from core to core to start the ranks spread.
+            assert_eq!(mask(), before, "the launcher did not give its thread its CPUs back");
+        }
+    }
+}
+
+#[test]
 fn split_communicators_barrier_independently_and_concurrently() {
     for n in [5, 8, 13] {
         let report = run_example(n, "correctness", &["800", "--split"], &[]);

@@ -229,6 +229,10 @@ pub fn launch(spec: &JobSpec) -> Result<JobReport, LaunchError> {
     let cores = barrier::sys::affinity_cores();
     // Pin only when every busy thread (ranks and any emulator engine) has a core of its own.
     let pin = spec.pin && shape.ranks_on_machine <= cores.len();
+    let whole_mask = barrier::sys::cpu_set(&cores);
+    // The launcher hops from core to core while it starts unpinned ranks (see below); this
+    // gives it its own mask back on every way out of the loop.
+    let home = (!pin && cores.len() >= 2).then(|| HomeMask(cores.clone()));
     // SAFETY: getpid has no preconditions.
     let launcher_pid = unsafe { libc::getpid() };
     let start = Instant::now();
@@ -266,6 +270,19 @@ pub fn launch(spec: &JobSpec) -> Result<JobReport, LaunchError> {
             cmd.stderr(Stdio::piped());
         }
         let core = cores.get(rank).copied().filter(|_| pin);
+        // Unpinned ranks start spread: the launcher moves itself to core r mod cores while it
+        // forks rank r, and the child takes the launcher's whole mask back before its exec, so
+        // it starts there (unless the kernel's exec balancing moves it at once) and the kernel
+        // may move it as it likes; no thread of it, nor of the launcher, keeps a narrower mask. Left to itself the kernel starts a burst of processes from one parent
+        // on one or two cores and takes up to a second to spread them (one migration every
+        // few dozen milliseconds), and an oversubscribed barrier waits for its most crowded
+        // core in every call.
+        let start_core = if pin || cores.len() < 2 { None } else { Some(cores[rank % cores.len()]) };
+        if let Some(c) = start_core {
+            // Best effort: if the launcher cannot move, the rank starts wherever it is.
+            let _ = barrier::sys::set_affinity(&[c]);
+        }
+        let launcher_mask = whole_mask;
         // SAFETY: the closure runs in the child between fork and exec and only makes
         // async-signal-safe system calls (prctl, getppid, setpgid, fcntl, sched_setaffinity,
         // _exit); it allocates nothing.
@@ -286,11 +303,19 @@ pub fn launch(spec: &JobSpec) -> Result<JobReport, LaunchError> {
                     let mut set: libc::cpu_set_t = std::mem::zeroed();
                     libc::CPU_SET(core, &mut set);
                     libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+                } else if start_core.is_some() {
+                    libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &launcher_mask);
                 }
                 Ok(())
             });
         }
-        match cmd.spawn() {
+        let spawned = cmd.spawn();
+        if start_core.is_some() {
+            // Back to the whole mask before any thread is made (the output readers below): a
+            // new thread copies its creator's mask. `home` covers the ways out before this.
+            let _ = barrier::sys::set_affinity(&cores);
+        }
+        match spawned {
             Ok(mut child) => {
                 if let Some(out) = child.stdout.take() {
                     if spec.capture_stdout {
@@ -322,6 +347,7 @@ pub fn launch(spec: &JobSpec) -> Result<JobReport, LaunchError> {
         }
     }
 
+    drop(home);
     progress.done(start.elapsed());
 
     let mut failure: Option<RankFailure> = None;
@@ -433,6 +459,16 @@ fn wait_for_ends(ranks: &mut [RankProcess], poll: Duration) -> Vec<(usize, libc:
         }
     }
     ended
+}
+
+/// Restores the calling thread's affinity to these cores when dropped.
+struct HomeMask(Vec<usize>);
+
+impl Drop for HomeMask {
+    fn drop(&mut self) {
+        // Best effort: the mask it restores is one this thread had a moment ago.
+        let _ = barrier::sys::set_affinity(&self.0);
+    }
 }
 
 /// Stops the ranks started so far (a signal during start-up, or a rank that could not start).

@@ -31,6 +31,24 @@ fn run_passes_rank_environment_and_succeeds() {
 }
 
 #[test]
+fn unpinned_ranks_keep_the_launchers_whole_cpu_mask() {
+    // The launcher starts unpinned ranks spread over its cores, but every rank (and anything it
+    // starts, like this shell's grep) must end up free to run on all of them, as without us.
+    let mask =
+        |text: &str| text.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).map(|m| m.trim().to_string());
+    let ours = mask(&std::fs::read_to_string("/proc/self/status").unwrap()).unwrap();
+    let out = barrier()
+        .args(["run", "-n", "5", "--", "sh", "-c", "grep Cpus_allowed_list /proc/self/status"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let masks: Vec<String> = text.lines().filter_map(mask).collect();
+    assert_eq!(masks.len(), 5, "{text}");
+    assert!(masks.iter().all(|m| *m == ours), "the test runs on {ours}, the ranks on {masks:?}");
+}
+
+#[test]
 fn a_failing_rank_fails_the_job_with_its_status() {
     let out = barrier()
         .args(["run", "-n", "3", "--", "sh", "-c", "[ $BARRIER_RANK = 1 ] && exit 7; sleep 20"])

@@ -50,6 +50,12 @@ pub enum Poll<'a> {
         /// need not be called again for this epoch (the next `arrive` starts afresh). Saves a
         /// call on the critical path between seeing the last signal and the next barrier.
         last: bool,
+        /// Spin on `flag` (no yield, no clock read but every few dozen checks) for up to this
+        /// long before the communicator's wait policy takes over: the module expects the flag
+        /// to move soon, set by a rank that runs on another CPU, and a yield now would only
+        /// hand this core to ranks with nothing to do (the central algorithm's tail spin).
+        /// Blocking waits only; `None` for every other wait.
+        spin: Option<std::time::Duration>,
     },
 }
 

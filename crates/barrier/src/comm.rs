@@ -449,7 +449,7 @@ impl Communicator {
     fn finish_with(&self, engine: &mut Engine, epoch: u64) -> Result<()> {
         match engine.progress(epoch) {
             Ok(Poll::Ready) => return Ok(()),
-            Ok(Poll::Pending { flag, target, recheck: None, last: true }) if self.wait.reached_soon(flag, target) => {
+            Ok(Poll::Pending { flag, target, recheck: None, last: true, .. }) if self.wait.reached_soon(flag, target) => {
                 return Ok(())
             }
             Err(e) => return Err(self.fail(e)),
@@ -468,8 +468,10 @@ impl Communicator {
         loop {
             match engine.progress(epoch) {
                 Ok(Poll::Ready) => return Ok(()),
-                Ok(Poll::Pending { flag, target, recheck: None, last }) => {
-                    self.wait.wait(flag, target, &watch).map_err(|w| self.wait_error(watch.get(), w))?;
+                Ok(Poll::Pending { flag, target, recheck: None, last, spin }) => {
+                    if !spin.is_some_and(|limit| self.wait.spin_for(flag, target, limit)) {
+                        self.wait.wait(flag, target, &watch).map_err(|w| self.wait_error(watch.get(), w))?;
+                    }
                     if last {
                         return Ok(());
                     }

@@ -430,6 +430,7 @@ mod tests {
             ("BARRIER_BACKEND", "dissemination,nonesuch"),
             ("BARRIER_SW_ALGORITHM", "bubble"),
             ("BARRIER_TREE_ARITY", "1"),
+            ("BARRIER_SW_TAIL_SPIN", "briefly"),
             ("BARRIER_SWITCH_WATCHDOG", "soon"),
             ("BARRIER_STALL_REPORT", "-3s"),
         ];
@@ -444,7 +445,8 @@ mod tests {
             .set("BARRIER_WAIT_POLICY", "PARK")
             .set("BARRIER_SPIN_COUNT", "auto")
             .set("BARRIER_BACKEND", "gba, dissemination")
-            .set("BARRIER_TREE_ARITY", "64");
+            .set("BARRIER_TREE_ARITY", "64")
+            .set("BARRIER_SW_TAIL_SPIN", "20us");
         assert!(good.check_all().is_ok());
     }
 

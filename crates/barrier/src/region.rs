@@ -8,7 +8,7 @@
 //! header          magic, size            (written once by the creator)
 //! ctrl_count      control-barrier arrivals (collectives during setup)
 //! ctrl_release    control-barrier release flag
-//! central_count   central counter: arrivals, cumulative
+//! central_count   central counter: arrivals, cumulative; then two arrival masks (hints)
 //! central_release central counter: release flag
 //! tourn_release   tournament: champion's release flag
 //! fault           epoch at which a rank saw its hardware module fail (0: none)
@@ -21,6 +21,7 @@
 //! tourn[n][R]     tournament: round r flag of winner i, written by its opponent
 //! tree_up[n]      tree: rank i has gathered its subtree
 //! tree_down[n]    tree: rank i's parent releases it
+//! cpu[n]          central, ranks that park: the CPU rank r ran on at its last arrival (a hint)
 //! ```
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -73,6 +74,7 @@ pub(crate) struct RegionLayout {
     tourn: usize,
     tree_up: usize,
     tree_down: usize,
+    cpu: usize,
     pub total: usize,
 }
 
@@ -101,6 +103,7 @@ impl RegionLayout {
         let tourn = take(n * r);
         let tree_up = take(n);
         let tree_down = take(n);
+        let cpu = take(n);
         RegionLayout {
             n,
             rounds: r,
@@ -120,6 +123,7 @@ impl RegionLayout {
             tourn,
             tree_up,
             tree_down,
+            cpu,
             total: next,
         }
     }
@@ -220,6 +224,18 @@ impl Region {
     }
     pub fn central_count(&self) -> &AtomicU64 {
         self.seg.at(self.base + self.layout.central_count)
+    }
+    /// The central algorithm's arrival mask for epochs of this parity (0 or 1): bit `r` set
+    /// once rank `r` arrived (communicators of up to 64 ranks). A hint for the tail spin, never
+    /// what a barrier completes on; it shares the counter's line, which the arriving rank
+    /// already holds.
+    pub fn central_mask(&self, parity: usize) -> &AtomicU64 {
+        assert!(parity < 2);
+        self.seg.at(self.base + self.layout.central_count + 8 * (1 + parity))
+    }
+    /// The CPU each rank ran on at its last central arrival (a hint).
+    pub fn cpus(&self) -> &[CachePadded<AtomicU64>] {
+        self.seg.slice(self.base + self.layout.cpu, self.layout.n)
     }
     pub fn central_release(&self) -> &Flag {
         self.flag(self.layout.central_release)
@@ -345,6 +361,7 @@ mod tests {
                 (l.tourn, n * r),
                 (l.tree_up, n),
                 (l.tree_down, n),
+                (l.cpu, n),
             ];
             parts.retain(|p| p.1 > 0);
             parts.sort();

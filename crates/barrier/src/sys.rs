@@ -3,9 +3,9 @@
 //! Callers get safe wrappers; each `unsafe` block here states why the call is sound. Nothing
 //! outside this module calls `libc` directly, so the list of syscalls the barrier relies on is
 //! this file: `futex(2)` for parking, `shm_open(3)`/`mmap(2)` for shared segments,
-//! `sched_yield(2)` and `sched_{get,set}affinity(2)` for the wait policy and benchmarks,
-//! `fcntl(2)` and `poll(2)` for the launcher's descriptors (close-on-exec, the lifeline),
-//! `fcntl(2)` open-file-description locks and `flock(2)` for device liveness.
+//! `sched_yield(2)`, `sched_getcpu(3)` and `sched_{get,set}affinity(2)` for the wait policy and
+//! benchmarks, `fcntl(2)` and `poll(2)` for the launcher's descriptors (close-on-exec, the
+//! lifeline), `fcntl(2)` open-file-description locks and `flock(2)` for device liveness.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -77,6 +77,15 @@ pub fn yield_now() {
     }
 }
 
+/// The CPU this thread is running on now (`sched_getcpu(3)`: glibc reads it from the rseq area
+/// or the vDSO, no system call), or `None` where the kernel cannot tell. Only ever a hint: the
+/// thread may be moved right after.
+pub fn current_cpu() -> Option<u32> {
+    // SAFETY: sched_getcpu takes no arguments and touches no caller memory.
+    let cpu = unsafe { libc::sched_getcpu() };
+    u32::try_from(cpu).ok()
+}
+
 /// Number of cores this process may run on (its affinity mask), at least 1.
 pub fn available_cores() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
@@ -84,12 +93,7 @@ pub fn available_cores() -> usize {
 
 /// Restricts the calling thread to `cores`.
 pub fn set_affinity(cores: &[usize]) -> io::Result<()> {
-    // SAFETY: cpu_set_t is plain data; zeroed is its empty value.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    for &c in cores {
-        // SAFETY: CPU_SET writes one bit inside `set`; the index is bounded by its capacity.
-        unsafe { libc::CPU_SET(c % libc::CPU_SETSIZE as usize, &mut set) };
-    }
+    let set = cpu_set(cores);
     // SAFETY: pid 0 means the calling thread; the pointer and size describe `set`.
     let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
     if rc == 0 {
@@ -97,6 +101,18 @@ pub fn set_affinity(cores: &[usize]) -> io::Result<()> {
     } else {
         Err(io::Error::last_os_error())
     }
+}
+
+/// The affinity mask of `cores` (for a child's `sched_setaffinity` between fork and exec,
+/// where nothing may allocate).
+pub fn cpu_set(cores: &[usize]) -> libc::cpu_set_t {
+    // SAFETY: cpu_set_t is plain data; zeroed is its empty value.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    for &c in cores {
+        // SAFETY: CPU_SET writes one bit inside `set`; the index is bounded by its capacity.
+        unsafe { libc::CPU_SET(c % libc::CPU_SETSIZE as usize, &mut set) };
+    }
+    set
 }
 
 /// Pins the calling thread to one core. Errors are returned, not ignored: a benchmark that

@@ -429,6 +429,26 @@ impl WaitConfig {
         false
     }
 
+    /// Spins until `flag` reaches `epoch` or `limit` has passed (the clock is read every 64
+    /// checks): whether it reached. No yield, no park, no stores: a waiter that knows its
+    /// signaller runs on another CPU right now (see [`crate::backend::Poll::Pending`]'s `spin`).
+    #[cold]
+    #[inline(never)]
+    pub fn spin_for(&self, flag: &Flag, epoch: u64, limit: Duration) -> bool {
+        let start = Instant::now();
+        loop {
+            for _ in 0..64 {
+                if flag.reached(epoch) {
+                    return true;
+                }
+                std::hint::spin_loop();
+            }
+            if start.elapsed() >= limit {
+                return flag.reached(epoch);
+            }
+        }
+    }
+
     #[cold]
     #[inline(never)]
     fn wait_slow(

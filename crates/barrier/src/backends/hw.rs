@@ -902,7 +902,7 @@ impl HwModule {
         while self.flat_next < self.n {
             if !self.arrivals[self.flat_next].reached(epoch) {
                 let last = self.flat_next + 1 == self.n;
-                return Poll::Pending { flag: &self.arrivals[self.flat_next], target: epoch, recheck: None, last };
+                return Poll::Pending { flag: &self.arrivals[self.flat_next], target: epoch, recheck: None, last, spin: None };
             }
             self.flat_next += 1;
         }
@@ -1116,12 +1116,12 @@ impl Module for HwModule {
                     } else if self.polls < 2 {
                         self.polls += 1;
                         let flag = self.dev.mmio.flag(a.flag_off);
-                        return Ok(Poll::Pending { flag, target: base + epoch, recheck: Some(RECHECK), last: false });
+                        return Ok(Poll::Pending { flag, target: base + epoch, recheck: Some(RECHECK), last: false, spin: None });
                     } else if let Some(reason) = self.inspect(s, epoch) {
                         self.degrade(epoch, reason, true);
                     } else {
                         let flag = self.dev.mmio.flag(a.flag_off);
-                        return Ok(Poll::Pending { flag, target: base + epoch, recheck: Some(RECHECK), last: false });
+                        return Ok(Poll::Pending { flag, target: base + epoch, recheck: Some(RECHECK), last: false, spin: None });
                     }
                 }
             }

@@ -390,7 +390,7 @@ impl A64fxModule {
         // SAFETY: the pointer is to the window's flips flag (alive as long as the window,
         // which `self` owns) or to `self.idle`; both outlive the returned borrow of `self`.
         let flag = unsafe { &*flag };
-        Poll::Pending { flag, target, recheck, last: false }
+        Poll::Pending { flag, target, recheck, last: false, spin: None }
     }
 }
 
@@ -432,7 +432,7 @@ impl Module for A64fxModule {
                     if let Some((flag, _)) = leaders.progress(epoch, self.wake)? {
                         let flag: *const Flag = flag;
                         // SAFETY: the slot belongs to `self.leaders`, alive as long as `self`.
-                        return Ok(Poll::Pending { flag: unsafe { &*flag }, target: epoch, recheck: None, last: false });
+                        return Ok(Poll::Pending { flag: unsafe { &*flag }, target: epoch, recheck: None, last: false, spin: None });
                     }
                     self.sync_start();
                     self.phase = Phase::Release;

@@ -478,7 +478,7 @@ impl Module for HierModule {
     fn progress(&mut self, epoch: u64) -> Result<Poll<'_>, Error> {
         if self.phase == Phase::Gather {
             if let Err(flag) = self.tree.gather(&mut self.next_child, epoch, self.wake) {
-                return Ok(Poll::Pending { flag, target: epoch, recheck: None, last: false });
+                return Ok(Poll::Pending { flag, target: epoch, recheck: None, last: false, spin: None });
             }
             if let Some(c) = &mut self.clock {
                 c.lap(0);
@@ -501,15 +501,15 @@ impl Module for HierModule {
                             self.fabric.progress();
                         }
                         let last = last_round && leaf && self.net_recheck.is_none();
-                        return Ok(Poll::Pending { flag, target: epoch, recheck: self.net_recheck, last });
+                        return Ok(Poll::Pending { flag, target: epoch, recheck: self.net_recheck, last, spin: None });
                     }
                     if self.net_recheck.is_some() {
                         self.fabric.flush()?;
                     }
                 }
                 Internode::Device(d) => {
-                    if let Poll::Pending { flag, target, recheck, last } = d.module.progress(epoch)? {
-                        return Ok(Poll::Pending { flag, target, recheck, last: last && leaf });
+                    if let Poll::Pending { flag, target, recheck, last, spin } = d.module.progress(epoch)? {
+                        return Ok(Poll::Pending { flag, target, recheck, last: last && leaf, spin });
                     }
                 }
                 Internode::None | Internode::Remote => {}
@@ -521,7 +521,7 @@ impl Module for HierModule {
         }
         if self.phase == Phase::Fanout {
             if let Err(flag) = self.tree.fanout(epoch, self.wake) {
-                return Ok(Poll::Pending { flag, target: epoch, recheck: None, last: leaf });
+                return Ok(Poll::Pending { flag, target: epoch, recheck: None, last: leaf, spin: None });
             }
             if let Some(c) = &mut self.clock {
                 c.lap(2);

@@ -8,7 +8,9 @@
 //!   (one per barrier). Barrier `e` is complete when the counter reaches `n * e`; the rank
 //!   whose `fetch_add` makes it so stores `e` into the release flag
 //!   that everyone else polls. One shared RMW line plus one broadcast line: cheapest when the
-//!   ranks are few and when ranks park (one futex wake releases everybody).
+//!   ranks are few and when ranks park (one futex wake releases everybody). With more ranks
+//!   than cores, a rank whose CPU holds no missing rank spins for the release instead of
+//!   yielding ([`tail`], `BARRIER_SW_TAIL_SPIN`).
 //! * **dissemination**: ⌈log2 n⌉ rounds; in round `r` rank `i` stores `e` into the round-`r`
 //!   flag of rank `(i + 2^r) mod n` and waits for its own round-`r` flag to reach `e`. Works
 //!   for any `n`. Every flag has one writer (`(i - 2^r) mod n`).
@@ -26,6 +28,7 @@
 //! are what a failed hardware backend falls back to).
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use crate::backend::{Backend, Decline, EnableContext, Module, Poll, QueryContext};
 use crate::error::Error;
@@ -34,6 +37,8 @@ use crate::region::Region;
 use crate::shm::Shared;
 use crate::transport::{Fabric, MemHandle, Signal, PROGRESS_SLICE};
 use crate::wait::Flag;
+
+pub mod tail;
 
 /// The software barrier algorithms.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -135,6 +140,12 @@ impl Backend for Software {
             .kind(ParamKind::Choice(&["auto", "central", "dissemination", "tournament", "tree"])),
             ParamInfo::new("BARRIER_TREE_ARITY", "4", "Children per node of the tree algorithm (2..=64).")
                 .kind(ParamKind::Int { min: 2, max: 64 }),
+            ParamInfo::new(
+                "BARRIER_SW_TAIL_SPIN",
+                "50us",
+                "Central algorithm, more ranks than cores: how long a rank whose CPU holds no missing rank spins for the release before it yields (at most 1ms; 0 disables).",
+            )
+            .kind(ParamKind::Duration),
         ]
     }
 
@@ -146,15 +157,25 @@ impl Backend for Software {
             )));
         }
         match ctx.params.parse::<usize>("BARRIER_TREE_ARITY", 4, "an integer from 2 to 64") {
-            Ok(k) if (2..=64).contains(&k) => Ok(()),
-            Ok(k) => Err(Decline::new(format!("BARRIER_TREE_ARITY={k} is outside 2..=64"))),
-            Err(e) => Err(Decline::new(e.to_string())),
+            Ok(k) if (2..=64).contains(&k) => {}
+            Ok(k) => return Err(Decline::new(format!("BARRIER_TREE_ARITY={k} is outside 2..=64"))),
+            Err(e) => return Err(Decline::new(e.to_string())),
         }
+        tail_spin(ctx.params).map(|_| ()).map_err(|e| Decline::new(e.to_string()))
     }
 
     fn enable(&self, ctx: &EnableContext<'_>) -> Result<Box<dyn Module>, Decline> {
         Ok(Box::new(self.enable_software(ctx)?))
     }
+}
+
+/// `BARRIER_SW_TAIL_SPIN`, at most [`tail::MAX_TAIL_SPIN`].
+fn tail_spin(params: &crate::params::Params) -> Result<Duration, Error> {
+    let spin = params.duration("BARRIER_SW_TAIL_SPIN")?;
+    Ok(match params.get("BARRIER_SW_TAIL_SPIN") {
+        None => tail::DEFAULT_TAIL_SPIN,
+        Some(_) => spin.unwrap_or(Duration::ZERO).min(tail::MAX_TAIL_SPIN),
+    })
 }
 
 /// Across nodes only put-based dissemination runs: every flag is written by one peer and read
@@ -181,14 +202,24 @@ impl Software {
         let params = ctx.query.params;
         let local_algo =
             params.get("BARRIER_SW_ALGORITHM").and_then(|a| Algorithm::parse(&a)).unwrap_or(Algorithm::Auto);
-        let local_arity = params.parse::<u64>("BARRIER_TREE_ARITY", 4, "").unwrap_or(4);
-        // Rank 0's choice wins, so that every rank runs the same algorithm.
-        let agreed =
-            ctx.broadcast(0, local_algo.code() | (local_arity << 8)).map_err(|e| Decline::new(e.to_string()))?;
+        let local_arity = params.parse::<u64>("BARRIER_TREE_ARITY", 4, "").unwrap_or(4).clamp(2, 64);
+        // In nanoseconds (at most a millisecond: 20 bits), so that `500ns` is not rounded to 0.
+        let local_tail = tail_spin(params).unwrap_or(tail::DEFAULT_TAIL_SPIN).as_nanos() as u64;
+        // Rank 0's choices win, so that every rank runs the same algorithm the same way.
+        let agreed = ctx
+            .broadcast(0, local_algo.code() | (local_arity << 8) | (local_tail << 16))
+            .map_err(|e| Decline::new(e.to_string()))?;
         let n = ctx.query.size;
-        let algo = Algorithm::from_code(agreed & 0xff).resolve(n, ctx.policy.wakes());
-        let arity = ((agreed >> 8) as usize).clamp(2, 64);
-        let mut module = SoftwareModule::new(ctx.region.clone(), ctx.query.rank, algo, arity, ctx.policy.wakes());
+        let wakes = ctx.policy.wakes();
+        let algo = Algorithm::from_code(agreed & 0xff).resolve(n, wakes);
+        let arity = ((agreed >> 8) as u8 as usize).clamp(2, 64);
+        let mut module = SoftwareModule::new(ctx.region.clone(), ctx.query.rank, algo, arity, wakes);
+        // The tail spin is for more ranks than cores (the same on every rank: the job's shape),
+        // not for a park policy chosen to save CPU time on a machine with cores to spare.
+        let job = ctx.query.job;
+        if algo == Algorithm::Central && wakes && ctx.query.nodes == 1 && job.ranks_on_machine > job.cores {
+            module.tail = tail::TailSpin::new(ctx.region, ctx.query.rank, Duration::from_nanos(agreed >> 16));
+        }
         if ctx.query.nodes > 1 {
             module.route_over_fabric(ctx)?;
         }
@@ -225,6 +256,8 @@ pub struct SoftwareModule {
     counter: Option<Shared<AtomicU64>>,
     /// Central: the release flag.
     release: Option<Shared<Flag>>,
+    /// Central, ranks that park, one node: when to spin for the release instead of yielding.
+    tail: Option<Box<tail::TailSpin>>,
     /// Flags to wait for, in order.
     inbox: Vec<Shared<Flag>>,
     /// Dissemination: the partner's flag per round; tree/tournament: flags to release. A store
@@ -254,6 +287,7 @@ impl SoftwareModule {
             contributed: 0,
             counter: None,
             release: None,
+            tail: None,
             inbox: Vec::new(),
             outbox: Vec::new(),
             up: None,
@@ -349,7 +383,7 @@ impl SoftwareModule {
                 // The put this call just queued goes out now, not a slice later.
                 fabric.progress();
                 let flag = &self.inbox[self.step];
-                return Ok(Poll::Pending { flag, target: epoch, recheck: Some(PROGRESS_SLICE), last: false });
+                return Ok(Poll::Pending { flag, target: epoch, recheck: Some(PROGRESS_SLICE), last: false, spin: None });
             }
             self.step += 1;
             if let Some(next) = self.outbox.get(self.step) {
@@ -452,7 +486,11 @@ impl FabricDissemination {
 
 impl Module for SoftwareModule {
     fn algorithm(&self) -> &str {
-        self.algo.name()
+        if self.tail.is_some() {
+            "central + tail spin"
+        } else {
+            self.algo.name()
+        }
     }
 
     fn network_ops(&self) -> u64 {
@@ -471,8 +509,13 @@ impl Module for SoftwareModule {
                 let counter = self.counter.as_ref().expect("central counter");
                 let add = epoch - self.contributed;
                 self.contributed = epoch;
+                let cpu = self.tail.as_deref().map(|t| t.before_arrival());
                 let total = counter.fetch_add(add, Ordering::AcqRel) + add;
-                if total == self.n * epoch {
+                let complete = total == self.n * epoch;
+                if let (Some(tail), Some(cpu)) = (self.tail.as_deref_mut(), cpu) {
+                    tail.after_arrival(epoch, complete, cpu);
+                }
+                if complete {
                     self.release.as_ref().expect("central release").signal(epoch, self.wake);
                 }
             }
@@ -501,7 +544,7 @@ impl Module for SoftwareModule {
                 if !self.inbox[self.step].reached(epoch) {
                     // After the last round there is nothing left to signal.
                     let last = self.step + 1 == self.inbox.len();
-                    return Ok(Poll::Pending { flag: &self.inbox[self.step], target: epoch, recheck: None, last });
+                    return Ok(Poll::Pending { flag: &self.inbox[self.step], target: epoch, recheck: None, last, spin: None });
                 }
                 self.step += 1;
                 if let Some(next) = self.outbox.get(self.step) {
@@ -526,7 +569,8 @@ impl SoftwareModule {
                     self.phase = Phase::Done;
                     return Ok(Poll::Ready);
                 }
-                Ok(Poll::Pending { flag, target: epoch, recheck: None, last: true })
+                let spin = self.tail.as_deref().and_then(|t| t.spin());
+                Ok(Poll::Pending { flag, target: epoch, recheck: None, last: true, spin })
             }
             Algorithm::Dissemination => self.progress_helping_the_network(epoch),
             Algorithm::Tournament | Algorithm::Tree => {
@@ -534,7 +578,7 @@ impl SoftwareModule {
                     while self.step < self.inbox.len() {
                         if !self.inbox[self.step].reached(epoch) {
                             let flag = &self.inbox[self.step];
-                            return Ok(Poll::Pending { flag, target: epoch, recheck: None, last: false });
+                            return Ok(Poll::Pending { flag, target: epoch, recheck: None, last: false, spin: None });
                         }
                         self.step += 1;
                     }
@@ -546,7 +590,7 @@ impl SoftwareModule {
                 if let Some(down) = self.down.as_deref() {
                     if !down.reached(epoch) {
                         let last = self.outbox.is_empty();
-                        return Ok(Poll::Pending { flag: down, target: epoch, recheck: None, last });
+                        return Ok(Poll::Pending { flag: down, target: epoch, recheck: None, last, spin: None });
                     }
                 }
                 for flag in &self.outbox {

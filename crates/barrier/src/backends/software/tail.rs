@@ -1,0 +1,212 @@
+//! The central algorithm's tail spin, for ranks that park (more ranks than cores).
+//!
+//! A rank that has to wait with more ranks than cores yields its core at once, because the rank
+//! it waits for may need that core. That is right until every rank that shares its CPU has
+//! arrived: from then on none of them can do anything before the release, so a yield only hands
+//! the core to a rank that finds nothing and yields it back. Each such hand-off is a context
+//! switch on the barrier's critical path (on the 2-core VM measured, a `sched_yield` that
+//! switches processes costs about 1.7 us, a bare one 0.6 us), and the release then comes from a
+//! rank running on another CPU. A rank that spins instead sees the release at once and goes
+//! straight on to its next arrival: one switch fewer per barrier on its CPU. So the rule, like
+//! the kernel's mutexes that spin while the owner runs: **spin, for at most
+//! `BARRIER_SW_TAIL_SPIN`, when no rank that is still missing last ran on this CPU.**
+//!
+//! How a rank knows, for communicators of up to 64 ranks:
+//!
+//! ```text
+//! arrive(e):  cpu[me] = sched_getcpu() + 1           (own line, if changed; 0 = not known)
+//!             total = counter.fetch_add(...)          (the central algorithm itself)
+//!             if complete: mask[(e+1) % 2] = 0; release   (clear before anyone can arrive at e+1)
+//!             else:  seen = mask[e % 2].fetch_or(1 << me)  (same line as the counter)
+//!                    spin = every rank r not in seen has cpu[r] != cpu[me]
+//! ```
+//!
+//! Ranks arrive at `e + 1` only after they see the release of `e`, which the completing rank
+//! stores after clearing `mask[(e + 1) % 2]`; every arrival at `e - 1` (the mask's previous
+//! use) came before that release. The masks and CPUs are hints and nothing completes on them:
+//! a wrong hint (a rank moved to this CPU since its last arrival, a module that took over at a
+//! later epoch) costs at most one bounded spin, after which the wait policy yields as before.
+//! A scan stops at the first missing rank on this CPU and is skipped when more than
+//! [`SCAN_LIMIT`] ranks are missing (early arrivers almost always share a CPU with one of them).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use crate::pad::CachePadded;
+use crate::region::Region;
+use crate::shm::Shared;
+
+/// The default bound of one tail spin (`BARRIER_SW_TAIL_SPIN`): a few context switches on the
+/// other CPUs, which is what a rank that spins waits for.
+pub const DEFAULT_TAIL_SPIN: Duration = Duration::from_micros(50);
+/// The longest tail spin a setting can ask for: the spin checks neither the timeout nor aborts.
+pub const MAX_TAIL_SPIN: Duration = Duration::from_millis(1);
+/// Largest communicator with arrival masks (one bit per rank in a word).
+pub const MAX_RANKS: usize = 64;
+/// More missing ranks than this: no scan, no spin.
+pub const SCAN_LIMIT: u32 = 16;
+
+/// One rank's view of the hints.
+#[derive(Debug)]
+pub struct TailSpin {
+    rank: usize,
+    full: u64,
+    limit: Duration,
+    /// The arrival masks for even and odd epochs.
+    masks: [Shared<AtomicU64>; 2],
+    /// Every rank's CPU at its last arrival, plus one.
+    cpus: Vec<Shared<CachePadded<AtomicU64>>>,
+    /// The spin decided at this rank's last arrival.
+    armed: bool,
+}
+
+impl TailSpin {
+    /// The hints of `rank` in `region`, or `None` where they do not apply (more than
+    /// [`MAX_RANKS`] ranks, a zero bound, nothing to wait for).
+    pub(crate) fn new(region: &Region, rank: usize, limit: Duration) -> Option<Box<TailSpin>> {
+        let n = region.size();
+        if !(2..=MAX_RANKS).contains(&n) || limit.is_zero() {
+            return None;
+        }
+        let seg = region.segment();
+        let at = |word: &AtomicU64| Shared::new(seg, seg.offset_of(word));
+        Some(Box::new(TailSpin {
+            rank,
+            full: u64::MAX >> (64 - n),
+            limit: limit.min(MAX_TAIL_SPIN),
+            masks: [at(region.central_mask(0)), at(region.central_mask(1))],
+            cpus: region.cpus().iter().map(|c| Shared::new(seg, seg.offset_of(c))).collect(),
+            armed: false,
+        }))
+    }
+
+    /// Called at every arrival, before the counter. Stores this rank's CPU only when it
+    /// changed: ranks seldom move, and a line nobody writes stays in every reader's cache, so
+    /// the scans of the other ranks cost no cache misses.
+    #[inline]
+    pub(crate) fn before_arrival(&self) -> u64 {
+        let cpu = crate::sys::current_cpu().map_or(0, |c| u64::from(c) + 1);
+        let mine = &self.cpus[self.rank];
+        if mine.load(Ordering::Relaxed) != cpu {
+            mine.store(cpu, Ordering::Relaxed);
+        }
+        cpu
+    }
+
+    /// Called after the counter: `complete` if this rank's add completed `epoch` (it releases
+    /// right after), `cpu` what [`TailSpin::before_arrival`] returned.
+    #[inline]
+    pub(crate) fn after_arrival(&mut self, epoch: u64, complete: bool, cpu: u64) {
+        if complete {
+            self.masks[parity(epoch + 1)].store(0, Ordering::Relaxed);
+            self.armed = false;
+            return;
+        }
+        let bit = 1u64 << self.rank;
+        let seen = self.masks[parity(epoch)].fetch_or(bit, Ordering::Relaxed) | bit;
+        self.armed = cpu != 0 && self.missing_elsewhere(self.full & !seen, cpu);
+    }
+
+    /// How long to spin for the release of the epoch this rank last arrived at, if at all.
+    #[inline]
+    pub fn spin(&self) -> Option<Duration> {
+        self.armed.then_some(self.limit)
+    }
+
+    /// Whether no rank in `missing` last arrived on `cpu`.
+    fn missing_elsewhere(&self, missing: u64, cpu: u64) -> bool {
+        missing_elsewhere(missing, cpu, |r| self.cpus[r].load(Ordering::Relaxed))
+    }
+}
+
+fn parity(epoch: u64) -> usize {
+    (epoch & 1) as usize
+}
+
+/// Whether none of the ranks in the bit set `missing` last ran on `cpu` (`cpu_of(r)`: rank
+/// `r`'s CPU plus one, 0 if not known, which counts as "maybe here"). At most [`SCAN_LIMIT`]
+/// ranks are looked at; more missing than that is a no.
+fn missing_elsewhere(missing: u64, cpu: u64, cpu_of: impl Fn(usize) -> u64) -> bool {
+    if missing.count_ones() > SCAN_LIMIT {
+        return false;
+    }
+    let mut left = missing;
+    while left != 0 {
+        let r = left.trailing_zeros() as usize;
+        left &= left - 1;
+        let theirs = cpu_of(r);
+        if theirs == 0 || theirs == cpu {
+            return false;
+        }
+    }
+    true
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::shm::{JobShape, Segment};
+
+    #[test]
+    fn arrivals_set_masks_arm_the_spin_and_the_completer_clears_the_next_mask() {
+        let seg = Segment::anonymous(JobShape::local(3, 1), 1 << 20).unwrap();
+        let region = Region::create(&seg, 3).unwrap();
+        let limit = Duration::from_micros(50);
+        let mut tails: Vec<TailSpin> = (0..3).map(|r| *TailSpin::new(&region, r, limit).unwrap()).collect();
+        // Ranks 0 and 1 on one CPU (1, plus one), rank 2 on another (2).
+        let cpu = [1u64, 1, 2];
+        for (r, c) in cpu.iter().enumerate() {
+            region.cpus()[r].store(*c, Ordering::Relaxed);
+        }
+        // Epoch 1: rank 0 first, its CPU mate is missing: yield.
+        tails[0].after_arrival(1, false, cpu[0]);
+        assert_eq!(tails[0].spin(), None);
+        // Rank 1: only rank 2 is missing, on the other CPU: spin.
+        tails[1].after_arrival(1, false, cpu[1]);
+        assert_eq!(tails[1].spin(), Some(limit));
+        assert_eq!(region.central_mask(1).load(Ordering::Relaxed), 0b011);
+        // Rank 2 completes: it clears epoch 2's mask (stale bits planted there) and never spins.
+        region.central_mask(0).store(0b111, Ordering::Relaxed);
+        tails[2].after_arrival(1, true, cpu[2]);
+        assert_eq!(tails[2].spin(), None);
+        assert_eq!(region.central_mask(0).load(Ordering::Relaxed), 0);
+        // Epoch 2: rank 2 first; both missing ranks are on the other CPU: spin.
+        tails[2].after_arrival(2, false, cpu[2]);
+        assert_eq!(tails[2].spin(), Some(limit));
+        assert_eq!(region.central_mask(0).load(Ordering::Relaxed), 0b100);
+        // A CPU that is not known (0) never spins.
+        tails[0].after_arrival(2, false, 0);
+        assert_eq!(tails[0].spin(), None);
+    }
+
+    #[test]
+    fn no_hints_where_they_cannot_help() {
+        let seg = Segment::anonymous(JobShape::local(2, 1), 1 << 22).unwrap();
+        let one = Region::create(&seg, 1).unwrap();
+        assert!(TailSpin::new(&one, 0, DEFAULT_TAIL_SPIN).is_none());
+        let big = Region::create(&seg, MAX_RANKS + 1).unwrap();
+        assert!(TailSpin::new(&big, 0, DEFAULT_TAIL_SPIN).is_none());
+        let two = Region::create(&seg, 2).unwrap();
+        assert!(TailSpin::new(&two, 0, Duration::ZERO).is_none());
+        let capped = TailSpin::new(&two, 1, Duration::from_secs(1)).unwrap();
+        assert_eq!(capped.limit, MAX_TAIL_SPIN);
+    }
+
+    #[test]
+    fn spins_only_when_every_missing_rank_ran_elsewhere() {
+        // Ranks 0..8, CPUs (plus one) 1,2,1,2,1,2,1,2: even ranks on CPU 0, odd on CPU 1.
+        let cpu_of = |r: usize| 1 + (r as u64 % 2);
+        // Rank 0 (CPU 0) sees ranks 1, 3, 5 missing: all on CPU 1.
+        assert!(missing_elsewhere(0b0010_1010, 1, cpu_of));
+        // Rank 7 missing too, and rank 4, on CPU 0: no.
+        assert!(!missing_elsewhere(0b1011_0000, 1, cpu_of));
+        // Nobody missing (the completing add was someone else's): the release is imminent.
+        assert!(missing_elsewhere(0, 2, cpu_of));
+        // A rank whose CPU is not known yet counts as here.
+        assert!(!missing_elsewhere(0b10, 1, |_| 0));
+        // Too many missing to look at.
+        let many = (1u64 << (SCAN_LIMIT + 1)) - 1;
+        assert!(!missing_elsewhere(many << 1, 99, cpu_of));
+        assert!(missing_elsewhere((1u64 << SCAN_LIMIT) - 1, 99, cpu_of));
+    }
+}
