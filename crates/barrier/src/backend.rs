@@ -53,8 +53,9 @@ pub enum Poll<'a> {
         /// Spin on `flag` (no yield, no clock read but every few dozen checks) for up to this
         /// long before the communicator's wait policy takes over: the module expects the flag
         /// to move soon, set by a rank that runs on another CPU, and a yield now would only
-        /// hand this core to ranks with nothing to do (the central algorithm's tail spin).
-        /// Blocking waits only; `None` for every other wait.
+        /// hand this core to ranks with nothing to do (the tail spin). Honoured once per
+        /// barrier, by its first blocking wait: a spin that ended without the flag means the
+        /// hint was wrong. `None` for every other wait.
         spin: Option<std::time::Duration>,
     },
 }

@@ -465,18 +465,24 @@ impl Communicator {
         let watch = LazyWatch::new(|| self.watch(epoch));
         // Time already spent in earlier recheck slices of this barrier (hardware modules).
         let mut waited = Duration::ZERO;
+        // A module's tail spin is tried once per barrier (Poll::Pending's `spin`).
+        let mut spin_left = true;
+        let mut spin_once = |flag: &Flag, target: u64, spin: Option<Duration>| {
+            let limit = spin.filter(|_| std::mem::take(&mut spin_left));
+            limit.is_some_and(|limit| self.wait.spin_for(flag, target, limit))
+        };
         loop {
             match engine.progress(epoch) {
                 Ok(Poll::Ready) => return Ok(()),
                 Ok(Poll::Pending { flag, target, recheck: None, last, spin }) => {
-                    if !spin.is_some_and(|limit| self.wait.spin_for(flag, target, limit)) {
+                    if !spin_once(flag, target, spin) {
                         self.wait.wait(flag, target, &watch).map_err(|w| self.wait_error(watch.get(), w))?;
                     }
                     if last {
                         return Ok(());
                     }
                 }
-                Ok(Poll::Pending { flag, target, recheck: Some(slice), .. }) => {
+                Ok(Poll::Pending { flag, target, recheck: Some(slice), spin, .. }) => {
                     // Most hardware waits end spinning: no clock read then (it would delay
                     // the return of a rank whose release lands during the read). The spin
                     // phase is not counted against the timeout (a few microseconds per
@@ -486,7 +492,7 @@ impl Communicator {
                     let reached = if slice.is_zero() {
                         self.wait.reached_soon(flag, target)
                     } else {
-                        self.wait.spun_until(flag, target)
+                        self.wait.spun_until(flag, target) || spin_once(flag, target, spin)
                     };
                     if reached {
                         continue;

@@ -8,7 +8,7 @@
 //! header          magic, size            (written once by the creator)
 //! ctrl_count      control-barrier arrivals (collectives during setup)
 //! ctrl_release    control-barrier release flag
-//! central_count   central counter: arrivals, cumulative; then two arrival masks (hints)
+//! central_count   central counter: arrivals, cumulative; then the tail spin's arrival mask
 //! central_release central counter: release flag
 //! tourn_release   tournament: champion's release flag
 //! fault           epoch at which a rank saw its hardware module fail (0: none)
@@ -21,7 +21,7 @@
 //! tourn[n][R]     tournament: round r flag of winner i, written by its opponent
 //! tree_up[n]      tree: rank i has gathered its subtree
 //! tree_down[n]    tree: rank i's parent releases it
-//! cpu[n]          central, ranks that park: the CPU rank r ran on at its last arrival (a hint)
+//! cpu[n]          tail spin: the CPU rank r ran on at its last arrival (a hint)
 //! ```
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -225,15 +225,14 @@ impl Region {
     pub fn central_count(&self) -> &AtomicU64 {
         self.seg.at(self.base + self.layout.central_count)
     }
-    /// The central algorithm's arrival mask for epochs of this parity (0 or 1): bit `r` set
-    /// once rank `r` arrived (communicators of up to 64 ranks). A hint for the tail spin, never
-    /// what a barrier completes on; it shares the counter's line, which the arriving rank
-    /// already holds.
-    pub fn central_mask(&self, parity: usize) -> &AtomicU64 {
-        assert!(parity < 2);
-        self.seg.at(self.base + self.layout.central_count + 8 * (1 + parity))
+    /// The tail spin's arrival mask (communicators of up to 48 ranks): the low 48 bits hold
+    /// one bit per rank that arrived, the high 16 the epoch they arrived at (its low bits). A
+    /// hint, never what a barrier completes on; it shares the central counter's line, which a
+    /// central arrival already holds.
+    pub fn tail_mask(&self) -> &AtomicU64 {
+        self.seg.at(self.base + self.layout.central_count + 8)
     }
-    /// The CPU each rank ran on at its last central arrival (a hint).
+    /// The CPU each rank ran on at its last arrival (a tail-spin hint).
     pub fn cpus(&self) -> &[CachePadded<AtomicU64>] {
         self.seg.slice(self.base + self.layout.cpu, self.layout.n)
     }

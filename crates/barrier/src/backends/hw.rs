@@ -27,7 +27,9 @@
 //! message at once, in this call: the trapped store). `progress(e)` is ready when the release
 //! flag holds `EPOCH_BASE + e` or more (64-bit, so nothing wraps); otherwise it asks to be called
 //! again every few milliseconds to watch the device, which it inspects from the third call of a
-//! wait on (not on the fast path).
+//! wait on (not on the fast path). With more ranks than cores and one group, a waiter whose CPU
+//! holds no missing rank first spins for the release (the tail spin of
+//! [`crate::backends::software::tail`]): after its arrival it has nothing left to do.
 //!
 //! # Trees of groups
 //!
@@ -62,6 +64,7 @@ use barrier_hw::{
 };
 
 use crate::backend::{Backend, Decline, EnableContext, Module, Poll, QueryContext};
+use crate::backends::software::tail::{self, TailSpin};
 use crate::backends::software::{Software, SoftwareModule};
 use crate::error::Error;
 use crate::mmio::Mmio;
@@ -611,7 +614,13 @@ impl Backend for HwBackend {
             flat_next: 0,
             algorithm: String::from("offload"),
             messages: std::cell::Cell::new(0),
+            tail: None,
         };
+        // One group: after its arrival a rank only waits for the device's release, so a rank
+        // whose CPU holds no missing rank spins for it (see software::tail).
+        if shape.chunks == 1 && tail::wanted(ctx) {
+            module.tail = TailSpin::new(region, q.rank, module.software.tail_limit);
+        }
         // From here on the module owns the attachments: an error below detaches them.
         let all = ctx.allgather(&report).map_err(coll)?;
         // Each group starts after the highest epoch any of its members' flags already holds.
@@ -640,7 +649,8 @@ impl Backend for HwBackend {
         }
         drop(claims.succeeded());
         module.algorithm = if shape.chunks == 1 {
-            format!("offload group {}", groups[0])
+            let spin = if module.tail.is_some() { " + tail spin" } else { "" };
+            format!("offload group {}{spin}", groups[0])
         } else {
             format!("offload tree of {} groups ({} chunks)", shape.groups(), shape.chunks)
         };
@@ -867,6 +877,8 @@ pub struct HwModule {
     algorithm: String,
     /// Arrival messages sent to the device (each one crosses the network to it).
     messages: std::cell::Cell<u64>,
+    /// One group, ranks that park: when to spin for the release instead of yielding.
+    tail: Option<Box<TailSpin>>,
 }
 
 impl HwModule {
@@ -1088,6 +1100,11 @@ impl Module for HwModule {
             self.step += 1;
         }
         self.record_arrival(epoch);
+        if let Some(tail) = self.tail.as_deref_mut() {
+            // Whether this arrival completed the group is the device's to know: the last
+            // arriver finds no one missing and spins for a release that is on its way.
+            tail.arrived(epoch, false);
+        }
         Ok(())
     }
 
@@ -1116,7 +1133,8 @@ impl Module for HwModule {
                     } else if self.polls < 2 {
                         self.polls += 1;
                         let flag = self.dev.mmio.flag(a.flag_off);
-                        return Ok(Poll::Pending { flag, target: base + epoch, recheck: Some(RECHECK), last: false, spin: None });
+                        let spin = self.tail.as_deref().and_then(|t| t.spin());
+                        return Ok(Poll::Pending { flag, target: base + epoch, recheck: Some(RECHECK), last: false, spin });
                     } else if let Some(reason) = self.inspect(s, epoch) {
                         self.degrade(epoch, reason, true);
                     } else {

@@ -20,7 +20,7 @@
 //! node root. Each rank's up- and down-slots are its lines of the communicator's region, so
 //! communicators that overlap (a world and its splits) never share a slot. Intranode slots are
 //! reached by CPU load and store (the shared-memory transport's model); internode puts go
-//! through the transport the [`Fabric`](crate::transport::Fabric) ranks first for the peer.
+//! through the transport the [`Fabric`] ranks first for the peer.
 //!
 //! # Selection
 //!

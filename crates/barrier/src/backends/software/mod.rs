@@ -143,7 +143,7 @@ impl Backend for Software {
             ParamInfo::new(
                 "BARRIER_SW_TAIL_SPIN",
                 "50us",
-                "Central algorithm, more ranks than cores: how long a rank whose CPU holds no missing rank spins for the release before it yields (at most 1ms; 0 disables).",
+                "Central algorithm and one-group hardware offload, more ranks than cores: how long a rank whose CPU holds no missing rank spins for the release before it yields (at most 1ms; 0 disables).",
             )
             .kind(ParamKind::Duration),
         ]
@@ -214,11 +214,9 @@ impl Software {
         let algo = Algorithm::from_code(agreed & 0xff).resolve(n, wakes);
         let arity = ((agreed >> 8) as u8 as usize).clamp(2, 64);
         let mut module = SoftwareModule::new(ctx.region.clone(), ctx.query.rank, algo, arity, wakes);
-        // The tail spin is for more ranks than cores (the same on every rank: the job's shape),
-        // not for a park policy chosen to save CPU time on a machine with cores to spare.
-        let job = ctx.query.job;
-        if algo == Algorithm::Central && wakes && ctx.query.nodes == 1 && job.ranks_on_machine > job.cores {
-            module.tail = tail::TailSpin::new(ctx.region, ctx.query.rank, Duration::from_nanos(agreed >> 16));
+        module.tail_limit = Duration::from_nanos(agreed >> 16);
+        if algo == Algorithm::Central && tail::wanted(ctx) {
+            module.tail = tail::TailSpin::new(ctx.region, ctx.query.rank, module.tail_limit);
         }
         if ctx.query.nodes > 1 {
             module.route_over_fabric(ctx)?;
@@ -258,6 +256,8 @@ pub struct SoftwareModule {
     release: Option<Shared<Flag>>,
     /// Central, ranks that park, one node: when to spin for the release instead of yielding.
     tail: Option<Box<tail::TailSpin>>,
+    /// The communicator's agreed `BARRIER_SW_TAIL_SPIN` (hardware modules use it too).
+    pub(crate) tail_limit: Duration,
     /// Flags to wait for, in order.
     inbox: Vec<Shared<Flag>>,
     /// Dissemination: the partner's flag per round; tree/tournament: flags to release. A store
@@ -288,6 +288,7 @@ impl SoftwareModule {
             counter: None,
             release: None,
             tail: None,
+            tail_limit: Duration::ZERO,
             inbox: Vec::new(),
             outbox: Vec::new(),
             up: None,
@@ -509,11 +510,10 @@ impl Module for SoftwareModule {
                 let counter = self.counter.as_ref().expect("central counter");
                 let add = epoch - self.contributed;
                 self.contributed = epoch;
-                let cpu = self.tail.as_deref().map(|t| t.before_arrival());
                 let total = counter.fetch_add(add, Ordering::AcqRel) + add;
                 let complete = total == self.n * epoch;
-                if let (Some(tail), Some(cpu)) = (self.tail.as_deref_mut(), cpu) {
-                    tail.after_arrival(epoch, complete, cpu);
+                if let Some(tail) = self.tail.as_deref_mut() {
+                    tail.arrived(epoch, complete);
                 }
                 if complete {
                     self.release.as_ref().expect("central release").signal(epoch, self.wake);

@@ -11,22 +11,23 @@
 //! the kernel's mutexes that spin while the owner runs: **spin, for at most
 //! `BARRIER_SW_TAIL_SPIN`, when no rank that is still missing last ran on this CPU.**
 //!
-//! How a rank knows, for communicators of up to 64 ranks:
+//! How a rank knows, for communicators of up to 48 ranks whose waiters have nothing left to do
+//! after their arrival (the central algorithm; a one-group hardware offload, whose device
+//! releases everyone):
 //!
 //! ```text
-//! arrive(e):  cpu[me] = sched_getcpu() + 1           (own line, if changed; 0 = not known)
-//!             total = counter.fetch_add(...)          (the central algorithm itself)
-//!             if complete: mask[(e+1) % 2] = 0; release   (clear before anyone can arrive at e+1)
-//!             else:  seen = mask[e % 2].fetch_or(1 << me)  (same line as the counter)
-//!                    spin = every rank r not in seen has cpu[r] != cpu[me]
+//! arrival at e:  cpu[me] = sched_getcpu() + 1          (own line, if changed; 0 = not known)
+//!                (the algorithm's own arrival: the counter add, the device store)
+//!                seen = mask: if its tag is e, set my bit, else replace it by (e, my bit)
+//!                spin = every rank r not in seen has cpu[r] != cpu[me]
 //! ```
 //!
-//! Ranks arrive at `e + 1` only after they see the release of `e`, which the completing rank
-//! stores after clearing `mask[(e + 1) % 2]`; every arrival at `e - 1` (the mask's previous
-//! use) came before that release. The masks and CPUs are hints and nothing completes on them:
-//! a wrong hint (a rank moved to this CPU since its last arrival, a module that took over at a
-//! later epoch) costs at most one bounded spin, after which the wait policy yields as before.
-//! A scan stops at the first missing rank on this CPU and is skipped when more than
+//! The mask is one word beside the central counter, tagged with the epoch's low 16 bits, so no
+//! one has to clear it: the first arrival at `e + 1` replaces `e`'s bits, and no rank arrives at
+//! `e + 1` before every rank arrived at `e`. The mask and the CPUs are hints and nothing
+//! completes on them: a wrong hint (a rank moved to this CPU since its last arrival, a tag
+//! 65536 epochs old) costs at most one bounded spin, after which the wait policy yields as
+//! before. A scan stops at the first missing rank on this CPU and is skipped when more than
 //! [`SCAN_LIMIT`] ranks are missing (early arrivers almost always share a CPU with one of them).
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -41,8 +42,10 @@ use crate::shm::Shared;
 pub const DEFAULT_TAIL_SPIN: Duration = Duration::from_micros(50);
 /// The longest tail spin a setting can ask for: the spin checks neither the timeout nor aborts.
 pub const MAX_TAIL_SPIN: Duration = Duration::from_millis(1);
-/// Largest communicator with arrival masks (one bit per rank in a word).
-pub const MAX_RANKS: usize = 64;
+/// Largest communicator with an arrival mask (one bit per rank, beside a 16-bit epoch tag).
+pub const MAX_RANKS: usize = 48;
+/// The mask's rank bits.
+const RANK_BITS: u64 = (1 << MAX_RANKS) - 1;
 /// More missing ranks than this: no scan, no spin.
 pub const SCAN_LIMIT: u32 = 16;
 
@@ -52,12 +55,20 @@ pub struct TailSpin {
     rank: usize,
     full: u64,
     limit: Duration,
-    /// The arrival masks for even and odd epochs.
-    masks: [Shared<AtomicU64>; 2],
+    /// The tagged arrival mask.
+    mask: Shared<AtomicU64>,
     /// Every rank's CPU at its last arrival, plus one.
     cpus: Vec<Shared<CachePadded<AtomicU64>>>,
     /// The spin decided at this rank's last arrival.
     armed: bool,
+}
+
+/// Whether a communicator wants the tail spin: its ranks park because they outnumber the
+/// cores (the same on every rank: the job's shape), and it lies on one node. Not for a park
+/// policy chosen to save CPU time on a machine with cores to spare.
+pub(crate) fn wanted(ctx: &crate::backend::EnableContext<'_>) -> bool {
+    let job = ctx.query.job;
+    ctx.policy.wakes() && ctx.query.nodes == 1 && job.ranks_on_machine > job.cores
 }
 
 impl TailSpin {
@@ -74,36 +85,38 @@ impl TailSpin {
             rank,
             full: u64::MAX >> (64 - n),
             limit: limit.min(MAX_TAIL_SPIN),
-            masks: [at(region.central_mask(0)), at(region.central_mask(1))],
+            mask: at(region.tail_mask()),
             cpus: region.cpus().iter().map(|c| Shared::new(seg, seg.offset_of(c))).collect(),
             armed: false,
         }))
     }
 
-    /// Called at every arrival, before the counter. Stores this rank's CPU only when it
-    /// changed: ranks seldom move, and a line nobody writes stays in every reader's cache, so
-    /// the scans of the other ranks cost no cache misses.
+    /// Called at every arrival at `epoch`, after the algorithm's own: `complete` if this rank
+    /// completed the barrier itself (it never waits, and nobody needs its bit).
     #[inline]
-    pub(crate) fn before_arrival(&self) -> u64 {
-        let cpu = crate::sys::current_cpu().map_or(0, |c| u64::from(c) + 1);
+    pub(crate) fn arrived(&mut self, epoch: u64, complete: bool) {
+        if complete {
+            self.armed = false;
+        } else {
+            self.arrived_on(epoch, crate::sys::current_cpu().map_or(0, |c| u64::from(c) + 1));
+        }
+    }
+
+    /// [`TailSpin::arrived`] of a rank that waits, running on `cpu` (plus one; 0: not known).
+    fn arrived_on(&mut self, epoch: u64, cpu: u64) {
+        // Stored only when it changed: ranks seldom move, and a line nobody writes stays in
+        // every reader's cache, so the scans of the other ranks cost no cache misses.
         let mine = &self.cpus[self.rank];
         if mine.load(Ordering::Relaxed) != cpu {
             mine.store(cpu, Ordering::Relaxed);
         }
-        cpu
-    }
-
-    /// Called after the counter: `complete` if this rank's add completed `epoch` (it releases
-    /// right after), `cpu` what [`TailSpin::before_arrival`] returned.
-    #[inline]
-    pub(crate) fn after_arrival(&mut self, epoch: u64, complete: bool, cpu: u64) {
-        if complete {
-            self.masks[parity(epoch + 1)].store(0, Ordering::Relaxed);
-            self.armed = false;
-            return;
-        }
+        let tag = (epoch & 0xffff) << MAX_RANKS;
         let bit = 1u64 << self.rank;
-        let seen = self.masks[parity(epoch)].fetch_or(bit, Ordering::Relaxed) | bit;
+        let mut seen = 0;
+        let _ = self.mask.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |word| {
+            seen = if word & !RANK_BITS == tag { word | bit } else { tag | bit };
+            Some(seen)
+        });
         self.armed = cpu != 0 && self.missing_elsewhere(self.full & !seen, cpu);
     }
 
@@ -117,10 +130,6 @@ impl TailSpin {
     fn missing_elsewhere(&self, missing: u64, cpu: u64) -> bool {
         missing_elsewhere(missing, cpu, |r| self.cpus[r].load(Ordering::Relaxed))
     }
-}
-
-fn parity(epoch: u64) -> usize {
-    (epoch & 1) as usize
 }
 
 /// Whether none of the ranks in the bit set `missing` last ran on `cpu` (`cpu_of(r)`: rank
@@ -148,35 +157,40 @@ mod tests {
     use crate::shm::{JobShape, Segment};
 
     #[test]
-    fn arrivals_set_masks_arm_the_spin_and_the_completer_clears_the_next_mask() {
+    fn arrivals_tag_the_mask_and_arm_the_spin_only_when_no_cpu_mate_is_missing() {
         let seg = Segment::anonymous(JobShape::local(3, 1), 1 << 20).unwrap();
         let region = Region::create(&seg, 3).unwrap();
         let limit = Duration::from_micros(50);
         let mut tails: Vec<TailSpin> = (0..3).map(|r| *TailSpin::new(&region, r, limit).unwrap()).collect();
-        // Ranks 0 and 1 on one CPU (1, plus one), rank 2 on another (2).
+        // Ranks 0 and 1 on one CPU (1, plus one), rank 2 on another (2), as at earlier arrivals.
         let cpu = [1u64, 1, 2];
         for (r, c) in cpu.iter().enumerate() {
             region.cpus()[r].store(*c, Ordering::Relaxed);
         }
+        let tag = |e: u64| e << MAX_RANKS;
+        // Stale bits of an old epoch: replaced, not added to.
+        region.tail_mask().store(tag(7) | 0b111, Ordering::Relaxed);
         // Epoch 1: rank 0 first, its CPU mate is missing: yield.
-        tails[0].after_arrival(1, false, cpu[0]);
+        tails[0].arrived_on(1, cpu[0]);
         assert_eq!(tails[0].spin(), None);
+        assert_eq!(region.tail_mask().load(Ordering::Relaxed), tag(1) | 0b001);
         // Rank 1: only rank 2 is missing, on the other CPU: spin.
-        tails[1].after_arrival(1, false, cpu[1]);
+        tails[1].arrived_on(1, cpu[1]);
         assert_eq!(tails[1].spin(), Some(limit));
-        assert_eq!(region.central_mask(1).load(Ordering::Relaxed), 0b011);
-        // Rank 2 completes: it clears epoch 2's mask (stale bits planted there) and never spins.
-        region.central_mask(0).store(0b111, Ordering::Relaxed);
-        tails[2].after_arrival(1, true, cpu[2]);
+        assert_eq!(region.tail_mask().load(Ordering::Relaxed), tag(1) | 0b011);
+        // Rank 2 completes: it never spins and leaves the mask alone.
+        tails[2].arrived(1, true);
         assert_eq!(tails[2].spin(), None);
-        assert_eq!(region.central_mask(0).load(Ordering::Relaxed), 0);
+        assert_eq!(region.tail_mask().load(Ordering::Relaxed), tag(1) | 0b011);
         // Epoch 2: rank 2 first; both missing ranks are on the other CPU: spin.
-        tails[2].after_arrival(2, false, cpu[2]);
+        tails[2].arrived_on(2, cpu[2]);
         assert_eq!(tails[2].spin(), Some(limit));
-        assert_eq!(region.central_mask(0).load(Ordering::Relaxed), 0b100);
-        // A CPU that is not known (0) never spins.
-        tails[0].after_arrival(2, false, 0);
+        assert_eq!(region.tail_mask().load(Ordering::Relaxed), tag(2) | 0b100);
+        // A rank that cannot tell its CPU never spins; every rank's CPU is kept up to date.
+        tails[0].arrived_on(2, 0);
         assert_eq!(tails[0].spin(), None);
+        tails[1].arrived_on(2, 2);
+        assert_eq!(region.cpus()[1].load(Ordering::Relaxed), 2);
     }
 
     #[test]
