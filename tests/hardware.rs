@@ -496,7 +496,7 @@ fn hardware_backends_are_correct_on_inline_devices() {
                 .unwrap();
             // More ranks than cores: the waiters spin for the device's release once no rank
             // of their CPU is missing (the tail spin), and say so.
-            let tail = n > barrier::sys::affinity_cores().len();
+            let tail = n > barrier::sys::available_cores();
             for (algorithm, sub_algorithm, result) in out {
                 assert!(algorithm.starts_with("offload") && sub_algorithm.starts_with("offload"), "{kind} at {n}");
                 assert_eq!(algorithm.ends_with(" + tail spin"), tail, "{kind} at {n}: {algorithm}");

@@ -55,7 +55,7 @@ fn the_central_tail_spin_keeps_barriers_correct_whatever_its_bound() {
                 [("BARRIER_SW_ALGORITHM", "central"), ("BARRIER_WAIT_POLICY", "park"), ("BARRIER_SW_TAIL_SPIN", spin)];
             let report = run_example(n, "correctness", &["1500", "--seed", &n.to_string()], &env);
             assert_passed(&report, &format!("tail spin {spin} at {n} ranks"));
-            let on = spin != "0" && n > barrier::sys::affinity_cores().len();
+            let on = spin != "0" && n > barrier::sys::available_cores();
             let says = report.stdout[0].contains("central + tail spin");
             assert_eq!(says, on, "tail spin {spin} at {n} ranks: {:?}", report.stdout[0]);
             // The launcher moved this thread from core to core to start the ranks spread.

@@ -54,8 +54,8 @@ pub enum Poll<'a> {
         /// long before the communicator's wait policy takes over: the module expects the flag
         /// to move soon, set by a rank that runs on another CPU, and a yield now would only
         /// hand this core to ranks with nothing to do (the tail spin). Honoured once per
-        /// barrier, by its first blocking wait: a spin that ended without the flag means the
-        /// hint was wrong. `None` for every other wait.
+        /// barrier, by the first blocking wait that offers one: a spin that ended without the
+        /// flag means the hint was wrong. `None` for every other wait.
         spin: Option<std::time::Duration>,
     },
 }

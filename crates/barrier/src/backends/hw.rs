@@ -27,9 +27,9 @@
 //! message at once, in this call: the trapped store). `progress(e)` is ready when the release
 //! flag holds `EPOCH_BASE + e` or more (64-bit, so nothing wraps); otherwise it asks to be called
 //! again every few milliseconds to watch the device, which it inspects from the third call of a
-//! wait on (not on the fast path). With more ranks than cores and one group, a waiter whose CPU
-//! holds no missing rank first spins for the release (the tail spin of
-//! [`crate::backends::software::tail`]): after its arrival it has nothing left to do.
+//! wait on (not on the fast path). With more ranks than cores, one group (of at most 48 ranks)
+//! and one node, a waiter whose CPU holds no missing rank first spins for the release (the tail
+//! spin of [`crate::backends::software::tail`]): after its arrival it has nothing left to do.
 //!
 //! # Trees of groups
 //!
@@ -619,7 +619,7 @@ impl Backend for HwBackend {
         // One group: after its arrival a rank only waits for the device's release, so a rank
         // whose CPU holds no missing rank spins for it (see software::tail).
         if shape.chunks == 1 && tail::wanted(ctx) {
-            module.tail = TailSpin::new(region, q.rank, module.software.tail_limit);
+            module.tail = TailSpin::new(region, q.rank, module.software.tail_limit, false);
         }
         // From here on the module owns the attachments: an error below detaches them.
         let all = ctx.allgather(&report).map_err(coll)?;
@@ -1100,9 +1100,9 @@ impl Module for HwModule {
             self.step += 1;
         }
         self.record_arrival(epoch);
-        if let Some(tail) = self.tail.as_deref_mut() {
-            // Whether this arrival completed the group is the device's to know: the last
-            // arriver finds no one missing and spins for a release that is on its way.
+        if let Some(tail) = self.tail.as_deref_mut().filter(|_| self.degraded.is_none()) {
+            // Whether this arrival completed the group is the device's to know; the last
+            // arriver finds no one missing and does not spin (TailSpin::new).
             tail.arrived(epoch, false);
         }
         Ok(())

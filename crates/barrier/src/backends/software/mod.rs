@@ -216,7 +216,7 @@ impl Software {
         let mut module = SoftwareModule::new(ctx.region.clone(), ctx.query.rank, algo, arity, wakes);
         module.tail_limit = Duration::from_nanos(agreed >> 16);
         if algo == Algorithm::Central && tail::wanted(ctx) {
-            module.tail = tail::TailSpin::new(ctx.region, ctx.query.rank, module.tail_limit);
+            module.tail = tail::TailSpin::new(ctx.region, ctx.query.rank, module.tail_limit, true);
         }
         if ctx.query.nodes > 1 {
             module.route_over_fabric(ctx)?;

@@ -1,4 +1,5 @@
-//! The central algorithm's tail spin, for ranks that park (more ranks than cores).
+//! The tail spin, for ranks that park (more ranks than cores) and have nothing left to do after
+//! their arrival: the central algorithm and the one-group hardware offload.
 //!
 //! A rank that has to wait with more ranks than cores yields its core at once, because the rank
 //! it waits for may need that core. That is right until every rank that shares its CPU has
@@ -18,13 +19,17 @@
 //! ```text
 //! arrival at e:  cpu[me] = sched_getcpu() + 1          (own line, if changed; 0 = not known)
 //!                (the algorithm's own arrival: the counter add, the device store)
-//!                seen = mask: if its tag is e, set my bit, else replace it by (e, my bit)
+//!                seen = mask: tag e: set my bit; older tag: replace it by (e, my bit);
+//!                       newer tag (this rank is late): leave it and do not spin
 //!                spin = every rank r not in seen has cpu[r] != cpu[me]
 //! ```
 //!
 //! The mask is one word beside the central counter, tagged with the epoch's low 16 bits, so no
-//! one has to clear it: the first arrival at `e + 1` replaces `e`'s bits, and no rank arrives at
-//! `e + 1` before every rank arrived at `e`. The mask and the CPUs are hints and nothing
+//! one has to clear it: the first arrival at `e + 1` replaces `e`'s bits. A rank records its bit
+//! after its own arrival, so one that is slow to do so (preempted, or the last arriver of an
+//! offload group, whose release the device stored while it was still in its arrival) may find
+//! the word already tagged `e + 1`: it leaves the word alone (its bit no longer matters) and
+//! does not spin, since it is released already or about to be. Tags compare modulo 2^16. The mask and the CPUs are hints and nothing
 //! completes on them: a wrong hint (a rank moved to this CPU since its last arrival, a tag
 //! 65536 epochs old) costs at most one bounded spin, after which the wait policy yields as
 //! before. A scan stops at the first missing rank on this CPU and is skipped when more than
@@ -44,8 +49,10 @@ pub const DEFAULT_TAIL_SPIN: Duration = Duration::from_micros(50);
 pub const MAX_TAIL_SPIN: Duration = Duration::from_millis(1);
 /// Largest communicator with an arrival mask (one bit per rank, beside a 16-bit epoch tag).
 pub const MAX_RANKS: usize = 48;
-/// The mask's rank bits.
-const RANK_BITS: u64 = (1 << MAX_RANKS) - 1;
+/// The mask's epoch tag: the low 16 bits of the epoch, above the rank bits.
+const TAG_MASK: u64 = 0xffff;
+/// Tags less than this far ahead (modulo 2^16) are newer, the rest older.
+const TAG_HALF: u64 = 0x8000;
 /// More missing ranks than this: no scan, no spin.
 pub const SCAN_LIMIT: u32 = 16;
 
@@ -61,6 +68,8 @@ pub struct TailSpin {
     cpus: Vec<Shared<CachePadded<AtomicU64>>>,
     /// The spin decided at this rank's last arrival.
     armed: bool,
+    /// Spin when no rank is missing at all (see [`TailSpin::new`]).
+    when_last: bool,
 }
 
 /// Whether a communicator wants the tail spin: its ranks park because they outnumber the
@@ -73,8 +82,13 @@ pub(crate) fn wanted(ctx: &crate::backend::EnableContext<'_>) -> bool {
 
 impl TailSpin {
     /// The hints of `rank` in `region`, or `None` where they do not apply (more than
-    /// [`MAX_RANKS`] ranks, a zero bound, nothing to wait for).
-    pub(crate) fn new(region: &Region, rank: usize, limit: Duration) -> Option<Box<TailSpin>> {
+    /// [`MAX_RANKS`] ranks, a zero bound, nothing to wait for). `when_last`: whether a rank that
+    /// finds nobody missing spins too. Right for the central algorithm, where that rank is not
+    /// the one that completed, so the completing rank runs elsewhere and releases at once;
+    /// wrong for a device, where the rank that finds nobody missing is the last arriver and the
+    /// release is the device's work, which an emulator's engine does on some CPU (maybe this
+    /// one) and an inline device has already done.
+    pub(crate) fn new(region: &Region, rank: usize, limit: Duration, when_last: bool) -> Option<Box<TailSpin>> {
         let n = region.size();
         if !(2..=MAX_RANKS).contains(&n) || limit.is_zero() {
             return None;
@@ -88,6 +102,7 @@ impl TailSpin {
             mask: at(region.tail_mask()),
             cpus: region.cpus().iter().map(|c| Shared::new(seg, seg.offset_of(c))).collect(),
             armed: false,
+            when_last,
         }))
     }
 
@@ -110,14 +125,24 @@ impl TailSpin {
         if mine.load(Ordering::Relaxed) != cpu {
             mine.store(cpu, Ordering::Relaxed);
         }
-        let tag = (epoch & 0xffff) << MAX_RANKS;
+        let tag = epoch & TAG_MASK;
         let bit = 1u64 << self.rank;
         let mut seen = 0;
-        let _ = self.mask.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |word| {
-            seen = if word & !RANK_BITS == tag { word | bit } else { tag | bit };
+        let updated = self.mask.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |word| {
+            // How far the word's epoch is ahead of ours, modulo 2^16.
+            let ahead = (word >> MAX_RANKS).wrapping_sub(tag) & TAG_MASK;
+            seen = match ahead {
+                0 => word | bit,
+                1..TAG_HALF => return None,
+                _ => (tag << MAX_RANKS) | bit,
+            };
             Some(seen)
         });
-        self.armed = cpu != 0 && self.missing_elsewhere(self.full & !seen, cpu);
+        let missing = self.full & !seen;
+        self.armed = updated.is_ok()
+            && cpu != 0
+            && (missing != 0 || self.when_last)
+            && self.missing_elsewhere(missing, cpu);
     }
 
     /// How long to spin for the release of the epoch this rank last arrived at, if at all.
@@ -161,15 +186,15 @@ mod tests {
         let seg = Segment::anonymous(JobShape::local(3, 1), 1 << 20).unwrap();
         let region = Region::create(&seg, 3).unwrap();
         let limit = Duration::from_micros(50);
-        let mut tails: Vec<TailSpin> = (0..3).map(|r| *TailSpin::new(&region, r, limit).unwrap()).collect();
+        let mut tails: Vec<TailSpin> = (0..3).map(|r| *TailSpin::new(&region, r, limit, true).unwrap()).collect();
         // Ranks 0 and 1 on one CPU (1, plus one), rank 2 on another (2), as at earlier arrivals.
         let cpu = [1u64, 1, 2];
         for (r, c) in cpu.iter().enumerate() {
             region.cpus()[r].store(*c, Ordering::Relaxed);
         }
         let tag = |e: u64| e << MAX_RANKS;
-        // Stale bits of an old epoch: replaced, not added to.
-        region.tail_mask().store(tag(7) | 0b111, Ordering::Relaxed);
+        // Stale bits of an older epoch (modulo 2^16): replaced, not added to.
+        region.tail_mask().store(tag(0xfff0) | 0b111, Ordering::Relaxed);
         // Epoch 1: rank 0 first, its CPU mate is missing: yield.
         tails[0].arrived_on(1, cpu[0]);
         assert_eq!(tails[0].spin(), None);
@@ -186,6 +211,15 @@ mod tests {
         tails[2].arrived_on(2, cpu[2]);
         assert_eq!(tails[2].spin(), Some(limit));
         assert_eq!(region.tail_mask().load(Ordering::Relaxed), tag(2) | 0b100);
+        // A rank late to record epoch 1 (the word holds epoch 2 already): word untouched, no spin.
+        tails[1].arrived_on(1, cpu[1]);
+        assert_eq!(tails[1].spin(), None);
+        assert_eq!(region.tail_mask().load(Ordering::Relaxed), tag(2) | 0b100);
+        // Tags compare modulo 2^16: epoch 65537 is newer than 65535, and replaces it.
+        region.tail_mask().store(tag(0xffff) | 0b011, Ordering::Relaxed);
+        tails[2].arrived_on(0x1_0001, cpu[2]);
+        assert_eq!(region.tail_mask().load(Ordering::Relaxed), tag(1) | 0b100);
+        region.tail_mask().store(tag(2) | 0b100, Ordering::Relaxed);
         // A rank that cannot tell its CPU never spins; every rank's CPU is kept up to date.
         tails[0].arrived_on(2, 0);
         assert_eq!(tails[0].spin(), None);
@@ -194,15 +228,29 @@ mod tests {
     }
 
     #[test]
+    fn a_device_waiter_that_finds_nobody_missing_does_not_spin() {
+        let seg = Segment::anonymous(JobShape::local(2, 1), 1 << 20).unwrap();
+        let region = Region::create(&seg, 2).unwrap();
+        region.cpus()[0].store(1, Ordering::Relaxed);
+        region.cpus()[1].store(2, Ordering::Relaxed);
+        let mut first = TailSpin::new(&region, 0, DEFAULT_TAIL_SPIN, false).unwrap();
+        let mut last = TailSpin::new(&region, 1, DEFAULT_TAIL_SPIN, false).unwrap();
+        first.arrived_on(1, 1);
+        assert_eq!(first.spin(), Some(DEFAULT_TAIL_SPIN));
+        last.arrived_on(1, 2);
+        assert_eq!(last.spin(), None);
+    }
+
+    #[test]
     fn no_hints_where_they_cannot_help() {
         let seg = Segment::anonymous(JobShape::local(2, 1), 1 << 22).unwrap();
         let one = Region::create(&seg, 1).unwrap();
-        assert!(TailSpin::new(&one, 0, DEFAULT_TAIL_SPIN).is_none());
+        assert!(TailSpin::new(&one, 0, DEFAULT_TAIL_SPIN, true).is_none());
         let big = Region::create(&seg, MAX_RANKS + 1).unwrap();
-        assert!(TailSpin::new(&big, 0, DEFAULT_TAIL_SPIN).is_none());
+        assert!(TailSpin::new(&big, 0, DEFAULT_TAIL_SPIN, true).is_none());
         let two = Region::create(&seg, 2).unwrap();
-        assert!(TailSpin::new(&two, 0, Duration::ZERO).is_none());
-        let capped = TailSpin::new(&two, 1, Duration::from_secs(1)).unwrap();
+        assert!(TailSpin::new(&two, 0, Duration::ZERO, true).is_none());
+        let capped = TailSpin::new(&two, 1, Duration::from_secs(1), true).unwrap();
         assert_eq!(capped.limit, MAX_TAIL_SPIN);
     }
 
