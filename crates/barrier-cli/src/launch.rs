@@ -273,10 +273,11 @@ pub fn launch(spec: &JobSpec) -> Result<JobReport, LaunchError> {
         // Unpinned ranks start spread: the launcher moves itself to core r mod cores while it
         // forks rank r, and the child takes the launcher's whole mask back before its exec, so
         // it starts there (unless the kernel's exec balancing moves it at once) and the kernel
-        // may move it as it likes; no thread of it, nor of the launcher, keeps a narrower mask. Left to itself the kernel starts a burst of processes from one parent
-        // on one or two cores and takes up to a second to spread them (one migration every
-        // few dozen milliseconds), and an oversubscribed barrier waits for its most crowded
-        // core in every call.
+        // may move it as it likes; no thread of it, nor of the launcher, keeps a narrower mask.
+        // Left to itself the kernel starts a burst of processes from one parent on one or two
+        // cores and takes up to a second to spread them (one migration every few dozen
+        // milliseconds), and an oversubscribed barrier waits for its most crowded core in
+        // every call.
         let start_core = if pin || cores.len() < 2 { None } else { Some(cores[rank % cores.len()]) };
         if let Some(c) = start_core {
             // Best effort: if the launcher cannot move, the rank starts wherever it is.

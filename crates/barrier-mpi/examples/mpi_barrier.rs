@@ -112,20 +112,36 @@ fn run(comm: &Communicator, counts: &Counts, iters: u64, base: u64, what: &str) 
     }
 }
 
-/// A set-up failure is agreed: every rank of `comm` gets an error. Each says its own (the rank
-/// where it happened says why), then all meet in MPI's barrier before they exit, so mpirun does
-/// not kill a rank for the first one's exit status before that rank has said why.
-fn setup_failed(comm: &impl barrier_mpi::mpi::traits::CommunicatorCollectives, e: &impl std::fmt::Display) -> ! {
-    eprintln!("mpi_barrier: rank {}: {e}", comm.rank());
-    comm.barrier();
-    std::process::exit(2);
+/// After a set-up failure every rank says its own error (the rank where it happened says why),
+/// then the ranks meet in MPI's barrier before they exit, so that mpirun does not kill a rank
+/// for the first one's exit status before that rank has said why. Most set-up failures are
+/// agreed (every rank gets one), but not all: the meeting gives up after a few seconds.
+fn setup_failed(
+    comm: &impl barrier_mpi::mpi::traits::CommunicatorCollectives,
+    world_rank: i32,
+    e: &impl std::fmt::Display,
+) -> ! {
+    eprintln!("mpi_barrier: rank {world_rank}: {e}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let mut meeting = comm.immediate_barrier();
+    loop {
+        match meeting.test() {
+            Ok(_) => std::process::exit(2),
+            Err(pending) if std::time::Instant::now() < deadline => {
+                meeting = pending;
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            // Exits with the request still pending (a dropped one would panic).
+            Err(_pending) => std::process::exit(2),
+        }
+    }
 }
 
 fn main() {
     let iters: u64 = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(1000);
     let universe = barrier_mpi::mpi::initialize().expect("MPI_Init");
     let world = universe.world();
-    let comm = Communicator::new(&world).unwrap_or_else(|e| setup_failed(&world, &e));
+    let comm = Communicator::new(&world).unwrap_or_else(|e| setup_failed(&world, world.rank(), &e));
     if comm.rank() == 0 {
         println!("mpi_barrier: {} ranks, {} nodes: {}", comm.size(), comm.num_nodes(), comm.describe());
     }
@@ -137,7 +153,7 @@ fn main() {
     // A split communicator: even and odd ranks, each with its own barrier communicator. The
     // counts of the other half stay put, so only this half's are checked.
     let half = world.split_by_color(barrier_mpi::mpi::topology::Color::with_value(world.rank() % 2)).expect("a color");
-    let sub = Communicator::new(&half).unwrap_or_else(|e| setup_failed(&half, &e));
+    let sub = Communicator::new(&half).unwrap_or_else(|e| setup_failed(&half, world.rank(), &e));
     let sub_counts = Counts::new(&half.split_shared(half.rank()));
     run(&sub, &sub_counts, iters / 2, 0, "a split communicator");
     drop(sub);

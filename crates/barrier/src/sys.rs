@@ -77,8 +77,9 @@ pub fn yield_now() {
     }
 }
 
-/// The CPU this thread is running on now (`sched_getcpu(3)`: glibc reads it from the rseq area
-/// or the vDSO, no system call), or `None` where the kernel cannot tell. Only ever a hint: the
+/// The CPU this thread is running on now (`sched_getcpu(3)`: recent glibc reads it from the
+/// rseq area or the vDSO without a system call; older ones on some architectures make one),
+/// or `None` where the kernel cannot tell. Only ever a hint: the
 /// thread may be moved right after.
 pub fn current_cpu() -> Option<u32> {
     // SAFETY: sched_getcpu takes no arguments and touches no caller memory.

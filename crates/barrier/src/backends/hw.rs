@@ -619,7 +619,7 @@ impl Backend for HwBackend {
         // One group: after its arrival a rank only waits for the device's release, so a rank
         // whose CPU holds no missing rank spins for it (see software::tail).
         if shape.chunks == 1 && tail::wanted(ctx) {
-            module.tail = TailSpin::new(region, q.rank, module.software.tail_limit, false);
+            module.tail = TailSpin::new(region, q.rank, module.software.tail_limit);
         }
         // From here on the module owns the attachments: an error below detaches them.
         let all = ctx.allgather(&report).map_err(coll)?;
@@ -1102,7 +1102,7 @@ impl Module for HwModule {
         self.record_arrival(epoch);
         if let Some(tail) = self.tail.as_deref_mut().filter(|_| self.degraded.is_none()) {
             // Whether this arrival completed the group is the device's to know; the last
-            // arriver finds no one missing and does not spin (TailSpin::new).
+            // arriver finds no one missing and does not spin.
             tail.arrived(epoch, false);
         }
         Ok(())

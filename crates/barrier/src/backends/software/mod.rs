@@ -216,7 +216,7 @@ impl Software {
         let mut module = SoftwareModule::new(ctx.region.clone(), ctx.query.rank, algo, arity, wakes);
         module.tail_limit = Duration::from_nanos(agreed >> 16);
         if algo == Algorithm::Central && tail::wanted(ctx) {
-            module.tail = tail::TailSpin::new(ctx.region, ctx.query.rank, module.tail_limit, true);
+            module.tail = tail::TailSpin::new(ctx.region, ctx.query.rank, module.tail_limit);
         }
         if ctx.query.nodes > 1 {
             module.route_over_fabric(ctx)?;
@@ -512,11 +512,12 @@ impl Module for SoftwareModule {
                 self.contributed = epoch;
                 let total = counter.fetch_add(add, Ordering::AcqRel) + add;
                 let complete = total == self.n * epoch;
-                if let Some(tail) = self.tail.as_deref_mut() {
-                    tail.arrived(epoch, complete);
-                }
                 if complete {
                     self.release.as_ref().expect("central release").signal(epoch, self.wake);
+                }
+                // After the release, so the completing rank's bookkeeping delays nobody.
+                if let Some(tail) = self.tail.as_deref_mut() {
+                    tail.arrived(epoch, complete);
                 }
             }
             Algorithm::Dissemination => {

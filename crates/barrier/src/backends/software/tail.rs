@@ -29,11 +29,16 @@
 //! after its own arrival, so one that is slow to do so (preempted, or the last arriver of an
 //! offload group, whose release the device stored while it was still in its arrival) may find
 //! the word already tagged `e + 1`: it leaves the word alone (its bit no longer matters) and
-//! does not spin, since it is released already or about to be. Tags compare modulo 2^16. The mask and the CPUs are hints and nothing
-//! completes on them: a wrong hint (a rank moved to this CPU since its last arrival, a tag
-//! 65536 epochs old) costs at most one bounded spin, after which the wait policy yields as
-//! before. A scan stops at the first missing rank on this CPU and is skipped when more than
-//! [`SCAN_LIMIT`] ranks are missing (early arrivers almost always share a CPU with one of them).
+//! does not spin, since it is released already or about to be. Tags compare modulo 2^16. The
+//! other way round, a rank that has arrived but not yet recorded itself looks missing: the
+//! others may decline a spin, or (if it runs elsewhere) spin a little for nothing.
+//!
+//! The mask and the CPUs are hints and nothing completes on them: a wrong hint (a rank moved to
+//! this CPU since its last arrival, a tag 65536 epochs old) costs at most one bounded spin
+//! (once per barrier), after which the wait policy yields as before. A scan stops at the first
+//! missing rank on this CPU and is skipped when more than [`SCAN_LIMIT`] ranks are missing
+//! (early arrivers almost always share a CPU with one of them). The central algorithm's
+//! completing rank records its CPU too, after its release, so that its hint stays fresh.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -68,8 +73,6 @@ pub struct TailSpin {
     cpus: Vec<Shared<CachePadded<AtomicU64>>>,
     /// The spin decided at this rank's last arrival.
     armed: bool,
-    /// Spin when no rank is missing at all (see [`TailSpin::new`]).
-    when_last: bool,
 }
 
 /// Whether a communicator wants the tail spin: its ranks park because they outnumber the
@@ -82,13 +85,8 @@ pub(crate) fn wanted(ctx: &crate::backend::EnableContext<'_>) -> bool {
 
 impl TailSpin {
     /// The hints of `rank` in `region`, or `None` where they do not apply (more than
-    /// [`MAX_RANKS`] ranks, a zero bound, nothing to wait for). `when_last`: whether a rank that
-    /// finds nobody missing spins too. Right for the central algorithm, where that rank is not
-    /// the one that completed, so the completing rank runs elsewhere and releases at once;
-    /// wrong for a device, where the rank that finds nobody missing is the last arriver and the
-    /// release is the device's work, which an emulator's engine does on some CPU (maybe this
-    /// one) and an inline device has already done.
-    pub(crate) fn new(region: &Region, rank: usize, limit: Duration, when_last: bool) -> Option<Box<TailSpin>> {
+    /// [`MAX_RANKS`] ranks, a zero bound, nothing to wait for).
+    pub(crate) fn new(region: &Region, rank: usize, limit: Duration) -> Option<Box<TailSpin>> {
         let n = region.size();
         if !(2..=MAX_RANKS).contains(&n) || limit.is_zero() {
             return None;
@@ -102,29 +100,35 @@ impl TailSpin {
             mask: at(region.tail_mask()),
             cpus: region.cpus().iter().map(|c| Shared::new(seg, seg.offset_of(c))).collect(),
             armed: false,
-            when_last,
         }))
     }
 
-    /// Called at every arrival at `epoch`, after the algorithm's own: `complete` if this rank
-    /// completed the barrier itself (it never waits, and nobody needs its bit).
+    /// Called at every arrival at `epoch`, after the algorithm's own (by the central
+    /// algorithm's completing rank after its release, with `complete`: it never waits, and
+    /// nobody needs its bit, only its CPU for later scans).
     #[inline]
     pub(crate) fn arrived(&mut self, epoch: u64, complete: bool) {
+        let cpu = crate::sys::current_cpu().map_or(0, |c| u64::from(c) + 1);
         if complete {
             self.armed = false;
+            self.record_cpu(cpu);
         } else {
-            self.arrived_on(epoch, crate::sys::current_cpu().map_or(0, |c| u64::from(c) + 1));
+            self.arrived_on(epoch, cpu);
+        }
+    }
+
+    /// Stores this rank's CPU only when it changed: ranks seldom move, and a line nobody writes
+    /// stays in every reader's cache, so the scans of the other ranks cost no cache misses.
+    fn record_cpu(&self, cpu: u64) {
+        let mine = &self.cpus[self.rank];
+        if mine.load(Ordering::Relaxed) != cpu {
+            mine.store(cpu, Ordering::Relaxed);
         }
     }
 
     /// [`TailSpin::arrived`] of a rank that waits, running on `cpu` (plus one; 0: not known).
     fn arrived_on(&mut self, epoch: u64, cpu: u64) {
-        // Stored only when it changed: ranks seldom move, and a line nobody writes stays in
-        // every reader's cache, so the scans of the other ranks cost no cache misses.
-        let mine = &self.cpus[self.rank];
-        if mine.load(Ordering::Relaxed) != cpu {
-            mine.store(cpu, Ordering::Relaxed);
-        }
+        self.record_cpu(cpu);
         let tag = epoch & TAG_MASK;
         let bit = 1u64 << self.rank;
         let mut seen = 0;
@@ -138,11 +142,11 @@ impl TailSpin {
             };
             Some(seen)
         });
+        // Nobody missing: this is an offload group's last arriver (a central completer never
+        // sets its bit), whose release is the device's work, which an inline device has done
+        // already and an emulator's engine may need this very CPU for. No spin.
         let missing = self.full & !seen;
-        self.armed = updated.is_ok()
-            && cpu != 0
-            && (missing != 0 || self.when_last)
-            && self.missing_elsewhere(missing, cpu);
+        self.armed = updated.is_ok() && cpu != 0 && missing != 0 && self.missing_elsewhere(missing, cpu);
     }
 
     /// How long to spin for the release of the epoch this rank last arrived at, if at all.
@@ -186,7 +190,7 @@ mod tests {
         let seg = Segment::anonymous(JobShape::local(3, 1), 1 << 20).unwrap();
         let region = Region::create(&seg, 3).unwrap();
         let limit = Duration::from_micros(50);
-        let mut tails: Vec<TailSpin> = (0..3).map(|r| *TailSpin::new(&region, r, limit, true).unwrap()).collect();
+        let mut tails: Vec<TailSpin> = (0..3).map(|r| *TailSpin::new(&region, r, limit).unwrap()).collect();
         // Ranks 0 and 1 on one CPU (1, plus one), rank 2 on another (2), as at earlier arrivals.
         let cpu = [1u64, 1, 2];
         for (r, c) in cpu.iter().enumerate() {
@@ -233,8 +237,8 @@ mod tests {
         let region = Region::create(&seg, 2).unwrap();
         region.cpus()[0].store(1, Ordering::Relaxed);
         region.cpus()[1].store(2, Ordering::Relaxed);
-        let mut first = TailSpin::new(&region, 0, DEFAULT_TAIL_SPIN, false).unwrap();
-        let mut last = TailSpin::new(&region, 1, DEFAULT_TAIL_SPIN, false).unwrap();
+        let mut first = TailSpin::new(&region, 0, DEFAULT_TAIL_SPIN).unwrap();
+        let mut last = TailSpin::new(&region, 1, DEFAULT_TAIL_SPIN).unwrap();
         first.arrived_on(1, 1);
         assert_eq!(first.spin(), Some(DEFAULT_TAIL_SPIN));
         last.arrived_on(1, 2);
@@ -245,12 +249,12 @@ mod tests {
     fn no_hints_where_they_cannot_help() {
         let seg = Segment::anonymous(JobShape::local(2, 1), 1 << 22).unwrap();
         let one = Region::create(&seg, 1).unwrap();
-        assert!(TailSpin::new(&one, 0, DEFAULT_TAIL_SPIN, true).is_none());
+        assert!(TailSpin::new(&one, 0, DEFAULT_TAIL_SPIN).is_none());
         let big = Region::create(&seg, MAX_RANKS + 1).unwrap();
-        assert!(TailSpin::new(&big, 0, DEFAULT_TAIL_SPIN, true).is_none());
+        assert!(TailSpin::new(&big, 0, DEFAULT_TAIL_SPIN).is_none());
         let two = Region::create(&seg, 2).unwrap();
-        assert!(TailSpin::new(&two, 0, Duration::ZERO, true).is_none());
-        let capped = TailSpin::new(&two, 1, Duration::from_secs(1), true).unwrap();
+        assert!(TailSpin::new(&two, 0, Duration::ZERO).is_none());
+        let capped = TailSpin::new(&two, 1, Duration::from_secs(1)).unwrap();
         assert_eq!(capped.limit, MAX_TAIL_SPIN);
     }
 
@@ -262,7 +266,7 @@ mod tests {
         assert!(missing_elsewhere(0b0010_1010, 1, cpu_of));
         // Rank 7 missing too, and rank 4, on CPU 0: no.
         assert!(!missing_elsewhere(0b1011_0000, 1, cpu_of));
-        // Nobody missing (the completing add was someone else's): the release is imminent.
+        // Nobody missing: vacuously true (arrived_on does not spin then).
         assert!(missing_elsewhere(0, 2, cpu_of));
         // A rank whose CPU is not known yet counts as here.
         assert!(!missing_elsewhere(0b10, 1, |_| 0));
