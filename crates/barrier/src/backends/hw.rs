@@ -1134,7 +1134,10 @@ impl Module for HwModule {
                         self.polls += 1;
                         let flag = self.dev.mmio.flag(a.flag_off);
                         let spin = self.tail.as_deref().and_then(|t| t.spin());
-                        return Ok(Poll::Pending { flag, target: base + epoch, recheck: Some(RECHECK), last: false, spin });
+                        // The plan's last wait: its flag reaching the target completes the
+                        // barrier (the next arrive resets the wait's bookkeeping).
+                        let last = self.step + 1 == self.plan.len();
+                        return Ok(Poll::Pending { flag, target: base + epoch, recheck: Some(RECHECK), last, spin });
                     } else if let Some(reason) = self.inspect(s, epoch) {
                         self.degrade(epoch, reason, true);
                     } else {
