@@ -111,6 +111,11 @@ for fault in open:1 join:2 internode:2; do
         fail "fault $fault: a communicator was served although a rank failed its set-up"
     fi
 done
+# A fault for a rank the job does not have cannot fire: said once, and the job runs as usual.
+run "fault out of range" ok "${MPIRUN[@]}" -np 3 -x BARRIER_MPI_NODE_BLOCK=1 -x BARRIER_MPI_FAULT=open:9 \
+    "$RUST_EXAMPLE" 100
+expect_text "fault out of range" "BARRIER_MPI_FAULT=open:9 will not fire: MPI_COMM_WORLD has 3 ranks"
+expect_text "fault out of range" "checked barriers on hierarchical"
 # With the backends named (and mpi not among them) the same failure is an error on every rank.
 run "fault, forced backend" fail "${MPIRUN[@]}" -np 4 -x BARRIER_MPI_NODE_BLOCK=2 -x BARRIER_BACKEND=dissemination \
     -x BARRIER_MPI_FAULT=open:1 "$RUST_EXAMPLE" 300

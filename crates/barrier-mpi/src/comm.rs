@@ -320,6 +320,19 @@ impl Communicator {
         let internode_runs = roots.is_some() && self.nodes > 1;
         drop(roots);
         let internode = self.agree(internode.transpose(), world_rank, "set up the internode phase over MPI")?;
+        // A fault for a rank the job does not have: said by world rank 0, once per process.
+        static OUT_OF_RANGE_SAID: std::sync::Once = std::sync::Once::new();
+        if let Some((stage, rank)) = agreed.fault.as_ref().filter(|_| world_rank == 0) {
+            let world = raw::size(raw::comm_world()).unwrap_or(usize::MAX);
+            if *rank >= world {
+                OUT_OF_RANGE_SAID.call_once(|| {
+                    barrier::sys::say(&format!(
+                        "barrier-mpi: {FAULT}={stage}:{rank} will not fire: MPI_COMM_WORLD has {world} ranks (0 to {})",
+                        world - 1
+                    ))
+                });
+            }
+        }
         if let Some((stage, _)) = agreed.fault.as_ref().filter(|(_, r)| *r == world_rank) {
             // A test that injects a fault which cannot fire must not pass for the wrong reason.
             let never = match stage.as_str() {
