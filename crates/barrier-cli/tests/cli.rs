@@ -318,7 +318,22 @@ fn sigterm_stops_a_large_start_up_at_once() {
     let out = child.wait_with_output().unwrap();
     assert!(start.elapsed() < Duration::from_millis(1500), "took {:?} after SIGTERM", start.elapsed());
     assert_eq!(out.status.code(), Some(128 + 15));
-    assert!(wait_until(Duration::from_secs(5), || processes_with("sleep 29").is_empty()), "ranks left running");
+    // Killed ranks are gone at once; the margin is for a loaded machine (other tests run
+    // beside this one). Any left are described, for whoever meets a failure here.
+    if !wait_until(Duration::from_secs(10), || processes_with("sleep 29").is_empty()) {
+        let left: Vec<String> = processes_with("sleep 29")
+            .iter()
+            .map(|pid| {
+                let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+                let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+                format!("{pid}: stat {stat:.120} cmdline {:?}", String::from_utf8_lossy(&cmd).replace('\0', " "))
+            })
+            .collect();
+        panic!(
+            "ranks left running 10 s after the launcher ended: {left:#?}\nlauncher stderr: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }
 
 #[test]
