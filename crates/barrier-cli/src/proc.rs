@@ -49,9 +49,14 @@ pub fn try_reap(pid: u32) -> Option<libc::c_int> {
 /// Blocks until child `pid` ends and reaps it.
 pub fn reap(pid: u32) {
     let mut status: libc::c_int = 0;
-    // SAFETY: as in `try_reap`; blocking is wanted here (the child was just killed).
-    unsafe {
-        libc::waitpid(pid as libc::pid_t, &mut status, 0);
+    loop {
+        // SAFETY: as in `try_reap`; blocking is wanted here (the child was just killed).
+        let rc = unsafe { libc::waitpid(pid as libc::pid_t, &mut status, 0) };
+        // A signal handled meanwhile (the launcher's handlers do not restart calls) must not
+        // end the wait before the child is gone.
+        if rc != -1 || io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            return;
+        }
     }
 }
 
