@@ -231,12 +231,17 @@ fn the_emu_daemon_serves_several_jobs_and_removes_its_device() {
 }
 
 /// Processes whose command line contains `needle` (their pids).
+/// Process `pid`'s command line, arguments separated (and ended) by spaces.
+fn cmdline(pid: u32) -> String {
+    let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    String::from_utf8_lossy(&cmd).replace('\0', " ")
+}
+
 fn processes_with(needle: &str) -> Vec<u32> {
     let mut found = Vec::new();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
         let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
-        let Ok(cmd) = std::fs::read(entry.path().join("cmdline")) else { continue };
-        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+        let cmd = cmdline(pid);
         if cmd.contains(needle) && !cmd.contains("sh -c") {
             found.push(pid);
         }
@@ -310,7 +315,11 @@ fn a_job_too_large_for_the_machine_is_refused_with_the_limit() {
 fn sigterm_stops_a_large_start_up_at_once() {
     let (limit, _) = barrier_cli::proc::max_ranks();
     let n = limit.saturating_sub(64).min(5000).to_string();
-    let child = barrier().args(["run", "-n", &n, "--", "sleep", "29"]).stderr(Stdio::piped()).spawn().unwrap();
+    // A duration no other process on the machine has (a shell's `sleep 295` matched "sleep 29"
+    // once and failed this test).
+    let nap = format!("29.{:06}", std::process::id() % 1_000_000);
+    let ours = format!("sleep {nap} ");
+    let child = barrier().args(["run", "-n", &n, "--", "sleep", &nap]).stderr(Stdio::piped()).spawn().unwrap();
     std::thread::sleep(Duration::from_millis(300));
     let start = Instant::now();
     // SAFETY: kill has no memory-safety preconditions.
@@ -320,13 +329,13 @@ fn sigterm_stops_a_large_start_up_at_once() {
     assert_eq!(out.status.code(), Some(128 + 15));
     // Killed ranks are gone at once; the margin is for a loaded machine (other tests run
     // beside this one). Any left are described, for whoever meets a failure here.
-    if !wait_until(Duration::from_secs(10), || processes_with("sleep 29").is_empty()) {
-        let left: Vec<String> = processes_with("sleep 29")
+    let left_running = || processes_with(&ours).into_iter().filter(|&pid| cmdline(pid) == ours).collect::<Vec<_>>();
+    if !wait_until(Duration::from_secs(10), || left_running().is_empty()) {
+        let left: Vec<String> = left_running()
             .iter()
             .map(|pid| {
                 let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-                let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-                format!("{pid}: stat {stat:.120} cmdline {:?}", String::from_utf8_lossy(&cmd).replace('\0', " "))
+                format!("{pid}: stat {stat:.120} cmdline {:?}", cmdline(*pid))
             })
             .collect();
         panic!(
