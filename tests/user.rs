@@ -11,9 +11,12 @@ use common::faults;
 
 #[test]
 fn a_bad_software_setting_is_reported_as_that_setting() {
-    for (name, value) in
-        [("BARRIER_SW_ALGORITHM", "bubble"), ("BARRIER_TREE_ARITY", "1"), ("BARRIER_SW_TAIL_SPIN", "briefly")]
-    {
+    for (name, value) in [
+        ("BARRIER_SW_ALGORITHM", "bubble"),
+        ("BARRIER_TREE_ARITY", "1"),
+        ("BARRIER_SW_TAIL_SPIN", "briefly"),
+        ("BARRIER_SW_TAIL_SPIN", "2s"),
+    ] {
         let err = Job::new(2).params(Params::defaults_only().set(name, value)).run(|_| ()).unwrap_err().to_string();
         assert!(err.contains(name) && err.contains(value), "{err}");
         assert!(!err.contains("BARRIER_BACKEND"), "the internal communicator's settings leaked: {err}");

@@ -283,7 +283,9 @@ pub fn launch(spec: &JobSpec) -> Result<JobReport, LaunchError> {
             // Best effort: if the launcher cannot move, the rank starts wherever it is.
             let _ = barrier::sys::set_affinity(&[c]);
         }
-        let launcher_mask = whole_mask;
+        // The mask the child takes before its exec: its pinned core, or the launcher's whole
+        // mask back after starting on `start_core` (built here: nothing may allocate there).
+        let exec_mask = core.map(|c| barrier::sys::cpu_set(&[c])).or(start_core.map(|_| whole_mask));
         // SAFETY: the closure runs in the child between fork and exec and only makes
         // async-signal-safe system calls (prctl, getppid, setpgid, fcntl, sched_setaffinity,
         // _exit); it allocates nothing.
@@ -300,12 +302,8 @@ pub fn launch(spec: &JobSpec) -> Result<JobReport, LaunchError> {
                     let flags = libc::fcntl(fd, libc::F_GETFD);
                     libc::fcntl(fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC);
                 }
-                if let Some(core) = core {
-                    let mut set: libc::cpu_set_t = std::mem::zeroed();
-                    libc::CPU_SET(core, &mut set);
-                    libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
-                } else if start_core.is_some() {
-                    libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &launcher_mask);
+                if let Some(mask) = &exec_mask {
+                    libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), mask);
                 }
                 Ok(())
             });

@@ -34,6 +34,8 @@ pub enum ParamKind {
     },
     /// A duration (`30s`, `500ms`, `2.5`); `0` or `none` disables.
     Duration,
+    /// A duration of at most this long; `0` or `none` disables.
+    DurationAtMost(std::time::Duration),
     /// One of these words (case-insensitive).
     Choice(&'static [&'static str]),
     /// A comma-separated list of backend names.
@@ -49,6 +51,9 @@ impl ParamKind {
             ParamKind::Int { min, max } => format!("an integer from {min} to {max}, or auto"),
             ParamKind::Duration => {
                 "a duration like 30s, 500ms, 100us, 2m or 2.5 (seconds); 0 or none to disable".into()
+            }
+            ParamKind::DurationAtMost(max) => {
+                format!("a duration of at most {max:?} (like 500us); 0 or none to disable")
             }
             ParamKind::Choice(words) => format!("one of {}", words.join(", ")),
             ParamKind::BackendList => "comma-separated backend names".into(),
@@ -269,6 +274,7 @@ impl Params {
                 text.eq_ignore_ascii_case("auto") || text.parse::<i64>().is_ok_and(|v| (*min..=*max).contains(&v))
             }
             ParamKind::Duration => self.duration(&info.name).is_ok(),
+            ParamKind::DurationAtMost(max) => self.duration(&info.name).is_ok_and(|d| d.is_none_or(|d| d <= *max)),
             ParamKind::Choice(words) => words.iter().any(|w| w.eq_ignore_ascii_case(text)),
             ParamKind::BackendList => {
                 let known: Vec<&str> = crate::selector::backends().iter().map(|b| b.name()).collect();
@@ -431,6 +437,7 @@ mod tests {
             ("BARRIER_SW_ALGORITHM", "bubble"),
             ("BARRIER_TREE_ARITY", "1"),
             ("BARRIER_SW_TAIL_SPIN", "briefly"),
+            ("BARRIER_SW_TAIL_SPIN", "2s"),
             ("BARRIER_SWITCH_WATCHDOG", "soon"),
             ("BARRIER_STALL_REPORT", "-3s"),
         ];

@@ -79,8 +79,8 @@ pub fn yield_now() {
 
 /// The CPU this thread is running on now (`sched_getcpu(3)`: recent glibc reads it from the
 /// rseq area or the vDSO without a system call; older ones on some architectures make one),
-/// or `None` where the kernel cannot tell. Only ever a hint: the
-/// thread may be moved right after.
+/// or `None` where the kernel cannot tell. Only ever a hint: the thread may be moved right
+/// after.
 pub fn current_cpu() -> Option<u32> {
     // SAFETY: sched_getcpu takes no arguments and touches no caller memory.
     let cpu = unsafe { libc::sched_getcpu() };

@@ -145,7 +145,7 @@ impl Backend for Software {
                 "50us",
                 "Central algorithm and one-group hardware offload, more ranks than cores: how long a rank whose CPU holds no missing rank spins for the release before it yields (at most 1ms; 0 disables).",
             )
-            .kind(ParamKind::Duration),
+            .kind(ParamKind::DurationAtMost(tail::MAX_TAIL_SPIN)),
         ]
     }
 
@@ -169,13 +169,14 @@ impl Backend for Software {
     }
 }
 
-/// `BARRIER_SW_TAIL_SPIN`, at most [`tail::MAX_TAIL_SPIN`].
+/// `BARRIER_SW_TAIL_SPIN`: the default when unset, zero when turned off. Values above
+/// [`tail::MAX_TAIL_SPIN`] are refused by the parameter check (`ParamKind::DurationAtMost`)
+/// before any backend is asked, and capped here for callers that skipped it.
 fn tail_spin(params: &crate::params::Params) -> Result<Duration, Error> {
-    let spin = params.duration("BARRIER_SW_TAIL_SPIN")?;
-    Ok(match params.get("BARRIER_SW_TAIL_SPIN") {
-        None => tail::DEFAULT_TAIL_SPIN,
-        Some(_) => spin.unwrap_or(Duration::ZERO).min(tail::MAX_TAIL_SPIN),
-    })
+    if params.get("BARRIER_SW_TAIL_SPIN").is_none() {
+        return Ok(tail::DEFAULT_TAIL_SPIN);
+    }
+    Ok(params.duration("BARRIER_SW_TAIL_SPIN")?.unwrap_or(Duration::ZERO).min(tail::MAX_TAIL_SPIN))
 }
 
 /// Across nodes only put-based dissemination runs: every flag is written by one peer and read
