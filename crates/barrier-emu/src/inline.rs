@@ -135,7 +135,7 @@ fn serve(engines: &mut Vec<(u64, Engine, u64)>, path: &Path, instance: u64, map:
                     e.dev.file().is_some_and(|f| barrier::sys::flock_held(std::os::fd::AsRawFd::as_raw_fd(f)))
                 });
                 let engine =
-                    Engine::new(Dev::Mapped(mmio), Config::new(map).inline(), Arc::new(AtomicBool::new(false)));
+                    Engine::new(Dev::mapped(mmio), Config::new(map).inline(), Arc::new(AtomicBool::new(false)));
                 engines.push((instance, engine, 0));
                 engines.len() - 1
             }

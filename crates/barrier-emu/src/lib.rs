@@ -193,7 +193,7 @@ impl Emulator {
             let stop = stop.clone();
             std::thread::Builder::new()
                 .name(format!("emu-{}", config.map.kind))
-                .spawn(move || Engine::new(Dev::Own(device), config, stop).run())
+                .spawn(move || Engine::new(Dev::own(device), config, stop).run())
                 .expect("spawning the emulator thread")
         };
         Emulator { device, stop, engine: Some(engine) }
@@ -262,20 +262,29 @@ fn bump_doorbell(dev: &barrier::mmio::Mmio) {
 }
 
 /// The device memory an engine works on: its own device file (an engine with a thread), or a
-/// mapping of another process's device file (an inline engine in a rank).
-enum Dev {
-    Own(Arc<DeviceFile>),
-    Mapped(barrier::mmio::Mmio),
+/// mapping of another process's device file (an inline engine in a rank). Registers are reached
+/// through `mmio` either way (a handle on the same mapping), without a branch per access.
+struct Dev {
+    mmio: barrier::mmio::Mmio,
+    /// The device file this engine serves, when it is the emulator's own.
+    own: Option<Arc<DeviceFile>>,
+}
+
+impl Dev {
+    fn own(file: Arc<DeviceFile>) -> Dev {
+        Dev { mmio: file.share(), own: Some(file) }
+    }
+
+    fn mapped(mmio: barrier::mmio::Mmio) -> Dev {
+        Dev { mmio, own: None }
+    }
 }
 
 impl std::ops::Deref for Dev {
     type Target = barrier::mmio::Mmio;
     #[inline]
     fn deref(&self) -> &barrier::mmio::Mmio {
-        match self {
-            Dev::Own(file) => file,
-            Dev::Mapped(mmio) => mmio,
-        }
+        &self.mmio
     }
 }
 
@@ -290,14 +299,18 @@ struct Group {
     /// ERROR was raised; the group stays failed until RESET or until it is freed.
     failed: bool,
     members: Vec<usize>,
+    /// Each member id's index in `members` (and `release`), [`NOT_A_MEMBER`] for the others;
+    /// empty for a group that is not running.
+    index: Vec<u32>,
     mask: Vec<u64>,
     /// The one MEMBER_MASK word that holds every member, if there is one: then the arrival
     /// that fills that ARRIVED_MASK word completes the epoch; otherwise ARRIVAL_COUNT decides.
     single_word: Option<usize>,
-    /// DMA offset of each member's release flag and the IOMMU entry that maps it.
-    release: Vec<(u64, usize)>,
-    /// Duplicate releases to send at the next pass: (dma offset, epoch).
-    duplicates: Vec<(u64, u64)>,
+    /// Each member's release target: the DMA offset of its flag and the offset of the state
+    /// word of the IOMMU entry that maps it.
+    release: Vec<(u64, u64)>,
+    /// Duplicate releases to send at the next release: (DMA offset, IOMMU state word, epoch).
+    duplicates: Vec<(u64, u64, u64)>,
 }
 
 /// Device offsets of a group's registers that every barrier touches, worked out once per
@@ -341,9 +354,14 @@ impl RegsAt {
 impl Group {
     /// A configured, running group (the threaded engine configured it, or an inline engine
     /// adopted it).
-    fn running(owner: u64, mask: Vec<u64>, members: Vec<usize>, release: Vec<(u64, usize)>) -> Self {
+    fn running(owner: u64, mask: Vec<u64>, members: Vec<usize>, release: Vec<(u64, u64)>) -> Self {
         let used: Vec<usize> = (0..mask.len()).filter(|&w| mask[w] != 0).collect();
+        let mut index = vec![NOT_A_MEMBER; members.last().map_or(0, |&m| m + 1)];
+        for (i, &member) in members.iter().enumerate() {
+            index[member] = i as u32;
+        }
         Group {
+            index,
             owner,
             enabled: true,
             failed: false,
@@ -364,6 +382,9 @@ fn served(ctl: u64, st: u64) -> bool {
         && st & status::READY != 0
         && st & status::ERROR == 0
 }
+
+/// [`Group::index`] of an id that is not a member.
+const NOT_A_MEMBER: u32 = u32::MAX;
 
 /// The identity word of an arrival slot whose message the device has taken. Member ids stay
 /// below 2^32 - 1, so no message carries it: a message is taken once.
@@ -614,13 +635,15 @@ impl Engine {
     }
 
     /// Where each of `members` of group `g` is released (its RELEASE_TABLE entry translated:
-    /// DMA offset, IOMMU entry); `None` if any entry does not translate.
-    fn release_targets(&self, g: usize, members: &[usize]) -> Option<Vec<(u64, usize)>> {
+    /// DMA offset, and the state word of the IOMMU entry that maps it, which every release
+    /// checks again); `None` if any entry does not translate.
+    fn release_targets(&self, g: usize, members: &[usize]) -> Option<Vec<(u64, u64)>> {
         let m = self.map;
         members
             .iter()
             .map(|&member| {
-                self.translate(self.dev.group_word(m, g, &m.group.release_table, member).load(Ordering::Acquire))
+                let iova = self.dev.group_word(m, g, &m.group.release_table, member).load(Ordering::Acquire);
+                self.translate(iova).map(|(off, entry)| (off, m.iommu_entry(entry) + 24))
             })
             .collect()
     }
@@ -751,8 +774,9 @@ impl Engine {
     }
 
     /// Member `member`'s index in group `g`'s member list (and release table).
+    #[inline]
     fn member_index(&self, g: usize, member: usize) -> Option<usize> {
-        self.groups[g].members.binary_search(&member).ok()
+        self.groups[g].index.get(member).filter(|&&i| i != NOT_A_MEMBER).map(|&i| i as usize)
     }
 
     /// Whether group `g` is still the running group this engine knows (same owner, enabled,
@@ -835,28 +859,31 @@ impl Engine {
     /// Completes group `g`'s epoch `epoch`: clears the arrival state for the next epoch,
     /// records COMPLETED_EPOCH and stores the epoch into every member's release flag.
     fn release(&mut self, g: usize, epoch: u64) {
-        let m = self.map;
         let at = self.regs[g];
         let plain = self.plain;
-        let faults = self.config.faults;
-        if !plain && !faults.slow_engine.is_zero() {
-            std::thread::sleep(faults.slow_engine);
+        if !plain && !self.config.faults.slow_engine.is_zero() {
+            std::thread::sleep(self.config.faults.slow_engine);
         }
         let interrupt = self.dev.word(at.control).load(Ordering::Acquire) & control::INTERRUPT_EN != 0;
         // Late duplicates of the previous barrier's releases go out first (harmless by design:
-        // a duplicate never moves a flag backwards, nor past what the device completed).
+        // a duplicate never moves a flag backwards, nor past what the device completed), to
+        // flags that are still mapped.
         if !self.groups[g].duplicates.is_empty() {
-            for (off, e) in std::mem::take(&mut self.groups[g].duplicates) {
+            for (off, iommu_state, e) in std::mem::take(&mut self.groups[g].duplicates) {
+                if self.dev.word(iommu_state).load(Ordering::Acquire) & 0xff != IOMMU_VALID {
+                    continue;
+                }
                 self.dev.flag(off).raise(e, interrupt);
             }
         }
         // The next epoch's arrival state is cleared before any member is released: a member
         // sends its next arrival only after its release, so none is ever cleared here.
-        let mask = self.dev.words(at.arrived_mask, self.groups[g].mask.len());
-        match self.groups[g].single_word {
-            Some(w) => mask[w].store(0, Ordering::Relaxed),
+        let group = &self.groups[g];
+        match group.single_word {
+            Some(w) => self.dev.word(at.arrived_mask + 8 * w as u64).store(0, Ordering::Relaxed),
             None => {
-                for (word, &members) in mask.iter().zip(&self.groups[g].mask) {
+                let mask = self.dev.words(at.arrived_mask, group.mask.len());
+                for (word, &members) in mask.iter().zip(&group.mask) {
                     if members != 0 {
                         word.store(0, Ordering::Relaxed);
                     }
@@ -871,20 +898,60 @@ impl Engine {
         if st.load(Ordering::Acquire) != done {
             st.store(done, Ordering::Release);
         }
-        let mut sent = 0;
+        let members = group.members.len() as u64;
+        // Each store re-checks the IOMMU entry: an unmapped flag must never be written.
+        let sent = if plain {
+            let mut sent = Some(0);
+            for &(off, iommu_state) in &group.release {
+                if self.dev.word(iommu_state).load(Ordering::Acquire) & 0xff != IOMMU_VALID {
+                    sent = None;
+                    break;
+                }
+                // A plain store: a read-modify-write would hold the completing rank until the
+                // line, which the member is polling, came over. A member that waits on this
+                // group cannot pass this epoch before this store, so its flag only moves
+                // forward. One that does not wait on it (a non-leader of a gather group in a
+                // tree) can have the group complete again, by another rank, while this store
+                // is delayed, and then see its flag go back one epoch for a moment: nothing
+                // waits on that flag, the device uses it only as a hint it checks against
+                // COMPLETED_EPOCH, and EPOCH_BASE takes the maximum over the members, whose
+                // leader's flag is exact.
+                self.dev.flag(off).signal(epoch, interrupt);
+                sent = sent.map(|n| n + 1);
+            }
+            sent
+        } else {
+            self.modelled_release_stores(g, epoch, interrupt)
+        };
+        let Some(sent) = sent else {
+            self.fail(g, error_code::IOMMU_FAULT);
+            return;
+        };
+        // Arrivals are counted here, all at once.
+        self.tally(members, sent, 1, 0);
+        if !plain {
+            self.after_modelled_release();
+        }
+    }
+
+    /// The release stores of a device with latency or faults configured: each store waits its
+    /// latency, may be lost or sent twice. The stores sent, or `None` at a target that is not
+    /// mapped any more (the caller fails the group).
+    #[cold]
+    fn modelled_release_stores(&mut self, g: usize, epoch: u64, interrupt: bool) -> Option<u64> {
+        let m = self.map;
+        let faults = self.config.faults;
         let delay = self.config.latency.per_hop + self.config.latency.per_member;
+        let mut sent = 0;
         for i in 0..self.groups[g].release.len() {
-            let (off, entry) = self.groups[g].release[i];
-            if !plain && !delay.is_zero() {
+            let (off, iommu_state) = self.groups[g].release[i];
+            if !delay.is_zero() {
                 spin_for(delay);
             }
-            // Re-check the IOMMU entry: an unmapped flag must never be written.
-            let state = self.dev.word(m.iommu_entry(entry) + 24).load(Ordering::Acquire);
-            if state & 0xff != IOMMU_VALID {
-                self.fail(g, error_code::IOMMU_FAULT);
-                return;
+            if self.dev.word(iommu_state).load(Ordering::Acquire) & 0xff != IOMMU_VALID {
+                return None;
             }
-            if !plain && self.chance(faults.drop_release) {
+            if self.chance(faults.drop_release) {
                 tracing::debug!(
                     device = m.kind,
                     group = g,
@@ -894,23 +961,21 @@ impl Engine {
                 );
                 continue;
             }
-            // A plain store: a read-modify-write would hold the completing rank until the
-            // line, which the member is polling, came over. A member that waits on this group
-            // cannot pass this epoch before this store, so its flag only moves forward. One
-            // that does not wait on it (a non-leader of a gather group in a tree) can have the
-            // group complete again, by another rank, while this store is delayed, and then see
-            // its flag go back one epoch for a moment: nothing waits on that flag, the device
-            // uses it only as a hint it checks against COMPLETED_EPOCH, and EPOCH_BASE takes
-            // the maximum over the members, whose leader's flag is exact.
             self.dev.flag(off).signal(epoch, interrupt);
             sent += 1;
-            if !plain && self.chance(faults.duplicate_release) {
-                self.groups[g].duplicates.push((off, epoch));
+            if self.chance(faults.duplicate_release) {
+                self.groups[g].duplicates.push((off, iommu_state, epoch));
             }
         }
-        // Arrivals are counted here, all at once.
-        self.tally(self.groups[g].members.len() as u64, sent, 1, 0);
-        if !plain && (faults.stick_error_after.is_some() || faults.vanish_after.is_some()) {
+        Some(sent)
+    }
+
+    /// The device-wide faults that follow a release (a sticky ERROR, vanishing) when their
+    /// barrier count is reached.
+    #[cold]
+    fn after_modelled_release(&mut self) {
+        let faults = self.config.faults;
+        if faults.stick_error_after.is_some() || faults.vanish_after.is_some() {
             let barriers = self.dev.word(global::BARRIERS.offset).load(Ordering::Relaxed);
             if faults.stick_error_after.is_some_and(|n| barriers >= n) {
                 self.error_stuck = true;
@@ -949,7 +1014,7 @@ impl Engine {
     fn collect_garbage(&mut self) {
         self.last_gc = Instant::now();
         let m = self.map;
-        let Dev::Own(file) = &self.dev else { return };
+        let Some(file) = &self.dev.own else { return };
         let fd = file.raw_fd();
         let in_use = |g: usize| {
             barrier::sys::ofd_held(fd, m.claim_lock(g), 1)
@@ -1019,7 +1084,7 @@ mod tests {
     fn a_crafted_iommu_entry_near_the_top_of_the_address_space_does_not_translate() {
         let map = &barrier_hw::SWITCH;
         let dev = Arc::new(DeviceFile::create_private(map).unwrap());
-        let engine = Engine::new(Dev::Own(dev.clone()), Config::new(map), Arc::new(AtomicBool::new(false)));
+        let engine = Engine::new(Dev::own(dev.clone()), Config::new(map), Arc::new(AtomicBool::new(false)));
         let e = map.iommu_entry(0);
         let start = u64::MAX - 64;
         // A window that wraps past 2^64 onto a DMA offset: unchecked, `iova + FLAG_BYTES`
@@ -1034,5 +1099,72 @@ mod tests {
         dev.word(e).store(barrier_hw::IOVA_BASE, Ordering::Relaxed);
         dev.word(e + 8).store(FLAG_BYTES, Ordering::Relaxed);
         assert_eq!(engine.translate(barrier_hw::IOVA_BASE), Some((map.dma_base, 0)));
+    }
+
+    /// Sets up group `g` of `dev` as a driver would: `members` members, each released through
+    /// IOMMU entry `m` onto its own flag line.
+    fn configure_by_hand(dev: &DeviceFile, g: usize, members: usize) {
+        let map = dev.map();
+        for m in 0..members {
+            let e = map.iommu_entry(m);
+            let iova = barrier_hw::IOVA_BASE + m as u64 * FLAG_BYTES;
+            dev.word(e).store(iova, Ordering::Relaxed);
+            dev.word(e + 8).store(FLAG_BYTES, Ordering::Relaxed);
+            dev.word(e + 16).store(map.release_flag(g, m), Ordering::Relaxed);
+            dev.word(e + 24).store(IOMMU_VALID, Ordering::Release);
+            dev.group_word(map, g, &map.group.release_table, m).store(iova, Ordering::Relaxed);
+        }
+        dev.group_word(map, g, &map.group.member_mask, 0).store((1 << members) - 1, Ordering::Relaxed);
+        dev.group_store(map, g, &map.group.member_count, members as u64);
+        dev.group_store(map, g, &map.group.owner, 0x5eed);
+        dev.group_store(map, g, &map.group.control, control::ENABLE | control::ARM);
+    }
+
+    /// Writes member `m`'s arrival message for `epoch` into its slot, as a driver does.
+    fn arrive_by_hand(dev: &DeviceFile, g: usize, m: usize, epoch: u64) {
+        let map = dev.map();
+        let msg = barrier_hw::Message {
+            msg_type: barrier_hw::MessageType::Arrive,
+            group_id: g as u32,
+            member_id: m as u32,
+            sequence: epoch as u32,
+            timestamp: 0,
+            target_addr: 0,
+            store_value: map.encoding.encode(m as u32, epoch as u32),
+        };
+        for (w, v) in dev.words(map.arrival_slot(g, m), 5).iter().zip(msg.to_words()) {
+            w.store(v, Ordering::Release);
+        }
+    }
+
+    #[test]
+    fn a_release_target_unmapped_after_configuration_fails_the_group_and_its_flag_stays() {
+        for faults in [Faults::default(), Faults { duplicate_release: 0.5, seed: 7, ..Faults::default() }] {
+            let map = &barrier_hw::GBA;
+            let dev = Arc::new(DeviceFile::create_private(map).unwrap());
+            let config = Config { faults, ..Config::new(map) };
+            let mut engine = Engine::new(Dev::own(dev.clone()), config, Arc::new(AtomicBool::new(false)));
+            let (g, members) = (3, 3);
+            configure_by_hand(&dev, g, members);
+            engine.refresh();
+            assert_eq!(engine.plain, faults == Faults::default());
+            let flag = |m: usize| dev.flag(map.release_flag(g, m)).load();
+            for m in 0..members {
+                arrive_by_hand(&dev, g, m, 1);
+                let taken = engine.take_arrival(g, m, Claim::Swap);
+                assert_eq!(taken, if m + 1 == members { Taken::Completed } else { Taken::Arrival });
+            }
+            assert_eq!((0..members).map(flag).collect::<Vec<_>>(), [1, 1, 1]);
+            // Member 1's flag is unmapped (its driver detached) while the group still runs.
+            dev.word(map.iommu_entry(1) + 24).store(IOMMU_FREE, Ordering::Release);
+            for m in 0..members {
+                arrive_by_hand(&dev, g, m, 2);
+                engine.take_arrival(g, m, Claim::Swap);
+            }
+            assert_eq!(flag(1), 1, "an unmapped release flag was written ({faults:?})");
+            assert_eq!(engine.reg(g, &map.group.error_code), error_code::IOMMU_FAULT, "{faults:?}");
+            assert_ne!(engine.reg(g, &map.group.status) & status::ERROR, 0, "{faults:?}");
+            assert!(!engine.groups[g].enabled);
+        }
     }
 }

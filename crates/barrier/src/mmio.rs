@@ -99,6 +99,13 @@ fn shared_mapping(file: &std::fs::File, len: usize) -> std::io::Result<std::sync
     Ok(mapping)
 }
 
+#[cold]
+#[inline(never)]
+#[track_caller]
+fn bad_offset(offset: u64) -> ! {
+    panic!("device offset {offset:#x} out of range or misaligned")
+}
+
 impl Mmio {
     /// Maps `len` bytes of the device file at `path` and keeps the file open.
     pub fn open(path: &Path, len: u64) -> std::io::Result<Mmio> {
@@ -110,17 +117,31 @@ impl Mmio {
                 format!("{} is {have} bytes, smaller than the device's {len}", path.display()),
             ));
         }
-        Ok(Mmio::new(shared_mapping(&file, len as usize)?, Some(file)))
+        Mmio::new(shared_mapping(&file, len as usize)?, Some(file))
     }
 
-    fn new(mapping: std::sync::Arc<Mapping>, file: Option<std::fs::File>) -> Mmio {
+    fn new(mapping: std::sync::Arc<Mapping>, file: Option<std::fs::File>) -> std::io::Result<Mmio> {
+        // `at` relies on this: `len - size` never wraps for any register it hands out.
+        if mapping.len() < std::mem::size_of::<Flag>() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("a device mapping of {} bytes is too small to hold a register", mapping.len()),
+            ));
+        }
         let base = std::ptr::NonNull::new(mapping.as_ptr()).expect("a mapping is never at address 0");
-        Mmio { base, len: mapping.len() as u64, _mapping: mapping, file }
+        Ok(Mmio { base, len: mapping.len() as u64, _mapping: mapping, file })
     }
 
     /// Maps `len` bytes of an open descriptor (its owner keeps it open).
     pub fn from_fd(fd: std::os::fd::RawFd, len: u64) -> std::io::Result<Mmio> {
-        Ok(Mmio::new(std::sync::Arc::new(Mapping::map_fd(fd, len as usize)?), None))
+        Mmio::new(std::sync::Arc::new(Mapping::map_fd(fd, len as usize)?), None)
+    }
+
+    /// Another handle on the same mapping, without the open file (and so without its locks):
+    /// for code that keeps the file elsewhere and wants register access without going
+    /// through it.
+    pub fn share(&self) -> Mmio {
+        Mmio { base: self.base, len: self.len, _mapping: self._mapping.clone(), file: None }
     }
 
     /// The open device file, if this mapping keeps one.
@@ -140,11 +161,14 @@ impl Mmio {
 
     #[inline]
     fn at<T>(&self, offset: u64, align: u64) -> *const T {
+        // Every register type fits in a Flag, the least a mapping holds (see `new`).
+        const { assert!(std::mem::size_of::<T>() <= std::mem::size_of::<Flag>()) };
         let size = std::mem::size_of::<T>() as u64;
-        assert!(
-            offset.is_multiple_of(align) && offset.checked_add(size).is_some_and(|end| end <= self.len),
-            "device offset {offset:#x} out of range or misaligned"
-        );
+        // One test for both: an offset past `len - size` (which cannot wrap: `new` makes
+        // sure a mapping holds the largest register) or with low bits set is refused.
+        if offset > self.len - size || offset & (align - 1) != 0 {
+            bad_offset(offset);
+        }
         // The address stays inside the mapping (checked above), which `self._mapping` keeps
         // mapped for as long as `self` lives.
         self.base.as_ptr().wrapping_add(offset as usize) as *const T
@@ -222,5 +246,70 @@ impl Mmio {
     pub fn flag(&self, offset: u64) -> &Flag {
         // SAFETY: bounds and line alignment checked by `at`; a Flag is atomics only.
         unsafe { &*self.at::<Flag>(offset, barrier_hw::FLAG_BYTES) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A scratch file of `len` bytes, mapped (the file is removed at once; the mapping keeps
+    /// it). Each call has a file of its own: tests run in parallel.
+    fn mapped(len: u64) -> std::io::Result<Mmio> {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let path = std::env::temp_dir().join(format!("barrier-mmio-test-{}-{n}", std::process::id()));
+        let file = std::fs::OpenOptions::new().read(true).write(true).create_new(true).open(&path)?;
+        let _ = std::fs::remove_file(&path);
+        file.set_len(len)?;
+        Mmio::from_fd(file.as_raw_fd(), len)
+    }
+
+    #[test]
+    fn a_mapping_too_small_for_a_register_is_refused() {
+        let e = mapped(std::mem::size_of::<Flag>() as u64 - 8).unwrap_err();
+        assert!(e.to_string().contains("too small to hold a register"), "{e}");
+        assert!(mapped(std::mem::size_of::<Flag>() as u64).is_ok());
+    }
+
+    #[test]
+    fn registers_up_to_the_last_byte_are_reached() {
+        let m = mapped(4096).unwrap();
+        m.word(4088).store(7, Ordering::Relaxed);
+        assert_eq!(m.word(4088).load(Ordering::Relaxed), 7);
+        m.word32(4092).store(9, Ordering::Relaxed);
+        assert_eq!(m.word32(4092).load(Ordering::Relaxed), 9);
+        let last_line = 4096 - std::mem::size_of::<Flag>() as u64;
+        assert_eq!(m.flag(last_line).load(), 0);
+    }
+
+    #[test]
+    #[should_panic(expected = "out of range or misaligned")]
+    fn a_word_past_the_end_is_refused() {
+        mapped(4096).unwrap().word(4096);
+    }
+
+    #[test]
+    #[should_panic(expected = "out of range or misaligned")]
+    fn a_flag_past_the_end_is_refused() {
+        mapped(4096).unwrap().flag(4096);
+    }
+
+    #[test]
+    #[should_panic(expected = "out of range or misaligned")]
+    fn an_offset_near_two_to_the_64_is_refused() {
+        mapped(4096).unwrap().word(u64::MAX - 7);
+    }
+
+    #[test]
+    #[should_panic(expected = "out of range or misaligned")]
+    fn a_misaligned_word_is_refused() {
+        mapped(4096).unwrap().word(12);
+    }
+
+    #[test]
+    #[should_panic(expected = "out of range or misaligned")]
+    fn a_misaligned_flag_is_refused() {
+        mapped(4096).unwrap().flag(barrier_hw::FLAG_BYTES / 2);
     }
 }

@@ -940,7 +940,7 @@ impl HwModule {
 
     /// Sends this rank's arrival at `epoch` to stage `s`.
     fn send(&self, s: usize, epoch: u64) {
-        let Stage { a, base, .. } = self.stages[s];
+        let Stage { a, base, .. } = &self.stages[s];
         let map = self.dev.map;
         let target = base + epoch;
         let msg = barrier_hw::Message {
@@ -1095,9 +1095,11 @@ impl Module for HwModule {
         }
         // Send every arrival that does not wait for a release first, then make sure the arrival
         // is recorded (the flat fallback waits on it).
-        while let Some(&Step::Arrive(s)) = self.plan.get(self.step).filter(|_| self.degraded.is_none()) {
-            self.send(s, epoch);
-            self.step += 1;
+        if self.degraded.is_none() {
+            while let Some(&Step::Arrive(s)) = self.plan.get(self.step) {
+                self.send(s, epoch);
+                self.step += 1;
+            }
         }
         self.record_arrival(epoch);
         if let Some(tail) = self.tail.as_deref_mut().filter(|_| self.degraded.is_none()) {
