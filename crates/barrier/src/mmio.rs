@@ -163,6 +163,7 @@ impl Mmio {
     fn at<T>(&self, offset: u64, align: u64) -> *const T {
         // Every register type fits in a Flag, the least a mapping holds (see `new`).
         const { assert!(std::mem::size_of::<T>() <= std::mem::size_of::<Flag>()) };
+        debug_assert!(align.is_power_of_two());
         let size = std::mem::size_of::<T>() as u64;
         // One test for both: an offset past `len - size` (which cannot wrap: `new` makes
         // sure a mapping holds the largest register) or with low bits set is refused.
