@@ -13,7 +13,8 @@
 //!   barrier state (the engine clears the bit when done). Clearing OWNER frees the group.
 //! * **IOMMU**: a table of `[iova, len, host_offset, state]` entries in device memory. Members map
 //!   their release-flag line (state VALID with their pid) and unmap it on detach; the engine
-//!   writes releases only through VALID entries and re-checks the entry before every write.
+//!   writes releases only through VALID entries and re-checks before every write that the
+//!   entry is still the one it translated through (same state word, same host offset).
 //! * **Arrivals**: each member's arrival remote store lands in its own slot (one writer per
 //!   line, so no arrival can overwrite another); the engine decodes the arrival word with the
 //!   map's encoding, expands the 32-bit sequence to a 64-bit epoch around the epoch it expects,
@@ -306,11 +307,33 @@ struct Group {
     /// The one MEMBER_MASK word that holds every member, if there is one: then the arrival
     /// that fills that ARRIVED_MASK word completes the epoch; otherwise ARRIVAL_COUNT decides.
     single_word: Option<usize>,
-    /// Each member's release target: the DMA offset of its flag and the offset of the state
-    /// word of the IOMMU entry that maps it.
-    release: Vec<(u64, u64)>,
-    /// Duplicate releases to send at the next release: (DMA offset, IOMMU state word, epoch).
-    duplicates: Vec<(u64, u64, u64)>,
+    /// Each member's release target.
+    release: Vec<ReleaseTarget>,
+    /// Duplicate releases to send at the next release: (target, epoch).
+    duplicates: Vec<(ReleaseTarget, u64)>,
+}
+
+/// Where a member is released (the DMA offset of its flag), and the IOMMU mapping that allows
+/// it: the entry, with its state word (VALID and the mapping process) and host offset as they
+/// were when the member's release address was translated. Every release store checks them
+/// again, so a flag whose mapping was removed, or replaced by another process's, is never
+/// written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct ReleaseTarget {
+    flag: u64,
+    /// Device offset of the IOMMU entry.
+    entry: u64,
+    state: u64,
+    host: u64,
+}
+
+impl ReleaseTarget {
+    /// Whether the mapping this target was translated through is still in place.
+    #[inline]
+    fn mapped(&self, dev: &barrier::mmio::Mmio) -> bool {
+        dev.word(self.entry + 24).load(Ordering::Acquire) == self.state
+            && dev.word(self.entry + 16).load(Ordering::Relaxed) == self.host
+    }
 }
 
 /// Device offsets of a group's registers that every barrier touches, worked out once per
@@ -354,7 +377,7 @@ impl RegsAt {
 impl Group {
     /// A configured, running group (the threaded engine configured it, or an inline engine
     /// adopted it).
-    fn running(owner: u64, mask: Vec<u64>, members: Vec<usize>, release: Vec<(u64, u64)>) -> Self {
+    fn running(owner: u64, mask: Vec<u64>, members: Vec<usize>, release: Vec<ReleaseTarget>) -> Self {
         let used: Vec<usize> = (0..mask.len()).filter(|&w| mask[w] != 0).collect();
         let mut index = vec![NOT_A_MEMBER; members.last().map_or(0, |&m| m + 1)];
         for (i, &member) in members.iter().enumerate() {
@@ -634,22 +657,20 @@ impl Engine {
         (mask, members)
     }
 
-    /// Where each of `members` of group `g` is released (its RELEASE_TABLE entry translated:
-    /// DMA offset, and the state word of the IOMMU entry that maps it, which every release
-    /// checks again); `None` if any entry does not translate.
-    fn release_targets(&self, g: usize, members: &[usize]) -> Option<Vec<(u64, u64)>> {
+    /// Where each of `members` of group `g` is released (its RELEASE_TABLE entry translated);
+    /// `None` if any entry does not translate.
+    fn release_targets(&self, g: usize, members: &[usize]) -> Option<Vec<ReleaseTarget>> {
         let m = self.map;
         members
             .iter()
             .map(|&member| {
-                let iova = self.dev.group_word(m, g, &m.group.release_table, member).load(Ordering::Acquire);
-                self.translate(iova).map(|(off, entry)| (off, m.iommu_entry(entry) + 24))
+                self.translate(self.dev.group_word(m, g, &m.group.release_table, member).load(Ordering::Acquire))
             })
             .collect()
     }
 
-    /// IOVA → (DMA offset, IOMMU entry), through VALID entries only, inside DMA memory.
-    fn translate(&self, iova: u64) -> Option<(u64, usize)> {
+    /// IOVA → release target, through VALID entries only, inside DMA memory.
+    fn translate(&self, iova: u64) -> Option<ReleaseTarget> {
         (0..IOMMU_ENTRIES as usize).find_map(|i| {
             let e = self.map.iommu_entry(i);
             let state = self.dev.word(e + 24).load(Ordering::Acquire);
@@ -670,7 +691,8 @@ impl Engine {
             }
             let off = host.checked_add(iova - start)?;
             let end = off.checked_add(FLAG_BYTES)?;
-            (off >= self.map.dma_base && end <= self.map.size && off.is_multiple_of(FLAG_BYTES)).then_some((off, i))
+            (off >= self.map.dma_base && end <= self.map.size && off.is_multiple_of(FLAG_BYTES))
+                .then_some(ReleaseTarget { flag: off, entry: e, state, host })
         })
     }
 
@@ -753,7 +775,7 @@ impl Engine {
         // Anything else is judged against COMPLETED_EPOCH. The same checks follow either way.
         let next_after_flag = self
             .member_index(g, member)
-            .and_then(|i| self.dev.flag(self.groups[g].release[i].0).load().checked_add(1))
+            .and_then(|i| self.dev.flag(self.groups[g].release[i].flag).load().checked_add(1))
             .filter(|&next| expand_sequence(next, seq) == next);
         let expected = match next_after_flag {
             Some(next) => next,
@@ -869,11 +891,10 @@ impl Engine {
         // a duplicate never moves a flag backwards, nor past what the device completed), to
         // flags that are still mapped.
         if !self.groups[g].duplicates.is_empty() {
-            for (off, iommu_state, e) in std::mem::take(&mut self.groups[g].duplicates) {
-                if self.dev.word(iommu_state).load(Ordering::Acquire) & 0xff != IOMMU_VALID {
-                    continue;
+            for (target, e) in std::mem::take(&mut self.groups[g].duplicates) {
+                if target.mapped(&self.dev) {
+                    self.dev.flag(target.flag).raise(e, interrupt);
                 }
-                self.dev.flag(off).raise(e, interrupt);
             }
         }
         // The next epoch's arrival state is cleared before any member is released: a member
@@ -902,8 +923,8 @@ impl Engine {
         // Each store re-checks the IOMMU entry: an unmapped flag must never be written.
         let sent = if plain {
             let mut sent = Some(0);
-            for &(off, iommu_state) in &group.release {
-                if self.dev.word(iommu_state).load(Ordering::Acquire) & 0xff != IOMMU_VALID {
+            for target in &group.release {
+                if !target.mapped(&self.dev) {
                     sent = None;
                     break;
                 }
@@ -916,7 +937,7 @@ impl Engine {
                 // waits on that flag, the device uses it only as a hint it checks against
                 // COMPLETED_EPOCH, and EPOCH_BASE takes the maximum over the members, whose
                 // leader's flag is exact.
-                self.dev.flag(off).signal(epoch, interrupt);
+                self.dev.flag(target.flag).signal(epoch, interrupt);
                 sent = sent.map(|n| n + 1);
             }
             sent
@@ -944,11 +965,11 @@ impl Engine {
         let delay = self.config.latency.per_hop + self.config.latency.per_member;
         let mut sent = 0;
         for i in 0..self.groups[g].release.len() {
-            let (off, iommu_state) = self.groups[g].release[i];
+            let target = self.groups[g].release[i];
             if !delay.is_zero() {
                 spin_for(delay);
             }
-            if self.dev.word(iommu_state).load(Ordering::Acquire) & 0xff != IOMMU_VALID {
+            if !target.mapped(&self.dev) {
                 return None;
             }
             if self.chance(faults.drop_release) {
@@ -961,10 +982,10 @@ impl Engine {
                 );
                 continue;
             }
-            self.dev.flag(off).signal(epoch, interrupt);
+            self.dev.flag(target.flag).signal(epoch, interrupt);
             sent += 1;
             if self.chance(faults.duplicate_release) {
-                self.groups[g].duplicates.push((off, iommu_state, epoch));
+                self.groups[g].duplicates.push((target, epoch));
             }
         }
         Some(sent)
@@ -1098,7 +1119,7 @@ mod tests {
         // A sane entry still translates.
         dev.word(e).store(barrier_hw::IOVA_BASE, Ordering::Relaxed);
         dev.word(e + 8).store(FLAG_BYTES, Ordering::Relaxed);
-        assert_eq!(engine.translate(barrier_hw::IOVA_BASE), Some((map.dma_base, 0)));
+        assert_eq!(engine.translate(barrier_hw::IOVA_BASE).map(|t| (t.flag, t.entry)), Some((map.dma_base, e)));
     }
 
     /// Sets up group `g` of `dev` as a driver would: `members` members, each released through
@@ -1138,9 +1159,22 @@ mod tests {
     }
 
     #[test]
-    fn a_release_target_unmapped_after_configuration_fails_the_group_and_its_flag_stays() {
+    fn a_release_target_unmapped_or_remapped_after_configuration_fails_the_group_and_its_flag_stays() {
+        // Member 1's mapping is removed (its driver detached), or its entry is taken again by
+        // another process for the same line or another one, while the group still runs.
+        fn freed(dev: &DeviceFile, e: u64) {
+            dev.word(e + 24).store(IOMMU_FREE, Ordering::Release);
+        }
+        fn taken_again(dev: &DeviceFile, e: u64) {
+            dev.word(e + 24).store(IOMMU_VALID | 99 << 32, Ordering::Release);
+        }
+        fn moved(dev: &DeviceFile, e: u64) {
+            dev.word(e + 16).store(dev.map().release_flag(5, 0), Ordering::Relaxed);
+        }
+        let changes: [fn(&DeviceFile, u64); 3] = [freed, taken_again, moved];
         // With every release duplicated, epoch 1's late duplicates go out at epoch 2's release.
-        for faults in [Faults::default(), Faults { duplicate_release: 1.0, seed: 7, ..Faults::default() }] {
+        let models = [Faults::default(), Faults { duplicate_release: 1.0, seed: 7, ..Faults::default() }];
+        for (faults, change) in models.into_iter().flat_map(|f| changes.iter().map(move |c| (f, c))) {
             let map = &barrier_hw::GBA;
             let dev = Arc::new(DeviceFile::create_private(map).unwrap());
             let config = Config { faults, ..Config::new(map) };
@@ -1156,9 +1190,9 @@ mod tests {
                 assert_eq!(taken, if m + 1 == members { Taken::Completed } else { Taken::Arrival });
             }
             assert_eq!((0..members).map(flag).collect::<Vec<_>>(), [1, 1, 1]);
-            // Member 1's flag is unmapped (its driver detached) while the group still runs; the
-            // line is zeroed so that any later store to it shows, a duplicate of epoch 1 too.
-            dev.word(map.iommu_entry(1) + 24).store(IOMMU_FREE, Ordering::Release);
+            // The line is zeroed so that any later store to it shows, a duplicate of epoch 1's
+            // release too.
+            change(&dev, map.iommu_entry(1));
             dev.flag(map.release_flag(g, 1)).signal(0, false);
             for m in 0..members {
                 arrive_by_hand(&dev, g, m, 2);
