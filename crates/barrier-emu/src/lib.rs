@@ -14,7 +14,7 @@
 //! * **IOMMU**: a table of `[iova, len, host_offset, state]` entries in device memory. Members map
 //!   their release-flag line (state VALID with their pid) and unmap it on detach; the engine
 //!   writes releases only through VALID entries and re-checks before every write that the
-//!   entry is still the one it translated through (same state word, window and host offset).
+//!   entry is still the one it translated through (same state word and host offset).
 //! * **Arrivals**: each member's arrival remote store lands in its own slot (one writer per
 //!   line, so no arrival can overwrite another); the engine decodes the arrival word with the
 //!   map's encoding, expands the 32-bit sequence to a 64-bit epoch around the epoch it expects,
@@ -41,7 +41,7 @@ pub mod a64fx;
 mod device;
 pub mod inline;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{fence, AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -314,30 +314,26 @@ struct Group {
 }
 
 /// Where a member is released (the DMA offset of its flag), and the IOMMU mapping that allows
-/// it: the entry's four words (window start and length, host offset, state: VALID and the
-/// mapping process) as they were when the member's release address was translated. Every
-/// release store checks them again, so no flag is written through a mapping found removed or
-/// changed (another process's, another window or line); and a translation that read the words
-/// of two mappings (the entry changed under it) never matches the entry again.
+/// it: the entry, with its state word (VALID and the mapping process) and host offset as they
+/// were when the member's release address was translated (from two reads of the entry that
+/// agreed, so never a mix of two mappings). Every release store checks both again, so no flag
+/// is written through a mapping found removed, or replaced by another process's or onto another
+/// line. (A driver changes an entry only through FREE; its window is fixed while it is VALID.)
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct ReleaseTarget {
     flag: u64,
     /// Device offset of the IOMMU entry.
     entry: u64,
-    /// The entry's words: `[iova, len, host_offset, state]`.
-    words: [u64; 4],
+    state: u64,
+    host: u64,
 }
 
 impl ReleaseTarget {
-    /// Whether the mapping this target was translated through is still in place (one line:
-    /// an entry is 32 bytes, aligned).
+    /// Whether the mapping this target was translated through is still in place.
     #[inline]
     fn mapped(&self, dev: &barrier::mmio::Mmio) -> bool {
-        let now = dev.words(self.entry, 4);
-        now[3].load(Ordering::Acquire) == self.words[3]
-            && now[2].load(Ordering::Relaxed) == self.words[2]
-            && now[0].load(Ordering::Relaxed) == self.words[0]
-            && now[1].load(Ordering::Relaxed) == self.words[1]
+        dev.word(self.entry + 24).load(Ordering::Acquire) == self.state
+            && dev.word(self.entry + 16).load(Ordering::Relaxed) == self.host
     }
 }
 
@@ -676,17 +672,30 @@ impl Engine {
 
     /// IOVA → release target, through VALID entries only, inside DMA memory.
     fn translate(&self, iova: u64) -> Option<ReleaseTarget> {
+        // The state first (a driver writes it last, with release), then the window and host;
+        // twice, so that an entry changing under the read (freed and taken again) is skipped
+        // rather than read as a mix of two mappings.
+        let read = |e: u64| {
+            let state = self.dev.word(e + 24).load(Ordering::Acquire);
+            let words = self.dev.words(e, 3);
+            [
+                state,
+                words[0].load(Ordering::Relaxed),
+                words[1].load(Ordering::Relaxed),
+                words[2].load(Ordering::Relaxed),
+            ]
+        };
         (0..IOMMU_ENTRIES as usize).find_map(|i| {
             let e = self.map.iommu_entry(i);
-            let state = self.dev.word(e + 24).load(Ordering::Acquire);
-            if state & 0xff != IOMMU_VALID {
+            let first = read(e);
+            if first[0] & 0xff != IOMMU_VALID {
                 return None;
             }
-            let (start, len, host) = (
-                self.dev.word(e).load(Ordering::Relaxed),
-                self.dev.word(e + 8).load(Ordering::Relaxed),
-                self.dev.word(e + 16).load(Ordering::Relaxed),
-            );
+            fence(Ordering::Acquire);
+            let [state, start, len, host] = read(e);
+            if [state, start, len, host] != first {
+                return None;
+            }
             // Every word of an entry comes from drivers: checked arithmetic, or a crafted entry
             // near 2^64 could wrap around and translate to memory outside DMA.
             let window_end = start.checked_add(len)?;
@@ -697,7 +706,7 @@ impl Engine {
             let off = host.checked_add(iova - start)?;
             let end = off.checked_add(FLAG_BYTES)?;
             (off >= self.map.dma_base && end <= self.map.size && off.is_multiple_of(FLAG_BYTES))
-                .then_some(ReleaseTarget { flag: off, entry: e, words: [start, len, host, state] })
+                .then_some(ReleaseTarget { flag: off, entry: e, state, host })
         })
     }
 
@@ -1176,10 +1185,7 @@ mod tests {
         fn moved(dev: &DeviceFile, e: u64) {
             dev.word(e + 16).store(dev.map().release_flag(5, 0), Ordering::Relaxed);
         }
-        fn rewindowed(dev: &DeviceFile, e: u64) {
-            dev.word(e).store(barrier_hw::IOVA_BASE + (1 << 30), Ordering::Relaxed);
-        }
-        let changes: [fn(&DeviceFile, u64); 4] = [freed, taken_again, moved, rewindowed];
+        let changes: [fn(&DeviceFile, u64); 3] = [freed, taken_again, moved];
         // With every release duplicated, epoch 1's late duplicates go out at epoch 2's release.
         let models = [Faults::default(), Faults { duplicate_release: 1.0, seed: 7, ..Faults::default() }];
         for (faults, change) in models.into_iter().flat_map(|f| changes.iter().map(move |c| (f, c))) {
