@@ -687,13 +687,14 @@ impl Engine {
         };
         (0..IOMMU_ENTRIES as usize).find_map(|i| {
             let e = self.map.iommu_entry(i);
-            let first = read(e);
-            if first[0] & 0xff != IOMMU_VALID {
+            // Most entries of a scan are FREE: their state alone says so.
+            if self.dev.word(e + 24).load(Ordering::Acquire) & 0xff != IOMMU_VALID {
                 return None;
             }
+            let first = read(e);
             fence(Ordering::Acquire);
             let [state, start, len, host] = read(e);
-            if [state, start, len, host] != first {
+            if [state, start, len, host] != first || state & 0xff != IOMMU_VALID {
                 return None;
             }
             // Every word of an entry comes from drivers: checked arithmetic, or a crafted entry
