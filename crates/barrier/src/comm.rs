@@ -485,7 +485,7 @@ impl Communicator {
                     // Most hardware waits end spinning: no clock read then (it would delay
                     // the return of a rank whose release lands during the read). The spin
                     // phase is not counted against the timeout (a few microseconds per
-                    // recheck slice of milliseconds, and a tail spin of at most 1 ms once).
+                    // recheck slice of milliseconds, and a tail spin of at most 1 ms and 64 checks once).
                     // (A zero slice asks to be polled again at once: the flag may not be
                     // the one that moves, so only the inline checks.)
                     let reached = if slice.is_zero() {

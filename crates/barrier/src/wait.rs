@@ -39,11 +39,13 @@
 //! The fast check is inline; everything else is in a `#[cold]` function. Spinning uses
 //! `spin_loop` (PAUSE on x86); after [`WaitConfig::spin`] rounds it yields, after
 //! [`WaitConfig::yields`] more it parks (if the policy allows). Time is read only on the slow
-//! path, first after eight yields (most oversubscribed waits end before: they never
-//! read the clock), then every 64 yields and once per park slice, to check the timeout and to
-//! ask the caller's [`Watch`] whether the wait can still complete (the job was aborted, a peer
-//! left, the launcher is gone) and whether it is time to report a stall. Ranks that park check
-//! their flag once inline, without a PAUSE after it: the next step is a yield anyway.
+//! path: a wait starts its clock at its eighth yield or when it parks, whichever comes first (most
+//! oversubscribed waits end after a yield or two and never read it; a wait with a recheck
+//! interval starts it at once), and then reads it every 64 yields and once per park slice, to
+//! check the timeout and to ask the caller's [`Watch`] whether the wait can still complete (the
+//! job was aborted, a peer left, the launcher is gone) and whether it is time to report a stall.
+//! A timeout therefore counts from that start, not from the first yield. A rank that parks
+//! checks its flag once inline, with no PAUSE after the check.
 
 use std::time::{Duration, Instant};
 
@@ -94,8 +96,8 @@ use crate::pad::CACHE_LINE;
 /// its deadline.
 pub const PARK_SLICE: Duration = Duration::from_millis(50);
 
-/// The yield after which a slow wait first reads the clock (and checks its timeout and watch);
-/// then every 64 yields (every 8 with a recheck interval).
+/// The yield at which a slow wait starts its clock (if parking has not started it before); its
+/// timeout and watch are checked every 64 yields (every 8 with a recheck interval).
 const FIRST_CHECK: u32 = 8;
 
 /// Checks made inline before the out-of-line slow path.
@@ -360,7 +362,7 @@ pub enum WaitError {
 /// spinning. It may also report a long wait (the communicator's stall report) and return `Ok`.
 pub trait Watch {
     /// `Err(why)` once the wait must end although its flag has not moved; `waited` is how long
-    /// this wait has been on its slow path.
+    /// since the wait started its clock (see the module docs: at its eighth yield at the latest).
     fn check(&self, waited: Duration) -> Result<(), WaitError>;
 }
 
@@ -404,9 +406,10 @@ impl WaitConfig {
     #[inline(always)]
     pub fn reached_soon(&self, flag: &Flag, epoch: u64) -> bool {
         if self.policy != WaitPolicy::Spin {
-            // No PAUSE after the one check: it would only delay the yield that follows. A
-            // rank waits twice on its way to that yield (here and in the slow path), and at
-            // 8 ranks on 2 cores those PAUSEs were 3% of the barrier (6.28 -> 6.08 us).
+            // No PAUSE after the one check: what follows (a tail spin, the policy's spin
+            // phase, a yield) checks again or gives the core away, so a PAUSE here only delays
+            // it. An oversubscribed barrier calls this twice per rank before its first yield
+            // (`Communicator::finish_with` and the wait itself).
             return flag.reached(epoch);
         }
         for _ in 0..INLINE_SPINS {
@@ -440,14 +443,14 @@ impl WaitConfig {
         false
     }
 
-    /// Spins until `flag` reaches `epoch` or `limit` has passed (the clock is read every 64
-    /// checks): whether it reached. No yield, no park, no stores: a waiter that knows its
+    /// Spins until `flag` reaches `epoch` or `limit` has passed: whether it reached. The clock
+    /// is read every 64 checks, starting after the first 64, so a spin lasts `limit` plus those
+    /// first checks (a few microseconds). No yield, no park, no stores: a waiter that knows its
     /// signaller runs on another CPU right now (see [`crate::backend::Poll::Pending`]'s `spin`).
     #[cold]
     #[inline(never)]
     pub fn spin_for(&self, flag: &Flag, epoch: u64, limit: Duration) -> bool {
-        // The clock is first read after the first 64 checks (most tail spins end before), so
-        // a spin may last those checks longer than `limit`.
+        // Most tail spins end within the first 64 checks and never read the clock.
         let mut start = None;
         loop {
             for _ in 0..64 {
@@ -474,11 +477,11 @@ impl WaitConfig {
         if self.spin_phase(flag, epoch) {
             return Ok(());
         }
-        // The clock is read first at the first check, not here: in an oversubscribed barrier
-        // most waits end after a yield or two, and a clock read per wait was a measurable
-        // part of a rank's turn. A wait may therefore outlast its timeout by the yields before
-        // that check, [`FIRST_CHECK`] of them (a hardware module's recheck slice is timed
-        // from the start: its caller reads the clock anyway).
+        // The clock starts at the FIRST_CHECK-th yield (or the park phase), not here: in an
+        // oversubscribed barrier most waits end after a yield or two, and a clock read per
+        // wait was a measurable part of a rank's turn. A timeout counts from that start (a
+        // hardware module's recheck slice is timed from the beginning: its caller reads the
+        // clock anyway).
         let mut start = recheck.map(|_| Instant::now());
         let check = |start: &mut Option<Instant>| -> Result<(), WaitError> {
             let waited = start.get_or_insert_with(Instant::now).elapsed();
@@ -504,7 +507,9 @@ impl WaitConfig {
             }
             yield_now();
             yields = yields.wrapping_add(1);
-            if yields == FIRST_CHECK || yields.is_multiple_of(if recheck.is_some() { 8 } else { 64 }) {
+            if yields == FIRST_CHECK && start.is_none() {
+                start = Some(Instant::now());
+            } else if yields.is_multiple_of(if recheck.is_some() { 8 } else { 64 }) {
                 check(&mut start)?;
             }
         }
@@ -551,10 +556,22 @@ mod tests {
     #[test]
     fn wait_times_out_and_reports_how_long() {
         let flag = Flag::default();
-        for policy in [WaitPolicy::Spin, WaitPolicy::Park] {
-            let r = cfg(policy, Some(Duration::from_millis(30))).wait(&flag, 1, &Unwatched);
+        // Yield counts below, at and above the one where the clock starts, and parking after.
+        for (policy, yields) in [
+            (WaitPolicy::Spin, 0),
+            (WaitPolicy::Park, 0),
+            (WaitPolicy::Park, 2),
+            (WaitPolicy::Park, FIRST_CHECK),
+            (WaitPolicy::Park, 300),
+        ] {
+            let config = WaitConfig { yields, ..cfg(policy, Some(Duration::from_millis(30))) };
+            let begun = Instant::now();
+            let r = config.wait(&flag, 1, &Unwatched);
             match r {
-                Err(WaitError::Timeout(d)) => assert!(d >= Duration::from_millis(30)),
+                Err(WaitError::Timeout(d)) => {
+                    assert!(d >= Duration::from_millis(30), "{policy} {yields}: {d:?}");
+                    assert!(begun.elapsed() >= d, "{policy} {yields}: reported {d:?} of {:?}", begun.elapsed());
+                }
                 other => panic!("expected timeout, got {other:?}"),
             }
         }
