@@ -482,10 +482,11 @@ impl Communicator {
                     }
                 }
                 Ok(Poll::Pending { flag, target, recheck: Some(slice), spin, .. }) => {
-                    // Most hardware waits end spinning: no clock read then (it would delay
-                    // the return of a rank whose release lands during the read). The spin
-                    // phase is not counted against the timeout (a few microseconds per
-                    // recheck slice of milliseconds, and a tail spin of at most 1 ms and 64 checks once).
+                    // Most hardware waits end spinning or after a yield or two: no clock read
+                    // then (it would delay the return of a rank whose release lands during
+                    // the read). The spin phase and the yields before a wait starts its clock
+                    // are not counted against the timeout (a few microseconds per recheck
+                    // slice of milliseconds, and a tail spin of at most 1 ms once).
                     // (A zero slice asks to be polled again at once: the flag may not be
                     // the one that moves, so only the inline checks.)
                     let reached = if slice.is_zero() {
@@ -501,10 +502,9 @@ impl Communicator {
                         spin: 0,
                         ..self.wait
                     };
-                    let started = std::time::Instant::now();
                     match budget.wait_or_recheck(flag, target, &watch, Some(slice)) {
                         Ok(()) => {}
-                        Err(WaitError::Recheck) => waited += started.elapsed(),
+                        Err(WaitError::Recheck(d)) => waited += d,
                         Err(WaitError::Timeout(d)) => {
                             return Err(self.wait_error(watch.get(), WaitError::Timeout(waited + d)))
                         }

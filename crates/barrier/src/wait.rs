@@ -40,8 +40,8 @@
 //! `spin_loop` (PAUSE on x86); after [`WaitConfig::spin`] rounds it yields, after
 //! [`WaitConfig::yields`] more it parks (if the policy allows). Time is read only on the slow
 //! path: a wait starts its clock at its eighth yield or when it parks, whichever comes first (most
-//! oversubscribed waits end after a yield or two and never read it; a wait with a recheck
-//! interval starts it at once), and then reads it every 64 yields and once per park slice, to
+//! oversubscribed waits end after a yield or two and never read it), and then reads it every 64
+//! yields (8 with a recheck interval) and once per park slice, to
 //! check the timeout and to ask the caller's [`Watch`] whether the wait can still complete (the
 //! job was aborted, a peer left, the launcher is gone) and whether it is time to report a stall.
 //! A timeout therefore counts from that start, not from the first yield. A rank that parks
@@ -97,7 +97,8 @@ use crate::pad::CACHE_LINE;
 pub const PARK_SLICE: Duration = Duration::from_millis(50);
 
 /// The yield at which a slow wait starts its clock (if parking has not started it before); its
-/// timeout and watch are checked every 64 yields (every 8 with a recheck interval).
+/// timeout, watch and recheck interval are checked every 64 yields (every 8 with a recheck
+/// interval).
 const FIRST_CHECK: u32 = 8;
 
 /// Checks made inline before the out-of-line slow path.
@@ -347,8 +348,9 @@ pub enum WaitError {
     Timeout(Duration),
     /// The job was aborted because this world rank failed.
     Aborted(usize),
-    /// The caller's recheck interval passed; call again after re-examining the module.
-    Recheck,
+    /// The caller's recheck interval passed after waiting this long (counted as a timeout
+    /// counts, see the module docs); call again after re-examining the module.
+    Recheck(Duration),
     /// This rank of the communicator left it (dropped it or exited) before doing its part, so
     /// the wait can never complete.
     PeerLeft(usize),
@@ -479,10 +481,9 @@ impl WaitConfig {
         }
         // The clock starts at the FIRST_CHECK-th yield (or the park phase), not here: in an
         // oversubscribed barrier most waits end after a yield or two, and a clock read per
-        // wait was a measurable part of a rank's turn. A timeout counts from that start (a
-        // hardware module's recheck slice is timed from the beginning: its caller reads the
-        // clock anyway).
-        let mut start = recheck.map(|_| Instant::now());
+        // wait was a measurable part of a rank's turn. A timeout and a recheck interval count
+        // from that start.
+        let mut start = None;
         let check = |start: &mut Option<Instant>| -> Result<(), WaitError> {
             let waited = start.get_or_insert_with(Instant::now).elapsed();
             watch.check(waited)?;
@@ -492,7 +493,7 @@ impl WaitConfig {
                 }
             }
             if recheck.is_some_and(|r| waited >= r) {
-                return Err(WaitError::Recheck);
+                return Err(WaitError::Recheck(waited));
             }
             Ok(())
         };
@@ -573,6 +574,23 @@ mod tests {
                     assert!(begun.elapsed() >= d, "{policy} {yields}: reported {d:?} of {:?}", begun.elapsed());
                 }
                 other => panic!("expected timeout, got {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_recheck_interval_ends_the_wait_and_says_how_long_it_waited() {
+        let flag = Flag::default();
+        let slice = Duration::from_millis(5);
+        for (policy, yields) in [(WaitPolicy::Spin, 0), (WaitPolicy::Park, 0), (WaitPolicy::Park, 256)] {
+            let config = WaitConfig { yields, ..cfg(policy, Some(Duration::from_secs(10))) };
+            let begun = Instant::now();
+            match config.wait_or_recheck(&flag, 1, &Unwatched, Some(slice)) {
+                Err(WaitError::Recheck(d)) => {
+                    assert!(d >= slice, "{policy} {yields}: {d:?}");
+                    assert!(begun.elapsed() >= d, "{policy} {yields}: reported {d:?} of {:?}", begun.elapsed());
+                }
+                other => panic!("expected a recheck, got {other:?}"),
             }
         }
     }
