@@ -29,6 +29,9 @@ use crate::launch::{launch, JobSpec};
 
 /// Fewer timed batches than this cannot give a median worth printing: refused.
 pub const MIN_SAMPLES: u64 = 10;
+/// Rounds per row unless `--rounds` says otherwise (fewer when a round would get fewer than
+/// [`MIN_SAMPLES`] batches).
+pub const DEFAULT_ROUNDS: u64 = 3;
 /// Fewer timed batches than this make the 99th percentile the maximum: shown as `-`.
 pub const P99_SAMPLES: u64 = 100;
 
@@ -65,6 +68,23 @@ impl Stats {
 }
 
 /// Pools several measurements: the median of medians (and of the other statistics; min of mins).
+/// One row from its rounds: the stats pooled as [`pool`] does, the emulator's time per barrier
+/// the median of the rounds', network operations their mean.
+fn pool_rounds(rounds: &[&Row]) -> Row {
+    let stats: Vec<Stats> = rounds.iter().map(|r| r.stats).collect();
+    let median_of = |v: Vec<f64>| (!v.is_empty()).then(|| Stats::from_samples(v).median);
+    let emulator_ns = median_of(rounds.iter().filter_map(|r| r.emulator_ns).collect());
+    let net: Vec<f64> = rounds.iter().filter_map(|r| r.network_ops).collect();
+    let network_ops = (!net.is_empty()).then(|| net.iter().sum::<f64>() / net.len() as f64);
+    Row {
+        iters: rounds.iter().map(|r| r.iters).sum(),
+        stats: pool(&stats),
+        emulator_ns,
+        network_ops,
+        ..rounds[0].clone()
+    }
+}
+
 fn pool(all: &[Stats]) -> Stats {
     let med = |f: fn(&Stats) -> f64| Stats::from_samples(all.iter().map(f).collect()).median;
     Stats {
@@ -326,6 +346,9 @@ pub struct BenchOptions {
     pub iters: u64,
     /// Barriers per timed batch.
     pub batch: u64,
+    /// Rounds each row's barriers are split into, the rows taking turns (`None`: as many as
+    /// [`DEFAULT_ROUNDS`] that leave [`MIN_SAMPLES`] batches per round).
+    pub rounds: Option<u64>,
     /// One JSON object per line instead of the table.
     pub json: bool,
     /// Write an SVG plot here.
@@ -545,13 +568,17 @@ pub fn run(opts: &BenchOptions) -> Result<Vec<Row>, String> {
     };
     // Everything that can be refused is refused before anything is measured.
     let samples = opts.iters / opts.batch.max(1);
-    if samples < MIN_SAMPLES {
+    let rounds = opts.rounds.unwrap_or_else(|| (samples / MIN_SAMPLES).clamp(1, DEFAULT_ROUNDS));
+    if rounds == 0 || samples / rounds < MIN_SAMPLES {
         return Err(format!(
-            "--iters {} in batches of {} gives {samples} timed batch(es); a median needs at least {MIN_SAMPLES}: \
-             raise --iters or lower --batch",
-            opts.iters, opts.batch
+            "--iters {} in batches of {} over {rounds} round(s) gives {} timed batch(es) per round; a median needs \
+             at least {MIN_SAMPLES}: raise --iters, or lower --batch or --rounds",
+            opts.iters,
+            opts.batch,
+            samples.checked_div(rounds).unwrap_or(0)
         ));
     }
+    let round_iters = opts.iters / rounds;
     if let Some(path) = &opts.plot {
         std::fs::OpenOptions::new()
             .write(true)
@@ -573,59 +600,74 @@ pub fn run(opts: &BenchOptions) -> Result<Vec<Row>, String> {
             }
         }
     }
-    let mut progress =
-        Progress { total: 1 + opts.ranks.len() * (2 + configs.len()), done: 0, tty: std::io::stderr().is_terminal() };
+    let mut progress = Progress {
+        total: 1 + opts.ranks.len() * rounds as usize * (2 + configs.len()),
+        done: 0,
+        tty: std::io::stderr().is_terminal(),
+    };
     let mut rows = Vec::new();
     // The VM's speed changes from second to second, so the floor is measured again before every
     // row and the reported floor pools all of those samples.
-    let floor_iters = (opts.iters / 4).max(opts.batch);
+    let floor_iters = (round_iters / 4).max(opts.batch);
     let mut floor_samples: Vec<Stats> = Vec::new();
     progress.step("floor (2 pinned threads)");
     floor_samples.push(floor(floor_iters, opts.batch));
     for &n in &opts.ranks {
-        progress.step(&format!("std::sync::Barrier n={n}"));
-        rows.push(Row {
-            backend: "std".into(),
-            algorithm: "-".into(),
-            ranks: n,
-            iters: opts.iters,
-            stats: std_barrier(n, opts.iters, opts.batch),
-            emulator_ns: None,
-            network_ops: None,
-            label: "std".into(),
-        });
-        progress.step(&format!("hurdles n={n}"));
-        rows.push(Row {
-            backend: "hurdles".into(),
-            algorithm: "-".into(),
-            ranks: n,
-            iters: opts.iters,
-            stats: hurdles_barrier(n, opts.iters, opts.batch),
-            emulator_ns: None,
-            network_ops: None,
-            label: "hurdles".into(),
-        });
-        for (label, env) in &configs {
-            progress.step(&format!("{label} n={n}"));
-            floor_samples.push(floor(floor_iters, opts.batch));
-            let mut env = env.clone();
-            env.push(("BARRIER_TIMEOUT".into(), "60s".into()));
-            let device = crate::device_map(label).filter(|_| opts.emulate).map(|map| {
-                let config = barrier_emu::Config::new(map);
-                if opts.inline {
-                    config.inline()
-                } else {
-                    config
-                }
+        // The rows of this rank count take turns, round by round, so that a slow spell of the
+        // machine falls on all of them alike; each row pools its rounds.
+        let mut measured: Vec<Vec<Row>> = Vec::new();
+        for round in 0..rounds {
+            let of = if rounds > 1 { format!(", round {}/{rounds}", round + 1) } else { String::new() };
+            let mut this_round = Vec::new();
+            progress.step(&format!("std::sync::Barrier n={n}{of}"));
+            this_round.push(Row {
+                backend: "std".into(),
+                algorithm: "-".into(),
+                ranks: n,
+                iters: round_iters,
+                stats: std_barrier(n, round_iters, opts.batch),
+                emulator_ns: None,
+                network_ops: None,
+                label: "std".into(),
             });
-            let row = if label == barrier::Backend::name(&barrier::backends::a64fx::A64FX) {
-                let layout = opts.emulate.then(|| crate::a64fx_layout(&barrier::Params::from_env())).transpose()?;
-                measure_a64fx(n, layout, opts.iters, opts.batch)
-            } else {
-                measure_backend(n, opts.nodes, env, device, opts.iters, opts.batch)
+            progress.step(&format!("hurdles n={n}{of}"));
+            this_round.push(Row {
+                backend: "hurdles".into(),
+                algorithm: "-".into(),
+                ranks: n,
+                iters: round_iters,
+                stats: hurdles_barrier(n, round_iters, opts.batch),
+                emulator_ns: None,
+                network_ops: None,
+                label: "hurdles".into(),
+            });
+            for (label, env) in &configs {
+                progress.step(&format!("{label} n={n}{of}"));
+                floor_samples.push(floor(floor_iters, opts.batch));
+                let mut env = env.clone();
+                env.push(("BARRIER_TIMEOUT".into(), "60s".into()));
+                let device = crate::device_map(label).filter(|_| opts.emulate).map(|map| {
+                    let config = barrier_emu::Config::new(map);
+                    if opts.inline {
+                        config.inline()
+                    } else {
+                        config
+                    }
+                });
+                let row = if label == barrier::Backend::name(&barrier::backends::a64fx::A64FX) {
+                    let layout = opts.emulate.then(|| crate::a64fx_layout(&barrier::Params::from_env())).transpose()?;
+                    measure_a64fx(n, layout, round_iters, opts.batch)
+                } else {
+                    measure_backend(n, opts.nodes, env, device, round_iters, opts.batch)
+                }
+                .map_err(|e| format!("{label} at {n} ranks: {e}"))?;
+                this_round.push(Row { label: label.clone(), ..row });
             }
-            .map_err(|e| format!("{label} at {n} ranks: {e}"))?;
-            rows.push(Row { label: label.clone(), ..row });
+            measured.push(this_round);
+        }
+        for i in 0..measured[0].len() {
+            let of_row: Vec<&Row> = measured.iter().map(|round| &round[i]).collect();
+            rows.push(pool_rounds(&of_row));
         }
     }
     progress.finish();
@@ -646,10 +688,10 @@ pub fn run(opts: &BenchOptions) -> Result<Vec<Row>, String> {
     let floor_ns = floor_stats.median;
     if opts.json {
         for r in &rows {
-            println!("{}", r.to_json_with(Some(floor_ns), r.p99_meaningful(opts.batch)));
+            println!("{}", r.to_json_with(Some(floor_ns), r.p99_meaningful(opts.batch * rounds)));
         }
     } else {
-        print_table(&rows, floor_ns, opts);
+        print_table(&rows, floor_ns, opts, rounds);
     }
     if let Some(path) = &opts.plot {
         std::fs::write(path, crate::plot::svg(&rows, floor_ns, barrier::sys::available_cores()))
@@ -661,13 +703,14 @@ pub fn run(opts: &BenchOptions) -> Result<Vec<Row>, String> {
     Ok(rows)
 }
 
-fn print_table(rows: &[Row], floor_ns: f64, opts: &BenchOptions) {
+fn print_table(rows: &[Row], floor_ns: f64, opts: &BenchOptions, rounds: u64) {
     let on_nodes = opts.nodes > 1;
     println!(
-        "barrier bench: {} cores, {} barriers per row in batches of {}, floor {:.1} ns (median){}",
+        "barrier bench: {} cores, {} barriers per row in batches of {}{}, floor {:.1} ns (median){}",
         barrier::sys::available_cores(),
         opts.iters,
         opts.batch,
+        if rounds > 1 { format!(" over {rounds} rounds taken in turn") } else { String::new() },
         floor_ns,
         if on_nodes { format!(", ranks on {} simulated nodes", opts.nodes) } else { String::new() }
     );
@@ -680,7 +723,7 @@ fn print_table(rows: &[Row], floor_ns: f64, opts: &BenchOptions) {
         let emu = r.emulator_ns.map_or("-".to_string(), |e| format!("{e:.0}"));
         let host = r.host_ns().map_or("-".to_string(), |h| format!("{h:.0}"));
         let algorithm: String = r.algorithm.chars().take(36).collect();
-        let p99 = if r.p99_meaningful(opts.batch) { format!("{:.1}", r.stats.p99) } else { "-".into() };
+        let p99 = if r.p99_meaningful(opts.batch * rounds) { format!("{:.1}", r.stats.p99) } else { "-".into() };
         let x = r.x_floor(floor_ns).map_or("-".into(), |x| format!("{x:.2}"));
         let net = match (on_nodes, r.network_ops) {
             (false, _) => String::new(),
@@ -698,8 +741,10 @@ fn print_table(rows: &[Row], floor_ns: f64, opts: &BenchOptions) {
              (puts, atomics, device arrivals)"
         );
     }
-    if rows.iter().any(|r| !r.p99_meaningful(opts.batch)) {
-        println!("p99 -: fewer than {P99_SAMPLES} timed batches, so the 99th percentile would only be the maximum");
+    if rows.iter().any(|r| !r.p99_meaningful(opts.batch * rounds)) {
+        println!(
+            "p99 -: fewer than {P99_SAMPLES} timed batches per round, so the 99th percentile would only be the maximum"
+        );
     }
     if rows.iter().any(|r| r.ranks < 2) {
         println!("x floor -: a 1-rank barrier waits for nobody; it is not comparable with the 2-thread floor");

@@ -80,6 +80,12 @@ enum Cmd {
         /// Barriers per timed batch.
         #[arg(long, default_value_t = 100)]
         batch: u64,
+        /// Split each row's --iters into this many rounds, the rows of a rank count taking
+        /// turns, and pool the rounds (median of their medians), so that a slow spell of the
+        /// machine falls on every row alike [default: 3, fewer if a round would get fewer than
+        /// 10 batches].
+        #[arg(long)]
+        rounds: Option<u64>,
         /// Print one JSON object per line.
         #[arg(long)]
         json: bool,
@@ -89,12 +95,12 @@ enum Cmd {
         /// Instead: time ours against the raw floor protocol (and hurdles) in alternating
         /// chunks of --batch barriers in the same two pinned threads, the comparison that holds
         /// on machines whose speed changes from moment to moment.
-        #[arg(long, conflicts_with_all = ["mpi", "ranks", "backend", "nodes", "algorithms", "no_emulate", "threaded_emulator", "json", "plot"])]
+        #[arg(long, conflicts_with_all = ["mpi", "ranks", "backend", "nodes", "algorithms", "no_emulate", "threaded_emulator", "rounds", "json", "plot"])]
         interleave: bool,
         /// Instead: the machine's MPI_Barrier against the same program's barrier under the
         /// PMPI interposer (libbarrier_pmpi.so), timed in alternating chunks in one run of
         /// mpirun per rank count (--iters barriers each). Needs mpicc and mpirun.
-        #[arg(long, conflicts_with_all = ["backend", "nodes", "algorithms", "no_emulate", "threaded_emulator", "batch", "json", "plot"])]
+        #[arg(long, conflicts_with_all = ["backend", "nodes", "algorithms", "no_emulate", "threaded_emulator", "batch", "rounds", "json", "plot"])]
         mpi: bool,
         /// The interposer for --mpi (default: libbarrier_pmpi.so beside this command).
         #[arg(long, value_name = "PATH", requires = "mpi")]
@@ -289,6 +295,7 @@ fn main() -> ExitCode {
             threaded_emulator,
             iters,
             batch,
+            rounds,
             json,
             plot,
             interleave,
@@ -331,6 +338,7 @@ fn main() -> ExitCode {
                 inline: !threaded_emulator,
                 iters,
                 batch: batch.min(iters),
+                rounds,
                 json,
                 plot,
             };

@@ -483,9 +483,34 @@ fn a_large_start_up_shows_progress_on_a_terminal() {
 }
 
 #[test]
+fn bench_rows_take_turns_in_rounds_and_pool_them() {
+    let out = barrier()
+        .args(["bench", "-n", "2", "--iters", "2000", "--batch", "50", "--rounds", "4", "--backend", "dissemination"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("2000 barriers per row in batches of 50 over 4 rounds taken in turn"), "{text}");
+    let out = barrier()
+        .args(["bench", "-n", "2", "--iters", "2000", "--batch", "50", "--rounds", "2", "--json"])
+        .args(["--backend", "dissemination"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    // Every row but the floor (which pools a shorter measurement before each row) has both
+    // rounds' barriers.
+    let rows: Vec<&str> = text.lines().filter(|l| !l.contains("\"backend\":\"floor\"")).collect();
+    assert_eq!(rows.len(), 3, "{text}");
+    assert!(rows.iter().all(|l| l.contains("\"iters\":2000")), "{text}");
+}
+
+#[test]
 fn bench_refuses_meaningless_statistics_before_measuring() {
     for (args, needle) in [
         (&["bench", "-n", "2", "--iters", "1"][..], "a median needs at least 10"),
+        (&["bench", "-n", "2", "--iters", "1000", "--batch", "50", "--rounds", "3"][..], "per round"),
+        (&["bench", "-n", "2", "--rounds", "0"][..], "over 0 round(s)"),
         (&["bench", "-n", "2", "--plot", "/nonexistent/dir/x.svg"][..], "checked before measuring"),
     ] {
         let start = Instant::now();
