@@ -67,24 +67,22 @@ impl Stats {
     }
 }
 
-/// Pools several measurements: the median of medians (and of the other statistics; min of mins).
-/// One row from its rounds: the stats pooled as [`pool`] does, the emulator's time per barrier
-/// the median of the rounds', network operations their mean.
+/// One row from its rounds: the stats pooled as [`pool`] does; the emulator's time per barrier
+/// from the round whose median is the row's (so that device and host time split one round's
+/// barrier); network operations the rounds' mean.
 fn pool_rounds(rounds: &[&Row]) -> Row {
     let stats: Vec<Stats> = rounds.iter().map(|r| r.stats).collect();
-    let median_of = |v: Vec<f64>| (!v.is_empty()).then(|| Stats::from_samples(v).median);
-    let emulator_ns = median_of(rounds.iter().filter_map(|r| r.emulator_ns).collect());
+    let pooled = pool(&stats);
+    let median_round = rounds
+        .iter()
+        .min_by(|a, b| (a.stats.median - pooled.median).abs().total_cmp(&(b.stats.median - pooled.median).abs()));
+    let emulator_ns = median_round.and_then(|r| r.emulator_ns);
     let net: Vec<f64> = rounds.iter().filter_map(|r| r.network_ops).collect();
     let network_ops = (!net.is_empty()).then(|| net.iter().sum::<f64>() / net.len() as f64);
-    Row {
-        iters: rounds.iter().map(|r| r.iters).sum(),
-        stats: pool(&stats),
-        emulator_ns,
-        network_ops,
-        ..rounds[0].clone()
-    }
+    Row { iters: rounds.iter().map(|r| r.iters).sum(), stats: pooled, emulator_ns, network_ops, ..rounds[0].clone() }
 }
 
+/// Pools several measurements: the median of medians (and of the other statistics; min of mins).
 fn pool(all: &[Stats]) -> Stats {
     let med = |f: fn(&Stats) -> f64| Stats::from_samples(all.iter().map(f).collect()).median;
     Stats {
@@ -608,7 +606,8 @@ pub fn run(opts: &BenchOptions) -> Result<Vec<Row>, String> {
     let mut rows = Vec::new();
     // The VM's speed changes from second to second, so the floor is measured again before every
     // row and the reported floor pools all of those samples.
-    let floor_iters = (round_iters / 4).max(opts.batch);
+    // (A floor measurement is a quarter of a whole row's barriers: it takes milliseconds.)
+    let floor_iters = (opts.iters / 4).max(opts.batch);
     let mut floor_samples: Vec<Stats> = Vec::new();
     progress.step("floor (2 pinned threads)");
     floor_samples.push(floor(floor_iters, opts.batch));
@@ -708,7 +707,7 @@ fn print_table(rows: &[Row], floor_ns: f64, opts: &BenchOptions, rounds: u64) {
     println!(
         "barrier bench: {} cores, {} barriers per row in batches of {}{}, floor {:.1} ns (median){}",
         barrier::sys::available_cores(),
-        opts.iters,
+        opts.iters / rounds * rounds,
         opts.batch,
         if rounds > 1 { format!(" over {rounds} rounds taken in turn") } else { String::new() },
         floor_ns,

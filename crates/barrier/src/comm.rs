@@ -462,8 +462,10 @@ impl Communicator {
     #[inline(never)]
     fn finish_waiting(&self, engine: &mut Engine, epoch: u64) -> Result<()> {
         let watch = LazyWatch::new(|| self.watch(epoch));
-        // Time already spent in earlier recheck slices of this barrier (hardware modules).
+        // Time already spent in earlier recheck slices of this barrier (hardware modules), and
+        // when the first of them started its clock.
         let mut waited = Duration::ZERO;
+        let mut clock: Option<std::time::Instant> = None;
         // A module's tail spin is tried once per barrier (Poll::Pending's `spin`).
         let mut spin_left = true;
         let mut spin_once = |flag: &Flag, target: u64, spin: Option<Duration>| {
@@ -484,9 +486,9 @@ impl Communicator {
                 Ok(Poll::Pending { flag, target, recheck: Some(slice), spin, .. }) => {
                     // Most hardware waits end spinning or after a yield or two: no clock read
                     // then (it would delay the return of a rank whose release lands during
-                    // the read). The spin phase and the yields before a wait starts its clock
-                    // are not counted against the timeout (a few microseconds per recheck
-                    // slice of milliseconds, and a tail spin of at most 1 ms once).
+                    // the read). What comes before the first slice starts its clock (the spin
+                    // phase, a tail spin of at most 1 ms, eight yields) is not counted against
+                    // the timeout; later slices are counted whole.
                     // (A zero slice asks to be polled again at once: the flag may not be
                     // the one that moves, so only the inline checks.)
                     let reached = if slice.is_zero() {
@@ -504,7 +506,16 @@ impl Communicator {
                     };
                     match budget.wait_or_recheck(flag, target, &watch, Some(slice)) {
                         Ok(()) => {}
-                        Err(WaitError::Recheck(d)) => waited += d,
+                        Err(WaitError::Recheck(d)) => {
+                            // Counted from the first slice's clock start, so the yields before
+                            // each later slice starts its clock are counted too (one clock
+                            // read per slice of milliseconds).
+                            let since = *clock.get_or_insert_with(|| {
+                                let now = std::time::Instant::now();
+                                now.checked_sub(d).unwrap_or(now)
+                            });
+                            waited = since.elapsed();
+                        }
                         Err(WaitError::Timeout(d)) => {
                             return Err(self.wait_error(watch.get(), WaitError::Timeout(waited + d)))
                         }
