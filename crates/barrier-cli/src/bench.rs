@@ -79,7 +79,14 @@ fn pool_rounds(rounds: &[&Row]) -> Row {
     let emulator_ns = median_round.and_then(|r| r.emulator_ns);
     let net: Vec<f64> = rounds.iter().filter_map(|r| r.network_ops).collect();
     let network_ops = (!net.is_empty()).then(|| net.iter().sum::<f64>() / net.len() as f64);
-    Row { iters: rounds.iter().map(|r| r.iters).sum(), stats: pooled, emulator_ns, network_ops, ..rounds[0].clone() }
+    Row {
+        iters: rounds.iter().map(|r| r.iters).sum(),
+        measurements: rounds.iter().map(|r| r.measurements).sum(),
+        stats: pooled,
+        emulator_ns,
+        network_ops,
+        ..rounds[0].clone()
+    }
 }
 
 /// Pools several measurements: the median of medians (and of the other statistics; min of mins).
@@ -280,7 +287,7 @@ pub fn run_interleave(iters: u64, chunk: u64) -> Result<(), String> {
     let t = interleave(chunks, chunk, barrier::Params::from_env())?;
     let med = |v: &[f64]| Stats::from_samples(v.to_vec()).median;
     println!(
-        "barrier bench --interleave: 2 threads pinned to 2 cores, {chunks} rounds of {chunk} barriers per contender, order rotating"
+        "barrier bench --interleave: 2 threads pinned to 2 cores, {chunks} chunks of {chunk} barriers per contender, order rotating"
     );
     println!("{:<12} {:>10} {:>22}", "contender", "median ns", "x floor (median, range)");
     println!("{:<12} {:>10.1} {:>22}", "floor", med(&t.floor), "1.00");
@@ -364,6 +371,9 @@ pub struct Row {
     pub ranks: usize,
     /// Barriers measured.
     pub iters: u64,
+    /// Measurements pooled into this row (its rounds; the floor's measurements), each of
+    /// `iters / measurements` barriers.
+    pub measurements: u64,
     /// Latency.
     pub stats: Stats,
     /// For emulated hardware: the emulator's busy time per barrier, ns.
@@ -383,14 +393,10 @@ impl Row {
         (self.ranks >= 2).then(|| self.stats.median / floor)
     }
 
-    /// Whether the p99 rests on enough batches to differ from the maximum.
+    /// Whether the p99 of each pooled measurement rests on enough batches to differ from its
+    /// maximum.
     pub fn p99_meaningful(&self, batch: u64) -> bool {
-        self.iters / batch.max(1) >= P99_SAMPLES
-    }
-
-    /// The row as one JSON object.
-    pub fn to_json(&self, floor: Option<f64>) -> String {
-        self.to_json_with(floor, true)
+        self.iters / self.measurements.max(1) / batch.max(1) >= P99_SAMPLES
     }
 
     fn to_json_with(&self, floor: Option<f64>, p99_ok: bool) -> String {
@@ -500,7 +506,17 @@ pub fn measure_backend(
             line.and_then(|v| v.trim().parse::<u64>().ok()).ok_or(format!("rank {rank} printed no network count"))?;
     }
     let network_ops = Some(network as f64 / iters as f64);
-    Ok(Row { backend, algorithm, ranks: n, iters, stats, emulator_ns, network_ops, label: String::new() })
+    Ok(Row {
+        backend,
+        algorithm,
+        ranks: n,
+        iters,
+        measurements: 1,
+        stats,
+        emulator_ns,
+        network_ops,
+        label: String::new(),
+    })
 }
 
 /// Measures the `a64fx` backend at `n` ranks. A blade belongs to one process, so its ranks are
@@ -543,6 +559,7 @@ pub fn measure_a64fx(
         algorithm: format!("{algorithm} (threads)"),
         ranks: n,
         iters,
+        measurements: 1,
         stats: Stats::from_samples(samples),
         emulator_ns: None,
         network_ops: Some(0.0),
@@ -566,17 +583,19 @@ pub fn run(opts: &BenchOptions) -> Result<Vec<Row>, String> {
     };
     // Everything that can be refused is refused before anything is measured.
     let samples = opts.iters / opts.batch.max(1);
-    let rounds = opts.rounds.unwrap_or_else(|| (samples / MIN_SAMPLES).clamp(1, DEFAULT_ROUNDS));
-    if rounds == 0 || samples / rounds < MIN_SAMPLES {
+    let rounds = opts.rounds.unwrap_or_else(|| (samples / MIN_SAMPLES).clamp(1, DEFAULT_ROUNDS)).max(1);
+    if samples / rounds < MIN_SAMPLES {
         return Err(format!(
             "--iters {} in batches of {} over {rounds} round(s) gives {} timed batch(es) per round; a median needs \
-             at least {MIN_SAMPLES}: raise --iters, or lower --batch or --rounds",
+             at least {MIN_SAMPLES}: raise --iters, or lower --batch{}",
             opts.iters,
             opts.batch,
-            samples.checked_div(rounds).unwrap_or(0)
+            samples / rounds,
+            if opts.rounds.is_some() { " or --rounds" } else { "" }
         ));
     }
-    let round_iters = opts.iters / rounds;
+    // Whole batches: what a round times.
+    let round_iters = samples / rounds * opts.batch;
     if let Some(path) = &opts.plot {
         std::fs::OpenOptions::new()
             .write(true)
@@ -585,6 +604,13 @@ pub fn run(opts: &BenchOptions) -> Result<Vec<Row>, String> {
             .open(path)
             .map_err(|e| format!("--plot {}: {e} (checked before measuring)", path.display()))?;
     }
+    // The emulated A64FX node's shape, read (and refused) once, before any row.
+    let a64fx_name = barrier::Backend::name(&barrier::backends::a64fx::A64FX);
+    let a64fx_layout = if opts.emulate && names.iter().any(|n| n == a64fx_name) {
+        Some(crate::a64fx_layout(&barrier::Params::from_env())?)
+    } else {
+        None
+    };
     // Each configuration: (label, env).
     let mut configs: Vec<(String, Vec<(String, String)>)> = Vec::new();
     for name in &names {
@@ -624,6 +650,7 @@ pub fn run(opts: &BenchOptions) -> Result<Vec<Row>, String> {
                 algorithm: "-".into(),
                 ranks: n,
                 iters: round_iters,
+                measurements: 1,
                 stats: std_barrier(n, round_iters, opts.batch),
                 emulator_ns: None,
                 network_ops: None,
@@ -635,6 +662,7 @@ pub fn run(opts: &BenchOptions) -> Result<Vec<Row>, String> {
                 algorithm: "-".into(),
                 ranks: n,
                 iters: round_iters,
+                measurements: 1,
                 stats: hurdles_barrier(n, round_iters, opts.batch),
                 emulator_ns: None,
                 network_ops: None,
@@ -653,9 +681,8 @@ pub fn run(opts: &BenchOptions) -> Result<Vec<Row>, String> {
                         config
                     }
                 });
-                let row = if label == barrier::Backend::name(&barrier::backends::a64fx::A64FX) {
-                    let layout = opts.emulate.then(|| crate::a64fx_layout(&barrier::Params::from_env())).transpose()?;
-                    measure_a64fx(n, layout, round_iters, opts.batch)
+                let row = if label == a64fx_name {
+                    measure_a64fx(n, a64fx_layout, round_iters, opts.batch)
                 } else {
                     measure_backend(n, opts.nodes, env, device, round_iters, opts.batch)
                 }
@@ -678,6 +705,7 @@ pub fn run(opts: &BenchOptions) -> Result<Vec<Row>, String> {
             algorithm: "-".into(),
             ranks: 2,
             iters: floor_iters * floor_samples.len() as u64,
+            measurements: floor_samples.len() as u64,
             stats: floor_stats,
             emulator_ns: None,
             network_ops: None,
@@ -687,10 +715,10 @@ pub fn run(opts: &BenchOptions) -> Result<Vec<Row>, String> {
     let floor_ns = floor_stats.median;
     if opts.json {
         for r in &rows {
-            println!("{}", r.to_json_with(Some(floor_ns), r.p99_meaningful(opts.batch * rounds)));
+            println!("{}", r.to_json_with(Some(floor_ns), r.p99_meaningful(opts.batch)));
         }
     } else {
-        print_table(&rows, floor_ns, opts, rounds);
+        print_table(&rows, floor_ns, opts, rounds, round_iters * rounds);
     }
     if let Some(path) = &opts.plot {
         std::fs::write(path, crate::plot::svg(&rows, floor_ns, barrier::sys::available_cores()))
@@ -702,12 +730,12 @@ pub fn run(opts: &BenchOptions) -> Result<Vec<Row>, String> {
     Ok(rows)
 }
 
-fn print_table(rows: &[Row], floor_ns: f64, opts: &BenchOptions, rounds: u64) {
+fn print_table(rows: &[Row], floor_ns: f64, opts: &BenchOptions, rounds: u64, per_row: u64) {
     let on_nodes = opts.nodes > 1;
     println!(
         "barrier bench: {} cores, {} barriers per row in batches of {}{}, floor {:.1} ns (median){}",
         barrier::sys::available_cores(),
-        opts.iters / rounds * rounds,
+        per_row,
         opts.batch,
         if rounds > 1 { format!(" over {rounds} rounds taken in turn") } else { String::new() },
         floor_ns,
@@ -722,7 +750,7 @@ fn print_table(rows: &[Row], floor_ns: f64, opts: &BenchOptions, rounds: u64) {
         let emu = r.emulator_ns.map_or("-".to_string(), |e| format!("{e:.0}"));
         let host = r.host_ns().map_or("-".to_string(), |h| format!("{h:.0}"));
         let algorithm: String = r.algorithm.chars().take(36).collect();
-        let p99 = if r.p99_meaningful(opts.batch * rounds) { format!("{:.1}", r.stats.p99) } else { "-".into() };
+        let p99 = if r.p99_meaningful(opts.batch) { format!("{:.1}", r.stats.p99) } else { "-".into() };
         let x = r.x_floor(floor_ns).map_or("-".into(), |x| format!("{x:.2}"));
         let net = match (on_nodes, r.network_ops) {
             (false, _) => String::new(),
@@ -740,7 +768,7 @@ fn print_table(rows: &[Row], floor_ns: f64, opts: &BenchOptions, rounds: u64) {
              (puts, atomics, device arrivals)"
         );
     }
-    if rows.iter().any(|r| !r.p99_meaningful(opts.batch * rounds)) {
+    if rows.iter().any(|r| !r.p99_meaningful(opts.batch)) {
         println!(
             "p99 -: fewer than {P99_SAMPLES} timed batches per round, so the 99th percentile would only be the maximum"
         );
@@ -771,12 +799,13 @@ mod tests {
             algorithm: "-".into(),
             ranks: 4,
             iters: 10,
+            measurements: 1,
             stats: Stats { median: 2.0, p99: 3.0, mean: 2.5, min: 1.0 },
             emulator_ns: None,
             network_ops: None,
             label: "std".into(),
         };
-        let j = r.to_json(Some(1.0));
+        let j = r.to_json_with(Some(1.0), true);
         for key in [
             "\"backend\":\"std\"",
             "\"ranks\":4",

@@ -302,8 +302,13 @@ fn main() -> ExitCode {
             mpi,
             mpi_preload,
         } => {
-            if ranks.contains(&0) || iters == 0 || batch == 0 || nodes == 0 {
-                eprintln!("barrier bench: -n, --nodes, --iters and --batch must be at least 1");
+            if ranks.contains(&0) || iters == 0 || batch == 0 || nodes == 0 || rounds == Some(0) {
+                eprintln!("barrier bench: -n, --nodes, --iters, --batch and --rounds must be at least 1");
+                return ExitCode::from(2);
+            }
+            // A setting every rank would refuse is refused before anything is measured.
+            if let Err(e) = check_settings(None) {
+                eprintln!("barrier bench: {e}");
                 return ExitCode::from(2);
             }
             if let Some(&n) = ranks.iter().find(|&&n| n < nodes) {

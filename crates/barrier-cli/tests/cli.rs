@@ -230,13 +230,13 @@ fn the_emu_daemon_serves_several_jobs_and_removes_its_device() {
     assert!(!std::path::Path::new(&path).exists(), "the daemon must remove its device file");
 }
 
-/// Processes whose command line contains `needle` (their pids).
 /// Process `pid`'s command line, arguments separated (and ended) by spaces.
 fn cmdline(pid: u32) -> String {
     let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
     String::from_utf8_lossy(&cmd).replace('\0', " ")
 }
 
+/// Processes whose command line contains `needle` (their pids).
 fn processes_with(needle: &str) -> Vec<u32> {
     let mut found = Vec::new();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
@@ -319,8 +319,11 @@ fn sigterm_stops_a_large_start_up_at_once() {
     // once and failed this test).
     let nap = format!("29.{:06}", std::process::id() % 1_000_000);
     let ours = format!("sleep {nap} ");
+    let left_running = || processes_with(&ours).into_iter().filter(|&pid| cmdline(pid) == ours).collect::<Vec<_>>();
     let child = barrier().args(["run", "-n", &n, "--", "sleep", &nap]).stderr(Stdio::piped()).spawn().unwrap();
     std::thread::sleep(Duration::from_millis(300));
+    // The start-up is under way (else this test would pass without testing anything).
+    assert!(wait_until(Duration::from_secs(10), || !left_running().is_empty()), "no rank started");
     let start = Instant::now();
     // SAFETY: kill has no memory-safety preconditions.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
@@ -329,7 +332,6 @@ fn sigterm_stops_a_large_start_up_at_once() {
     assert_eq!(out.status.code(), Some(128 + 15));
     // Killed ranks are gone at once; the margin is for a loaded machine (other tests run
     // beside this one). Any left are described, for whoever meets a failure here.
-    let left_running = || processes_with(&ours).into_iter().filter(|&pid| cmdline(pid) == ours).collect::<Vec<_>>();
     if !wait_until(Duration::from_secs(10), || left_running().is_empty()) {
         let left: Vec<String> = left_running()
             .iter()
@@ -485,24 +487,25 @@ fn a_large_start_up_shows_progress_on_a_terminal() {
 #[test]
 fn bench_rows_take_turns_in_rounds_and_pool_them() {
     let out = barrier()
-        .args(["bench", "-n", "2", "--iters", "2000", "--batch", "50", "--rounds", "4", "--backend", "dissemination"])
+        .args(["bench", "-n", "2", "--iters", "2050", "--batch", "50", "--rounds", "3", "--backend", "dissemination"])
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("2000 barriers per row in batches of 50 over 4 rounds taken in turn"), "{text}");
+    // 41 whole batches make 13 per round: 1950 barriers per row, not 2050.
+    assert!(text.contains("1950 barriers per row in batches of 50 over 3 rounds taken in turn"), "{text}");
     let out = barrier()
-        .args(["bench", "-n", "2", "--iters", "2000", "--batch", "50", "--rounds", "2", "--json"])
+        .args(["bench", "-n", "2", "--iters", "2050", "--batch", "50", "--rounds", "3", "--json"])
         .args(["--backend", "dissemination"])
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8_lossy(&out.stdout);
-    // Every row but the floor (which pools a shorter measurement before each row) has both
-    // rounds' barriers.
+    // Every row but the floor (which pools its own measurements) has its three rounds'
+    // barriers; with 13 batches per round no p99 is meaningful.
     let rows: Vec<&str> = text.lines().filter(|l| !l.contains("\"backend\":\"floor\"")).collect();
     assert_eq!(rows.len(), 3, "{text}");
-    assert!(rows.iter().all(|l| l.contains("\"iters\":2000")), "{text}");
+    assert!(rows.iter().all(|l| l.contains("\"iters\":1950") && l.contains("\"p99_ns\":null")), "{text}");
 }
 
 #[test]
@@ -510,10 +513,24 @@ fn bench_refuses_meaningless_statistics_before_measuring() {
     for (args, needle) in [
         (&["bench", "-n", "2", "--iters", "1"][..], "a median needs at least 10"),
         (&["bench", "-n", "2", "--iters", "1000", "--batch", "50", "--rounds", "3"][..], "per round"),
-        (&["bench", "-n", "2", "--rounds", "0"][..], "over 0 round(s)"),
+        (&["bench", "-n", "2", "--rounds", "0"][..], "--rounds must be at least 1"),
+        (
+            &["bench", "-n", "2", "--iters", "100"][..],
+            "1 timed batch(es) per round; a median needs at least 10: raise --iters, or lower --batch",
+        ),
         (&["bench", "-n", "2", "--plot", "/nonexistent/dir/x.svg"][..], "checked before measuring"),
     ] {
         let start = Instant::now();
+        // A setting every rank would refuse, before the references are measured.
+        let start = Instant::now();
+        let out = barrier().env("BARRIER_SW_TAIL_SPIN", "2s").args(["bench", "-n", "2"]).output().unwrap();
+        assert!(start.elapsed() < Duration::from_secs(3), "measured before refusing BARRIER_SW_TAIL_SPIN=2s");
+        assert!(!out.status.success());
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("BARRIER_SW_TAIL_SPIN"),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let out = barrier().args(args).output().unwrap();
         assert!(start.elapsed() < Duration::from_secs(3), "{args:?} measured first");
         assert!(!out.status.success());

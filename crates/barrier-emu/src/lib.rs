@@ -48,7 +48,8 @@ use std::time::{Duration, Instant};
 
 use barrier::wait::{Unwatched, WaitConfig, WaitPolicy};
 use barrier_hw::{
-    control, error_code, expand_sequence, global, status, DeviceMap, FLAG_BYTES, IOMMU_ENTRIES, IOMMU_FREE, IOMMU_VALID,
+    control, error_code, expand_sequence, global, status, DeviceMap, FLAG_BYTES, IOMMU_ENTRIES, IOMMU_FREE, IOMMU_IOVA,
+    IOMMU_STATE, IOMMU_STATE_CODE, IOMMU_VALID,
 };
 
 pub use device::DeviceFile;
@@ -314,26 +315,24 @@ struct Group {
 }
 
 /// Where a member is released (the DMA offset of its flag), and the IOMMU mapping that allows
-/// it: the entry, with its state word (VALID and the mapping process) and host offset as they
-/// were when the member's release address was translated (from two reads of the entry that
-/// agreed, so never a mix of two mappings). Every release store checks both again, so no flag
-/// is written through a mapping found removed, or replaced by another process's or onto another
-/// line. (A driver changes an entry only through FREE; its window is fixed while it is VALID.)
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// it: the entry and its state word when the member's release address was translated. A VALID
+/// state word is new for every claim of an entry (VALID, a random tag, the pid; see
+/// [`barrier_hw::IOMMU_STATE`]), and a driver changes an entry only through FREE, so the state
+/// word alone says whether that mapping is still the one in place. Every release store checks
+/// it: no flag is written through a mapping found removed or replaced.
+#[derive(Clone, Copy, Debug)]
 struct ReleaseTarget {
     flag: u64,
     /// Device offset of the IOMMU entry.
     entry: u64,
     state: u64,
-    host: u64,
 }
 
 impl ReleaseTarget {
     /// Whether the mapping this target was translated through is still in place.
     #[inline]
     fn mapped(&self, dev: &barrier::mmio::Mmio) -> bool {
-        dev.word(self.entry + 24).load(Ordering::Acquire) == self.state
-            && dev.word(self.entry + 16).load(Ordering::Relaxed) == self.host
+        dev.word(self.entry + IOMMU_STATE).load(Ordering::Acquire) == self.state
     }
 }
 
@@ -672,29 +671,22 @@ impl Engine {
 
     /// IOVA → release target, through VALID entries only, inside DMA memory.
     fn translate(&self, iova: u64) -> Option<ReleaseTarget> {
-        // The state first (a driver writes it last, with release), then the window and host;
-        // twice, so that an entry changing under the read (freed and taken again) is skipped
-        // rather than read as a mix of two mappings.
-        let read = |e: u64| {
-            let state = self.dev.word(e + 24).load(Ordering::Acquire);
-            let words = self.dev.words(e, 3);
-            [
-                state,
-                words[0].load(Ordering::Relaxed),
-                words[1].load(Ordering::Relaxed),
-                words[2].load(Ordering::Relaxed),
-            ]
-        };
         (0..IOMMU_ENTRIES as usize).find_map(|i| {
             let e = self.map.iommu_entry(i);
-            // Most entries of a scan are FREE: their state alone says so.
-            if self.dev.word(e + 24).load(Ordering::Acquire) & 0xff != IOMMU_VALID {
+            // The state first (a driver writes it last, with release), then the window and
+            // host, then the state again: the same claim's state twice means the words read
+            // between are that mapping's (a driver changes an entry only through FREE, and
+            // every claim's state is new), never a mix of two. Most entries of a scan are FREE:
+            // their state alone says so.
+            let state_word = self.dev.word(e + IOMMU_STATE);
+            let state = state_word.load(Ordering::Acquire);
+            if state & IOMMU_STATE_CODE != IOMMU_VALID {
                 return None;
             }
-            let first = read(e);
+            let words = self.dev.words(e + IOMMU_IOVA, 3);
+            let [start, len, host] = [0, 1, 2].map(|w| words[w].load(Ordering::Relaxed));
             fence(Ordering::Acquire);
-            let [state, start, len, host] = read(e);
-            if [state, start, len, host] != first || state & 0xff != IOMMU_VALID {
+            if state_word.load(Ordering::Relaxed) != state {
                 return None;
             }
             // Every word of an entry comes from drivers: checked arithmetic, or a crafted entry
@@ -707,7 +699,7 @@ impl Engine {
             let off = host.checked_add(iova - start)?;
             let end = off.checked_add(FLAG_BYTES)?;
             (off >= self.map.dma_base && end <= self.map.size && off.is_multiple_of(FLAG_BYTES))
-                .then_some(ReleaseTarget { flag: off, entry: e, state, host })
+                .then_some(ReleaseTarget { flag: off, entry: e, state })
         })
     }
 
@@ -898,19 +890,9 @@ impl Engine {
     fn release(&mut self, g: usize, epoch: u64) {
         let at = self.regs[g];
         let plain = self.plain;
-        if !plain && !self.config.faults.slow_engine.is_zero() {
-            std::thread::sleep(self.config.faults.slow_engine);
-        }
         let interrupt = self.dev.word(at.control).load(Ordering::Acquire) & control::INTERRUPT_EN != 0;
-        // Late duplicates of the previous barrier's releases go out first (harmless by design:
-        // a duplicate never moves a flag backwards, nor past what the device completed), to
-        // flags that are still mapped.
-        if !self.groups[g].duplicates.is_empty() {
-            for (target, e) in std::mem::take(&mut self.groups[g].duplicates) {
-                if target.mapped(&self.dev) {
-                    self.dev.flag(target.flag).raise(e, interrupt);
-                }
-            }
+        if !plain {
+            self.before_modelled_release(g, interrupt);
         }
         // The next epoch's arrival state is cleared before any member is released: a member
         // sends its next arrival only after its release, so none is ever cleared here.
@@ -935,13 +917,12 @@ impl Engine {
             st.store(done, Ordering::Release);
         }
         let members = group.members.len() as u64;
-        // Each store re-checks the IOMMU entry: an unmapped flag must never be written.
+        // Each store re-checks the IOMMU entry: an unmapped flag must never be written. The
+        // first one found unmapped stops the release there.
         let sent = if plain {
-            let mut sent = Some(0);
-            for target in &group.release {
+            let all = group.release.iter().all(|target| {
                 if !target.mapped(&self.dev) {
-                    sent = None;
-                    break;
+                    return false;
                 }
                 // A plain store: a read-modify-write would hold the completing rank until the
                 // line, which the member is polling, came over. A member that waits on this
@@ -953,9 +934,9 @@ impl Engine {
                 // COMPLETED_EPOCH, and EPOCH_BASE takes the maximum over the members, whose
                 // leader's flag is exact.
                 self.dev.flag(target.flag).signal(epoch, interrupt);
-                sent = sent.map(|n| n + 1);
-            }
-            sent
+                true
+            });
+            all.then_some(members)
         } else {
             self.modelled_release_stores(g, epoch, interrupt)
         };
@@ -967,6 +948,22 @@ impl Engine {
         self.tally(members, sent, 1, 0);
         if !plain {
             self.after_modelled_release();
+        }
+    }
+
+    /// What a device with latency or faults configured does before a release: a slow engine
+    /// waits; late duplicates of the previous barrier's releases go out (harmless by design: a
+    /// duplicate never moves a flag backwards, nor past what the device completed), to flags
+    /// that are still mapped (a duplicate whose mapping is gone is dropped).
+    #[cold]
+    fn before_modelled_release(&mut self, g: usize, interrupt: bool) {
+        if !self.config.faults.slow_engine.is_zero() {
+            std::thread::sleep(self.config.faults.slow_engine);
+        }
+        for (target, e) in std::mem::take(&mut self.groups[g].duplicates) {
+            if target.mapped(&self.dev) {
+                self.dev.flag(target.flag).raise(e, interrupt);
+            }
         }
     }
 
@@ -1083,7 +1080,7 @@ impl Engine {
         // IOMMU entries the same way: mark, look at the lock again, then free or give back (a
         // plain store could free an entry that was released and claimed again meanwhile).
         for i in 0..IOMMU_ENTRIES as usize {
-            let state = self.dev.word(m.iommu_entry(i) + 24);
+            let state = self.dev.word(m.iommu_entry(i) + IOMMU_STATE);
             let seen = state.load(Ordering::Acquire);
             if seen == IOMMU_FREE || seen == FREEING || barrier::sys::ofd_held(fd, m.iommu_lock(i), 1) {
                 continue;
@@ -1125,15 +1122,15 @@ mod tests {
         let start = u64::MAX - 64;
         // A window that wraps past 2^64 onto a DMA offset: unchecked, `iova + FLAG_BYTES`
         // and `start + len` both wrap and the entry passes.
-        dev.word(e).store(start, Ordering::Relaxed);
-        dev.word(e + 8).store(1 << 20, Ordering::Relaxed);
-        dev.word(e + 16).store(map.dma_base, Ordering::Relaxed);
-        dev.word(e + 24).store(IOMMU_VALID, Ordering::Release);
-        assert_eq!(engine.translate(start), None);
-        assert_eq!(engine.translate(start + 32), None);
+        dev.word(e + IOMMU_IOVA).store(start, Ordering::Relaxed);
+        dev.word(e + barrier_hw::IOMMU_LEN).store(1 << 20, Ordering::Relaxed);
+        dev.word(e + barrier_hw::IOMMU_HOST).store(map.dma_base, Ordering::Relaxed);
+        dev.word(e + IOMMU_STATE).store(IOMMU_VALID, Ordering::Release);
+        assert!(engine.translate(start).is_none());
+        assert!(engine.translate(start + 32).is_none());
         // A sane entry still translates.
-        dev.word(e).store(barrier_hw::IOVA_BASE, Ordering::Relaxed);
-        dev.word(e + 8).store(FLAG_BYTES, Ordering::Relaxed);
+        dev.word(e + IOMMU_IOVA).store(barrier_hw::IOVA_BASE, Ordering::Relaxed);
+        dev.word(e + barrier_hw::IOMMU_LEN).store(FLAG_BYTES, Ordering::Relaxed);
         assert_eq!(engine.translate(barrier_hw::IOVA_BASE).map(|t| (t.flag, t.entry)), Some((map.dma_base, e)));
     }
 
@@ -1144,10 +1141,10 @@ mod tests {
         for m in 0..members {
             let e = map.iommu_entry(m);
             let iova = barrier_hw::IOVA_BASE + m as u64 * FLAG_BYTES;
-            dev.word(e).store(iova, Ordering::Relaxed);
-            dev.word(e + 8).store(FLAG_BYTES, Ordering::Relaxed);
-            dev.word(e + 16).store(map.release_flag(g, m), Ordering::Relaxed);
-            dev.word(e + 24).store(IOMMU_VALID, Ordering::Release);
+            dev.word(e + IOMMU_IOVA).store(iova, Ordering::Relaxed);
+            dev.word(e + barrier_hw::IOMMU_LEN).store(FLAG_BYTES, Ordering::Relaxed);
+            dev.word(e + barrier_hw::IOMMU_HOST).store(map.release_flag(g, m), Ordering::Relaxed);
+            dev.word(e + IOMMU_STATE).store(IOMMU_VALID, Ordering::Release);
             dev.group_word(map, g, &map.group.release_table, m).store(iova, Ordering::Relaxed);
         }
         dev.group_word(map, g, &map.group.member_mask, 0).store((1 << members) - 1, Ordering::Relaxed);
@@ -1178,15 +1175,18 @@ mod tests {
         // Member 1's mapping is removed (its driver detached), or its entry is taken again by
         // another process for the same line or another one, while the group still runs.
         fn freed(dev: &DeviceFile, e: u64) {
-            dev.word(e + 24).store(IOMMU_FREE, Ordering::Release);
+            dev.word(e + IOMMU_STATE).store(IOMMU_FREE, Ordering::Release);
         }
         fn taken_again(dev: &DeviceFile, e: u64) {
-            dev.word(e + 24).store(IOMMU_VALID | 99 << 32, Ordering::Release);
+            dev.word(e + IOMMU_STATE).store(IOMMU_VALID | 99 << 32, Ordering::Release);
         }
-        fn moved(dev: &DeviceFile, e: u64) {
-            dev.word(e + 16).store(dev.map().release_flag(5, 0), Ordering::Relaxed);
+        // By the same process, for another line: only the claim's tag tells the two apart.
+        fn taken_again_by_the_same_process(dev: &DeviceFile, e: u64) {
+            dev.word(e + IOMMU_STATE).store(barrier_hw::IOMMU_CLAIMED, Ordering::Release);
+            dev.word(e + barrier_hw::IOMMU_HOST).store(dev.map().release_flag(5, 0), Ordering::Relaxed);
+            dev.word(e + IOMMU_STATE).store(IOMMU_VALID | 7 << barrier_hw::IOMMU_TAG_SHIFT, Ordering::Release);
         }
-        let changes: [fn(&DeviceFile, u64); 3] = [freed, taken_again, moved];
+        let changes: [fn(&DeviceFile, u64); 3] = [freed, taken_again, taken_again_by_the_same_process];
         // With every release duplicated, epoch 1's late duplicates go out at epoch 2's release.
         let models = [Faults::default(), Faults { duplicate_release: 1.0, seed: 7, ..Faults::default() }];
         for (faults, change) in models.into_iter().flat_map(|f| changes.iter().map(move |c| (f, c))) {
@@ -1215,6 +1215,8 @@ mod tests {
             }
             assert_eq!(flag(1), 0, "an unmapped release flag was written ({faults:?})");
             assert_eq!(flag(0), 2, "member 0 comes before the unmapped one and is released");
+            assert_eq!(flag(2), 1, "the release stops at the unmapped member ({faults:?})");
+            assert_eq!(dev.flag(map.release_flag(5, 0)).load(), 0, "the new mapping's line was written");
             assert_eq!(engine.reg(g, &map.group.error_code), error_code::IOMMU_FAULT, "{faults:?}");
             assert_ne!(engine.reg(g, &map.group.status) & status::ERROR, 0, "{faults:?}");
             assert!(!engine.groups[g].enabled);

@@ -462,10 +462,9 @@ impl Communicator {
     #[inline(never)]
     fn finish_waiting(&self, engine: &mut Engine, epoch: u64) -> Result<()> {
         let watch = LazyWatch::new(|| self.watch(epoch));
-        // Time already spent in earlier recheck slices of this barrier (hardware modules), and
-        // when the first of them started its clock.
-        let mut waited = Duration::ZERO;
-        let mut clock: Option<std::time::Instant> = None;
+        // When this barrier's wait started its clock, kept across recheck slices (hardware
+        // modules), so that the timeout counts them all.
+        let mut clock = None;
         // A module's tail spin is tried once per barrier (Poll::Pending's `spin`).
         let mut spin_left = true;
         let mut spin_once = |flag: &Flag, target: u64, spin: Option<Duration>| {
@@ -483,12 +482,12 @@ impl Communicator {
                         return Ok(());
                     }
                 }
-                Ok(Poll::Pending { flag, target, recheck: Some(slice), spin, .. }) => {
+                Ok(Poll::Pending { flag, target, recheck: Some(slice), last, spin }) => {
                     // Most hardware waits end spinning or after a yield or two: no clock read
                     // then (it would delay the return of a rank whose release lands during
                     // the read). What comes before the first slice starts its clock (the spin
                     // phase, a tail spin of at most 1 ms, eight yields) is not counted against
-                    // the timeout; later slices are counted whole.
+                    // the timeout; from then on every slice is, through the shared `clock`.
                     // (A zero slice asks to be polled again at once: the flag may not be
                     // the one that moves, so only the inline checks.)
                     let reached = if slice.is_zero() {
@@ -496,30 +495,16 @@ impl Communicator {
                     } else {
                         self.wait.spun_until(flag, target) || spin_once(flag, target, spin)
                     };
-                    if reached {
-                        continue;
+                    if !reached {
+                        let spun = WaitConfig { spin: 0, ..self.wait };
+                        match spun.wait_or_recheck(flag, target, &watch, Some(slice), &mut clock) {
+                            Ok(()) => {}
+                            Err(WaitError::Recheck) => continue,
+                            Err(w) => return Err(self.wait_error(watch.get(), w)),
+                        }
                     }
-                    let budget = WaitConfig {
-                        timeout: self.wait.timeout.map(|t| t.saturating_sub(waited)),
-                        spin: 0,
-                        ..self.wait
-                    };
-                    match budget.wait_or_recheck(flag, target, &watch, Some(slice)) {
-                        Ok(()) => {}
-                        Err(WaitError::Recheck(d)) => {
-                            // Counted from the first slice's clock start, so the yields before
-                            // each later slice starts its clock are counted too (one clock
-                            // read per slice of milliseconds).
-                            let since = *clock.get_or_insert_with(|| {
-                                let now = std::time::Instant::now();
-                                now.checked_sub(d).unwrap_or(now)
-                            });
-                            waited = since.elapsed();
-                        }
-                        Err(WaitError::Timeout(d)) => {
-                            return Err(self.wait_error(watch.get(), WaitError::Timeout(waited + d)))
-                        }
-                        Err(w) => return Err(self.wait_error(watch.get(), w)),
+                    if last {
+                        return Ok(());
                     }
                 }
                 Err(e) => return Err(self.fail(e)),

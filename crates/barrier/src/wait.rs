@@ -348,9 +348,9 @@ pub enum WaitError {
     Timeout(Duration),
     /// The job was aborted because this world rank failed.
     Aborted(usize),
-    /// The caller's recheck interval passed after waiting this long (counted as a timeout
-    /// counts, see the module docs); call again after re-examining the module.
-    Recheck(Duration),
+    /// The caller's recheck interval passed; call again (with the same clock) after
+    /// re-examining the module.
+    Recheck,
     /// This rank of the communicator left it (dropped it or exited) before doing its part, so
     /// the wait can never complete.
     PeerLeft(usize),
@@ -382,11 +382,13 @@ impl WaitConfig {
     /// Waits until `flag` reaches `epoch`, following the policy.
     #[inline(always)]
     pub fn wait(&self, flag: &Flag, epoch: u64, watch: &dyn Watch) -> Result<(), WaitError> {
-        self.wait_or_recheck(flag, epoch, watch, None)
+        self.wait_or_recheck(flag, epoch, watch, None, &mut None)
     }
 
-    /// [`WaitConfig::wait`] that also returns [`WaitError::Recheck`] once `recheck` has passed
-    /// (hardware modules look at their device between slices).
+    /// [`WaitConfig::wait`] that also returns [`WaitError::Recheck`] once this call has waited
+    /// `recheck` (hardware modules look at their device between slices). `clock` is when the
+    /// whole wait started its clock: the caller keeps it across the slices of one wait (`None`
+    /// at first), so the timeout and the watch count every slice whole.
     #[inline(always)]
     pub fn wait_or_recheck(
         &self,
@@ -394,11 +396,12 @@ impl WaitConfig {
         epoch: u64,
         watch: &dyn Watch,
         recheck: Option<Duration>,
+        clock: &mut Option<Instant>,
     ) -> Result<(), WaitError> {
         if self.reached_soon(flag, epoch) {
             return Ok(());
         }
-        self.wait_slow(flag, epoch, watch, recheck)
+        self.wait_slow(flag, epoch, watch, recheck, clock)
     }
 
     /// The inline start of every wait: whether `flag` reaches `epoch` within a few checks. At 2
@@ -475,28 +478,33 @@ impl WaitConfig {
         epoch: u64,
         watch: &dyn Watch,
         recheck: Option<Duration>,
+        clock: &mut Option<Instant>,
     ) -> Result<(), WaitError> {
         if self.spin_phase(flag, epoch) {
             return Ok(());
         }
-        // The clock starts at the FIRST_CHECK-th yield (or the park phase), not here: in an
-        // oversubscribed barrier most waits end after a yield or two, and a clock read per
-        // wait was a measurable part of a rank's turn. A timeout and a recheck interval count
-        // from that start.
-        let mut start = None;
-        let check = |start: &mut Option<Instant>| -> Result<(), WaitError> {
-            let waited = start.get_or_insert_with(Instant::now).elapsed();
-            watch.check(waited)?;
-            if let Some(limit) = self.timeout {
-                if waited >= limit {
-                    return Err(WaitError::Timeout(waited));
+        // This call's clock starts at the FIRST_CHECK-th yield (or the park phase), not here:
+        // in an oversubscribed barrier most waits end after a yield or two, and a clock read
+        // per wait was a measurable part of a rank's turn. The whole wait's clock (`clock`)
+        // starts with the first call's; the recheck interval counts from this call's.
+        let mut started: Option<Instant> = None;
+        // Returns how long the whole wait and this call have waited.
+        let check =
+            |started: &mut Option<Instant>, clock: &mut Option<Instant>| -> Result<(Duration, Duration), WaitError> {
+                let now = Instant::now();
+                let this_call = now - *started.get_or_insert(now);
+                let waited = now - *clock.get_or_insert(now - this_call);
+                watch.check(waited)?;
+                if let Some(limit) = self.timeout {
+                    if waited >= limit {
+                        return Err(WaitError::Timeout(waited));
+                    }
                 }
-            }
-            if recheck.is_some_and(|r| waited >= r) {
-                return Err(WaitError::Recheck(waited));
-            }
-            Ok(())
-        };
+                if recheck.is_some_and(|r| this_call >= r) {
+                    return Err(WaitError::Recheck);
+                }
+                Ok((waited, this_call))
+            };
         let mut yields: u32 = 0;
         loop {
             // Yield phase: with the Spin policy this phase lasts for ever.
@@ -508,10 +516,14 @@ impl WaitConfig {
             }
             yield_now();
             yields = yields.wrapping_add(1);
-            if yields == FIRST_CHECK && start.is_none() {
-                start = Some(Instant::now());
+            // (`started` is set before FIRST_CHECK only by a check, which comes first only
+            // after the counter wraps.)
+            if yields == FIRST_CHECK && started.is_none() {
+                let now = Instant::now();
+                started = Some(now);
+                clock.get_or_insert(now);
             } else if yields.is_multiple_of(if recheck.is_some() { 8 } else { 64 }) {
-                check(&mut start)?;
+                check(&mut started, clock)?;
             }
         }
         // Park phase.
@@ -519,14 +531,13 @@ impl WaitConfig {
             if flag.reached(epoch) {
                 return Ok(());
             }
-            check(&mut start)?;
-            let started = *start.get_or_insert_with(Instant::now);
+            let (waited, this_call) = check(&mut started, clock)?;
             let mut slice = match self.timeout {
-                Some(limit) => limit.saturating_sub(started.elapsed()).clamp(Duration::from_micros(100), PARK_SLICE),
+                Some(limit) => limit.saturating_sub(waited).clamp(Duration::from_micros(100), PARK_SLICE),
                 None => PARK_SLICE,
             };
             if let Some(r) = recheck {
-                slice = slice.min(r.saturating_sub(started.elapsed()).max(Duration::from_micros(50)));
+                slice = slice.min(r.saturating_sub(this_call).max(Duration::from_micros(50)));
             }
             flag.park(epoch, slice);
         }
@@ -566,10 +577,13 @@ mod tests {
             (WaitPolicy::Park, 300),
         ] {
             let config = WaitConfig { yields, ..cfg(policy, Some(Duration::from_millis(30))) };
-            let r = config.wait(&flag, 1, &Unwatched);
-            match r {
+            let begun = Instant::now();
+            match config.wait(&flag, 1, &Unwatched) {
+                // Never more than really passed, and not far past the limit (the clock starts
+                // at the eighth yield, and a loaded machine may be slow to wake the waiter).
                 Err(WaitError::Timeout(d)) => {
-                    assert!(d >= Duration::from_millis(30), "{policy} {yields}: {d:?}");
+                    assert!(d <= begun.elapsed(), "{policy} {yields}: reported {d:?} of {:?}", begun.elapsed());
+                    assert!(begun.elapsed() < Duration::from_secs(5), "{policy} {yields}: {:?}", begun.elapsed());
                 }
                 other => panic!("expected timeout, got {other:?}"),
             }
@@ -577,17 +591,35 @@ mod tests {
     }
 
     #[test]
-    fn a_recheck_interval_ends_the_wait_and_says_how_long_it_waited() {
+    fn recheck_slices_of_one_wait_share_its_clock_and_its_timeout() {
         let flag = Flag::default();
         let slice = Duration::from_millis(5);
+        let limit = Duration::from_millis(30);
         for (policy, yields) in [(WaitPolicy::Spin, 0), (WaitPolicy::Park, 0), (WaitPolicy::Park, 256)] {
-            let config = WaitConfig { yields, ..cfg(policy, Some(Duration::from_secs(10))) };
-            match config.wait_or_recheck(&flag, 1, &Unwatched, Some(slice)) {
-                Err(WaitError::Recheck(d)) => {
-                    assert!(d >= slice, "{policy} {yields}: {d:?}");
+            let config = WaitConfig { yields, ..cfg(policy, Some(limit)) };
+            let begun = Instant::now();
+            let mut clock = None;
+            let mut slices = 0;
+            let timed_out = loop {
+                let slice_begun = Instant::now();
+                match config.wait_or_recheck(&flag, 1, &Unwatched, Some(slice), &mut clock) {
+                    Err(WaitError::Recheck) => {
+                        assert!(slice_begun.elapsed() >= slice, "{policy} {yields}: a slice ended early");
+                        slices += 1;
+                    }
+                    Err(WaitError::Timeout(d)) => break d,
+                    other => panic!("expected a recheck or a timeout, got {other:?}"),
                 }
-                other => panic!("expected a recheck, got {other:?}"),
-            }
+                assert!(slices < 100, "{policy} {yields}: the slices never add up to the timeout");
+            };
+            // The timeout counts the slices together: several slices, then one timeout that
+            // covers them, no longer than really passed.
+            assert!(slices >= 2, "{policy} {yields}: {slices} slices");
+            assert!(
+                timed_out >= limit && timed_out <= begun.elapsed(),
+                "{policy} {yields}: {timed_out:?} of {:?}",
+                begun.elapsed()
+            );
         }
     }
 

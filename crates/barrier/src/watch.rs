@@ -232,7 +232,7 @@ impl PeerWatch<'_> {
         match w {
             WaitError::Aborted(r) => Error::Aborted { failed_rank: r },
             WaitError::JobGone => Error::JobGone,
-            WaitError::Recheck(_) => Error::Broken("a wait asked for a recheck without an interval".into()),
+            WaitError::Recheck => Error::Broken("a wait asked for a recheck without an interval".into()),
             WaitError::PeerLeft(r) => {
                 let how = match (self.region.departed(r), self.seg().exited(self.members[r])) {
                     (Some((completed, false)), _) => {

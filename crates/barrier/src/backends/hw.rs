@@ -59,7 +59,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use barrier_hw::{
-    control, global, status, DeviceMap, MessageType, FLAG_BYTES, IOMMU_CLAIMED, IOMMU_ENTRIES, IOMMU_FREE, IOMMU_VALID,
+    control, global, status, DeviceMap, MessageType, FLAG_BYTES, IOMMU_CLAIMED, IOMMU_ENTRIES, IOMMU_FREE, IOMMU_HOST,
+    IOMMU_IOVA, IOMMU_LEN, IOMMU_STATE, IOMMU_TAG_BITS, IOMMU_TAG_SHIFT, IOMMU_VALID,
     IOVA_BASE,
 };
 
@@ -367,7 +368,7 @@ impl Device {
         let pid = (std::process::id() as u64) << 32;
         // As for groups: an entry's lock is taken before its state leaves FREE.
         let Some(entry) = (0..IOMMU_ENTRIES as usize).find(|&i| {
-            let state = self.mmio.word(m.iommu_entry(i) + 24);
+            let state = self.mmio.word(m.iommu_entry(i) + IOMMU_STATE);
             if state.load(Ordering::Acquire) != IOMMU_FREE || !self.lock(m.iommu_lock(i)) {
                 return false;
             }
@@ -383,10 +384,13 @@ impl Device {
         };
         let e = m.iommu_entry(entry);
         let iova = IOVA_BASE + flag_off;
-        self.mmio.word(e).store(iova, Ordering::Relaxed);
-        self.mmio.word(e + 8).store(FLAG_BYTES, Ordering::Relaxed);
-        self.mmio.word(e + 16).store(flag_off, Ordering::Relaxed);
-        self.mmio.word(e + 24).store(IOMMU_VALID | pid, Ordering::Release);
+        self.mmio.word(e + IOMMU_IOVA).store(iova, Ordering::Relaxed);
+        self.mmio.word(e + IOMMU_LEN).store(FLAG_BYTES, Ordering::Relaxed);
+        self.mmio.word(e + IOMMU_HOST).store(flag_off, Ordering::Relaxed);
+        // A tag new for this claim, so the device can tell this mapping from any later one of
+        // the same entry by its state word alone.
+        let tag = (owner_id() & IOMMU_TAG_BITS).max(1) << IOMMU_TAG_SHIFT;
+        self.mmio.word(e + IOMMU_STATE).store(IOMMU_VALID | tag | pid, Ordering::Release);
         self.group_word(g, &m.group.release_table, member).store(iova, Ordering::Release);
         self.group_word(g, &m.group.netaddr_table, member).store(node, Ordering::Release);
         self.group_word(g, &m.group.refs, 0).fetch_add(1, Ordering::AcqRel);
@@ -412,7 +416,7 @@ impl Device {
         if ours {
             self.group_word(a.group, &m.group.release_table, a.member).store(0, Ordering::Release);
         }
-        self.mmio.word(m.iommu_entry(a.entry) + 24).store(IOMMU_FREE, Ordering::Release);
+        self.mmio.word(m.iommu_entry(a.entry) + IOMMU_STATE).store(IOMMU_FREE, Ordering::Release);
         self.unlock(m.iommu_lock(a.entry));
         if ours && self.group_word(a.group, &m.group.refs, 0).fetch_sub(1, Ordering::AcqRel) == 1 {
             self.free(a.group, a.owner);
@@ -1100,13 +1104,14 @@ impl Module for HwModule {
                 self.send(s, epoch);
                 self.step += 1;
             }
+            if let Some(tail) = self.tail.as_deref_mut() {
+                // Whether this arrival completed the group is the device's to know; the last
+                // arriver finds no one missing and does not spin. (The arrival record below is
+                // read only by flat fallbacks, which do not mind the few nanoseconds.)
+                tail.arrived(epoch, false);
+            }
         }
         self.record_arrival(epoch);
-        if let Some(tail) = self.tail.as_deref_mut().filter(|_| self.degraded.is_none()) {
-            // Whether this arrival completed the group is the device's to know; the last
-            // arriver finds no one missing and does not spin.
-            tail.arrived(epoch, false);
-        }
         Ok(())
     }
 

@@ -143,7 +143,7 @@ impl Backend for Software {
             ParamInfo::new(
                 "BARRIER_SW_TAIL_SPIN",
                 "50us",
-                "Central algorithm and one-group hardware offload, more ranks than cores: how long a rank whose CPU holds no missing rank spins for the release before it yields (at most 1ms; 0 disables).",
+                "Central algorithm and one-group hardware offload, more ranks than cores: how long a rank whose CPU holds no missing rank spins for the release before it yields (at most 1ms, plus the 64 checks before the spin first reads the clock; 0 disables).",
             )
             .kind(ParamKind::DurationAtMost(tail::MAX_TAIL_SPIN)),
         ]
@@ -602,5 +602,19 @@ impl SoftwareModule {
                 Ok(Poll::Ready)
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_tail_spin_setting_is_capped_defaulted_and_turned_off() {
+        let with = |v: &str| tail_spin(&crate::params::Params::defaults_only().set("BARRIER_SW_TAIL_SPIN", v)).unwrap();
+        assert_eq!(tail_spin(&crate::params::Params::defaults_only()).unwrap(), tail::DEFAULT_TAIL_SPIN);
+        assert_eq!(with("1s"), tail::MAX_TAIL_SPIN);
+        assert_eq!(with("0"), Duration::ZERO);
+        assert_eq!(with("20us"), Duration::from_micros(20));
     }
 }
