@@ -316,7 +316,7 @@ struct Group {
 
 /// Where a member is released (the DMA offset of its flag), and the IOMMU mapping that allows
 /// it: the entry and its state word when the member's release address was translated. A VALID
-/// state word is new for every claim of an entry (VALID, a random tag, the pid; see
+/// state word is drawn anew for every claim of an entry (VALID, a random tag, the pid; see
 /// [`barrier_hw::IOMMU_STATE`]), and a driver changes an entry only through FREE, so the state
 /// word alone says whether that mapping is still the one in place. Every release store checks
 /// it: no flag is written through a mapping found removed or replaced.
@@ -676,7 +676,7 @@ impl Engine {
             // The state first (a driver writes it last, with release), then the window and
             // host, then the state again: the same claim's state twice means the words read
             // between are that mapping's (a driver changes an entry only through FREE, and
-            // every claim's state is new), never a mix of two. Most entries of a scan are FREE:
+            // every claim draws a new tag), never a mix of two. Most entries of a scan are FREE:
             // their state alone says so.
             let state_word = self.dev.word(e + IOMMU_STATE);
             let state = state_word.load(Ordering::Acquire);

@@ -190,9 +190,10 @@ pub const IOMMU_LEN: u64 = 8;
 pub const IOMMU_HOST: u64 = 16;
 /// Offset of an IOMMU entry's state word: the state ([`IOMMU_FREE`], [`IOMMU_CLAIMED`],
 /// [`IOMMU_VALID`]) in the low byte ([`IOMMU_STATE_CODE`]); in a VALID entry a tag of the claim
-/// above it (bits 8-31, random and non-zero, new for every claim) and the claiming process's
+/// above it (bits 8-31, drawn at random for every claim, never zero) and the claiming process's
 /// pid (bits 32-63). A driver changes an entry only through FREE, so a state word that reads
-/// the same twice means the words between were one mapping's.
+/// the same twice means the words between were one mapping's (unless the same process claimed
+/// the entry again and drew the same tag: one claim in 2^24).
 pub const IOMMU_STATE: u64 = 24;
 /// The state code's bits in an IOMMU state word.
 pub const IOMMU_STATE_CODE: u64 = 0xff;

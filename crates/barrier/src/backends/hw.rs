@@ -54,7 +54,7 @@
 
 use std::os::fd::AsRawFd;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -383,6 +383,9 @@ impl Device {
             return Err(format!("the IOMMU table of {} is full ({IOMMU_ENTRIES} mappings)", self.path.display()));
         };
         let e = m.iommu_entry(entry);
+        // The claim (CLAIMED) before the words below, for a device that reads the state, the
+        // words and the state again.
+        fence(Ordering::Release);
         let iova = IOVA_BASE + flag_off;
         self.mmio.word(e + IOMMU_IOVA).store(iova, Ordering::Relaxed);
         self.mmio.word(e + IOMMU_LEN).store(FLAG_BYTES, Ordering::Relaxed);
