@@ -10,6 +10,7 @@
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static int cmp(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -63,6 +64,12 @@ int main(int argc, char **argv) {
         qsort(lib, (size_t)rounds, sizeof(double), cmp);
         qsort(ours, (size_t)rounds, sizeof(double), cmp);
         double ml = lib[rounds / 2] * 1e9, mo = ours[rounds / 2] * 1e9;
+        /* Which MPI was timed: the first line of its own version string. */
+        char version[MPI_MAX_LIBRARY_VERSION_STRING];
+        int len = 0;
+        MPI_Get_library_version(version, &len);
+        version[strcspn(version, "\n")] = 0;
+        printf("MPI library: %s\n", version);
         printf("ranks %d, %d chunks of %ld barriers each, alternating\n", size, rounds, iters);
         printf("%-34s median %10.0f ns   best %10.0f ns\n", "PMPI_Barrier (the MPI library)", ml, lib[0] * 1e9);
         printf("%-34s median %10.0f ns   best %10.0f ns\n", "MPI_Barrier (this process's)", mo, ours[0] * 1e9);

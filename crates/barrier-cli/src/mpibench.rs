@@ -92,6 +92,26 @@ fn defines_symbol(elf: &[u8], name: &str) -> Option<bool> {
     None
 }
 
+/// The MPI library a shared object was linked against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mpi {
+    OpenMpi,
+    Mpich,
+}
+
+/// Which MPI the ELF file `elf` needs, from the library names in it (`libmpich.so.*` or Open
+/// MPI's `libmpi.so.*`); `None` if it names neither.
+fn linked_mpi(elf: &[u8]) -> Option<Mpi> {
+    let names = |needle: &[u8]| elf.windows(needle.len()).any(|w| w == needle);
+    if names(b"libmpich.so") {
+        Some(Mpi::Mpich)
+    } else if names(b"libmpi.so.") {
+        Some(Mpi::OpenMpi)
+    } else {
+        None
+    }
+}
+
 fn tool(var: &str, default: &str) -> String {
     std::env::var(var).ok().filter(|v| !v.trim().is_empty()).unwrap_or_else(|| default.to_string())
 }
@@ -143,6 +163,22 @@ pub fn run(opts: &MpiBenchOptions) -> Result<(), String> {
     }
     let mpirun = tool("MPIRUN", "mpirun");
     let open_mpi = is_open_mpi(&mpirun)?;
+    let bytes = std::fs::read(&preload).map_err(|e| format!("reading {}: {e}", preload.display()))?;
+    match linked_mpi(&bytes) {
+        Some(Mpi::Mpich) if open_mpi => {
+            return Err(format!(
+                "{} was built against MPICH, but {mpirun} is Open MPI's: run with MPIRUN=mpiexec.mpich                  MPICC=mpicc.mpich, or build the interposer for Open MPI (MPI_PKG_CONFIG=ompi)",
+                preload.display()
+            ))
+        }
+        Some(Mpi::OpenMpi) if !open_mpi => {
+            return Err(format!(
+                "{} was built against Open MPI, but {mpirun} is not Open MPI's: run with MPIRUN=mpirun.openmpi                  MPICC=mpicc.openmpi, or build the interposer for this MPI (MPI_PKG_CONFIG=mpich and its own                  CARGO_TARGET_DIR)",
+                preload.display()
+            ))
+        }
+        _ => {}
+    }
     let dir = std::env::temp_dir().join(format!("barrier-mpi-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
     let result = build(&dir).and_then(|prog| {
@@ -178,6 +214,14 @@ pub fn run(opts: &MpiBenchOptions) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::defines_symbol;
+
+    #[test]
+    fn the_linked_mpi_is_told_by_its_library_name() {
+        use super::{linked_mpi, Mpi};
+        assert_eq!(linked_mpi(b"\0libc.so.6\0libmpich.so.12\0"), Some(Mpi::Mpich));
+        assert_eq!(linked_mpi(b"\0libmpi.so.40\0libc.so.6\0"), Some(Mpi::OpenMpi));
+        assert_eq!(linked_mpi(b"\0libc.so.6\0"), None);
+    }
 
     #[test]
     fn only_a_defined_dynamic_symbol_counts() {

@@ -192,7 +192,8 @@ impl Shared {
     /// The agent: serves posted calls, reaps dead openers, keeps the sysfs tree current.
     fn serve(&self, stop: &AtomicBool) {
         let doorbell = self.mmio.flag(self.layout.doorbell());
-        let nap = WaitConfig { policy: WaitPolicy::Park, spin: 0, yields: 0, timeout: Some(REAP_EVERY) };
+        let nap =
+            WaitConfig { policy: WaitPolicy::Park, spin: 0, yields: 0, timeout: Some(REAP_EVERY), progress: None };
         while !stop.load(Ordering::Acquire) {
             let seen = doorbell.load();
             // Openers that are gone first: a request they left must not act for whoever

@@ -545,8 +545,13 @@ impl Engine {
         let config_seq = |dev: &barrier::mmio::Mmio| dev.word(global::CONFIG_SEQ.offset).load(Ordering::Acquire);
         let mut config_seen = config_seq(&self.dev);
         self.refresh();
-        let idle_wait =
-            WaitConfig { policy: WaitPolicy::Park, spin: 2000, yields: 8, timeout: Some(Duration::from_millis(200)) };
+        let idle_wait = WaitConfig {
+            policy: WaitPolicy::Park,
+            spin: 2000,
+            yields: 8,
+            timeout: Some(Duration::from_millis(200)),
+            progress: None,
+        };
         while !self.stop.load(Ordering::Acquire) {
             if !self.vanished {
                 let start = Instant::now();

@@ -9,6 +9,7 @@ use barrier::params::{MPI_FAULT as FAULT, MPI_NODE_BLOCK};
 use barrier::shm::{JobShape, Segment};
 use barrier::{Error, Params, Result, Universe};
 
+use crate::census;
 use crate::internode::Internode;
 use crate::raw::{self, Comm, OwnedComm};
 
@@ -26,6 +27,15 @@ fn parse_fault(params: &Params) -> Result<Option<(String, usize)>> {
         value: v,
         expected: format!("STAGE:RANK with STAGE one of {}", FAULT_STAGES.join(", ")),
     })
+}
+
+/// Counts the job's processes on this machine and the cores they may use, once per process
+/// (collective over `MPI_COMM_WORLD`: every rank calls it, as after `MPI_Init`). Every
+/// communicator made afterwards chooses its wait policy from that count. Optional: the first
+/// communicator over `MPI_COMM_WORLD`'s ranks takes it anyway; the interposer calls it from
+/// `MPI_Init`. See the crate docs.
+pub fn take_census() -> Result<()> {
+    census::take_of_world()
 }
 
 /// The name of the last backend of the chain: `MPI_Barrier` itself.
@@ -229,16 +239,18 @@ impl Communicator {
     fn build(&mut self, params: &Params, agreed: &Agreed, world_rank: usize) -> Step<()> {
         let local = |error: Error| Box::new(Failure { world_rank, error });
         // Node topology: the machine's ranks, cut into blocks of BARRIER_MPI_NODE_BLOCK.
-        let machine = OwnedComm(raw::split_shared(self.comm, self.rank).map_err(local)?);
-        let machine_size = raw::size(machine.0).map_err(local)?;
-        let mut mask = affinity_mask();
-        raw::allreduce_or(machine.0, &mut mask).map_err(local)?;
-        let cores = mask.iter().map(|w| w.count_ones() as usize).sum::<usize>().max(1);
+        let (machine, own) = census::machine_of(self.comm, self.rank).map_err(local)?;
         let color = world_rank.checked_div(agreed.node_block).unwrap_or(0);
         let node_comm = raw::split(machine.0, Some(color as u32), self.rank).map_err(local)?;
         drop(machine);
         let node_comm = OwnedComm(node_comm.expect("a defined color gets a communicator"));
-        self.build_on_node(node_comm.0, params, agreed, world_rank, machine_size, cores)
+        // The wait policy follows the job's processes on this machine, not this communicator's
+        // (see `census`): a communicator over MPI_COMM_WORLD's group is the census itself.
+        if raw::congruent_with_world(self.comm).map_err(local)? {
+            census::record(own);
+        }
+        let job = census::job_on_machine(own);
+        self.build_on_node(node_comm.0, params, agreed, world_rank, job)
     }
 
     fn build_on_node(
@@ -247,8 +259,7 @@ impl Communicator {
         params: &Params,
         agreed: &Agreed,
         world_rank: usize,
-        machine_size: usize,
-        cores: usize,
+        job: census::MachineJob,
     ) -> Step<()> {
         let local = |error: Error| Box::new(Failure { world_rank, error });
         let fault = |stage: &str| {
@@ -276,7 +287,7 @@ impl Communicator {
 
         // The node's segment: made (and unlinked at once) by the node's first rank, mapped by
         // the others through that process's descriptor, checked to be the same file.
-        let shape = JobShape { world_size: self.local_size, nodes: 1, ranks_on_machine: machine_size, cores };
+        let shape = JobShape { world_size: self.local_size, nodes: 1, ranks_on_machine: job.ranks, cores: job.cores };
         let pool = params
             .parse("BARRIER_SHM_POOL_BYTES", barrier::shm::DEFAULT_POOL_BYTES, "")
             .unwrap_or(barrier::shm::DEFAULT_POOL_BYTES);
@@ -300,6 +311,9 @@ impl Communicator {
             None => Err(Error::Setup("the node's first rank could not make the node's shared segment".into())),
         };
         let seg = self.agree(seg, world_rank, "map the node's shared segment")?;
+        // Waits keep MPI progressing (MPI's progress rule), by probing this communicator's
+        // private duplicate, which outlives the node's communicators (see `Drop`).
+        seg.set_progress(barrier::wait::Progress::new(raw::progress, raw::to_word(self.comm)));
 
         let joined = match fault("join") {
             Ok(()) => Universe::join(seg.clone(), self.local_rank, node_params(params)),
@@ -313,7 +327,7 @@ impl Communicator {
         let internode = match &roots {
             Some(r) if self.nodes > 1 => {
                 let injected = fault("internode");
-                Some(Internode::new(r.0, self.rank, self.size, machine_size > cores, agreed.timeout, injected))
+                Some(Internode::new(r.0, self.rank, self.size, job.ranks > job.cores, agreed.timeout, injected))
             }
             _ => None,
         };
@@ -348,10 +362,17 @@ impl Communicator {
             }
         }
         let node_backend = node.world().backend();
+        // What decided the wait policy: the job's ranks on this machine, not this communicator's.
+        let waits = format!(
+            "waits {} ({} ranks of the job on {} cores here)",
+            node.world().wait_policy(),
+            job.ranks,
+            job.cores
+        );
         if self.nodes > 1 {
             self.detail = format!(
-                "{} nodes: intranode {} ({} over shared memory, {} ranks on this node), internode dissemination \
-                 over mpi-p2p among the node roots",
+                "{} nodes: intranode {} ({} over shared memory, {} ranks on this node, {waits}), internode \
+                 dissemination over mpi-p2p among the node roots",
                 self.nodes,
                 node_backend,
                 node.world().algorithm(),
@@ -360,7 +381,7 @@ impl Communicator {
             self.path = Path::Hierarchical { node, internode, seg };
         } else {
             self.detail = format!(
-                "one node of {} ranks: {} ({}) over shared memory; declined or not needed:{}",
+                "one node of {} ranks: {} ({}) over shared memory, {waits}; declined or not needed:{}",
                 self.local_size,
                 node_backend,
                 node.world().algorithm(),
@@ -546,15 +567,4 @@ fn declined(selection: &barrier::Selection) -> String {
         out.push_str(" none");
     }
     out
-}
-
-/// This process's CPU affinity as a bit mask of 1,024 CPUs.
-fn affinity_mask() -> [u64; 16] {
-    let mut mask = [0u64; 16];
-    for cpu in barrier::sys::affinity_cores() {
-        if let Some(w) = mask.get_mut(cpu / 64) {
-            *w |= 1 << (cpu % 64);
-        }
-    }
-    mask
 }

@@ -41,6 +41,8 @@
 //! profiler sees the library's own traffic.
 
 #[cfg(feature = "mpi")]
+mod census;
+#[cfg(feature = "mpi")]
 mod comm;
 #[cfg(feature = "mpi")]
 mod internode;
@@ -50,6 +52,6 @@ pub mod raw;
 pub mod transport;
 
 #[cfg(feature = "mpi")]
-pub use comm::{Communicator, HIERARCHICAL, MPI_BACKEND};
+pub use comm::{take_census, Communicator, HIERARCHICAL, MPI_BACKEND};
 #[cfg(feature = "mpi")]
 pub use mpi;

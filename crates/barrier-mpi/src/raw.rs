@@ -304,3 +304,57 @@ pub(crate) fn release(req: &mut Request) {
         ffi::PMPI_Request_free(req);
     }
 }
+
+/// Whether `comm` has the same group as `MPI_COMM_WORLD` (`MPI_IDENT` or `MPI_CONGRUENT`).
+pub(crate) fn congruent_with_world(comm: Comm) -> Result<bool> {
+    let mut result: c_int = 0;
+    // SAFETY: as for `rank`; `result` is writable.
+    check(unsafe { ffi::PMPI_Comm_compare(comm, comm_world(), &mut result) }, "MPI_Comm_compare")?;
+    // SAFETY: constants from rsmpi's C shim.
+    Ok(result == unsafe { ffi::RSMPI_IDENT } || result == unsafe { ffi::RSMPI_CONGRUENT })
+}
+
+/// A communicator handle as one word (a pointer in Open MPI, an `int` in MPICH), for
+/// [`barrier::wait::Progress`]'s context; [`from_word`] turns it back.
+pub(crate) fn to_word(comm: Comm) -> usize {
+    let mut word = [0u8; std::mem::size_of::<usize>()];
+    let n = std::mem::size_of::<Comm>().min(word.len());
+    // SAFETY: MPI_Comm is a plain handle of at most a pointer's size; `n` bytes are copied.
+    unsafe { std::ptr::copy_nonoverlapping((&comm as *const Comm).cast::<u8>(), word.as_mut_ptr(), n) };
+    usize::from_ne_bytes(word)
+}
+
+/// The handle [`to_word`] made `word` from.
+fn from_word(word: usize) -> Comm {
+    let bytes = word.to_ne_bytes();
+    let mut comm = comm_null();
+    let n = std::mem::size_of::<Comm>().min(bytes.len());
+    // SAFETY: the inverse of `to_word`: the same `n` bytes of a handle, copied back.
+    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), (&mut comm as *mut Comm).cast::<u8>(), n) };
+    comm
+}
+
+/// One step of MPI's progress engine, for [`barrier::wait::Progress`] with a communicator
+/// handle ([`to_word`]) as its context: `MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG)` on that
+/// communicator, a private duplicate that carries no point-to-point message (the probe never
+/// matches and takes nothing of the application's). Open MPI and MPICH both run their progress
+/// engine (every transport, every pending request and one-sided operation of the process) in a
+/// probe that finds nothing, but MPICH not on a communicator of one rank (a duplicate of
+/// `MPI_COMM_SELF` progresses nothing there: measured), hence the communicator's own duplicate.
+/// The slow path of a barrier's waits calls it (see `barrier::wait`'s module docs): a rank
+/// waiting in our barrier keeps MPI's progress rule.
+pub fn progress(comm: usize) {
+    let mut flag: c_int = 0;
+    // SAFETY: the context is a valid communicator while MPI is active: the communicator that
+    // set it frees it only after the node's communicators that call this are dropped, and
+    // those go before MPI_Finalize. `flag` is writable and the status is ignored.
+    unsafe {
+        ffi::PMPI_Iprobe(
+            ffi::RSMPI_ANY_SOURCE,
+            ffi::RSMPI_ANY_TAG,
+            from_word(comm),
+            &mut flag,
+            ffi::RSMPI_STATUS_IGNORE,
+        );
+    }
+}

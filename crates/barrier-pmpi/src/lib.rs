@@ -30,3 +30,5 @@
 
 #[cfg(feature = "mpi")]
 mod interpose;
+#[cfg(all(not(feature = "mpi"), target_os = "linux"))]
+mod without_mpi;

@@ -45,7 +45,9 @@ impl<'a> Ctrl<'a> {
         stall: Option<Duration>,
     ) -> Self {
         // Always able to park: setup may wait for a slow rank for a long time.
-        let wait = WaitConfig { policy: WaitPolicy::Park, spin: 256, yields: 8, timeout };
+        // Under MPI, set-up waits let MPI progress too (the segment's progress call).
+        let progress = region.segment().progress();
+        let wait = WaitConfig { policy: WaitPolicy::Park, spin: 256, yields: 8, timeout, progress };
         Ctrl { region, rank, members, epoch, wait, stall, call: "communicator creation" }
     }
 

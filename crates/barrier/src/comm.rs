@@ -222,6 +222,7 @@ impl Communicator {
             spin: agreed[2] as u32,
             yields: agreed[3] as u32,
             timeout: (agreed[4] > 0).then(|| Duration::from_micros(agreed[4])),
+            progress: seg.progress(),
         };
         let stall = (agreed[5] > 0).then(|| Duration::from_micros(agreed[5]));
         let ctrl = Ctrl::new(&region, rank, &members, &ctrl_epoch, wait.timeout, stall);

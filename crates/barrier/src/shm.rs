@@ -180,6 +180,9 @@ pub struct Segment {
     map: Mapping,
     // Keeps the descriptor open in the launcher so that it can be passed to children.
     fd: Option<OwnedFd>,
+    /// This process's outside progress engine (MPI's, set by `barrier-mpi`): every communicator
+    /// made on this segment in this process calls it while it waits (see `wait`'s module docs).
+    progress: std::sync::OnceLock<crate::wait::Progress>,
 }
 
 impl Segment {
@@ -223,7 +226,7 @@ impl Segment {
     pub fn anonymous(shape: JobShape, pool: usize) -> Result<Arc<Self>> {
         let len = Self::total_len(&shape, pool);
         let map = Mapping::anonymous(len).map_err(|e| Error::io(format!("mapping {len} bytes of shared memory"), e))?;
-        let seg = Segment { map, fd: None };
+        let seg = Segment { map, fd: None, progress: std::sync::OnceLock::new() };
         seg.init(&shape)?;
         Ok(Self::with_world_region(seg, &shape))
     }
@@ -241,7 +244,7 @@ impl Segment {
         sys::shm_unlink(&name).map_err(|e| Error::io(format!("unlinking {name}"), e))?;
         let map =
             Mapping::map_fd(fd.as_raw_fd(), len).map_err(|e| Error::io(format!("mapping shared segment {name}"), e))?;
-        let seg = Segment { map, fd: Some(fd) };
+        let seg = Segment { map, fd: Some(fd), progress: std::sync::OnceLock::new() };
         seg.init(&shape)?;
         Ok(Self::with_world_region(seg, &shape))
     }
@@ -293,7 +296,7 @@ impl Segment {
             return Err(error(format!("{what} is {len} bytes, too small for a job segment ({hint})")));
         }
         let map = Mapping::map_fd(fd, len).map_err(|e| Error::io(format!("mapping {what}"), e))?;
-        let seg = Segment { map, fd: None };
+        let seg = Segment { map, fd: None, progress: std::sync::OnceLock::new() };
         if seg.header().magic.load(Ordering::Acquire) != MAGIC {
             return Err(error(format!("{what} is not a barrier job segment ({hint})")));
         }
@@ -330,6 +333,18 @@ impl Segment {
     }
 
     /// The job's shape.
+    /// Makes every communicator created on this segment from now on, in this process, call
+    /// `progress` on the slow path of its waits (MPI's progress engine under `barrier-mpi`: a
+    /// rank waiting in a barrier must let MPI progress). Set once; a second call is ignored.
+    pub fn set_progress(&self, progress: crate::wait::Progress) {
+        let _ = self.progress.set(progress);
+    }
+
+    /// The progress call set by [`Segment::set_progress`], if any.
+    pub fn progress(&self) -> Option<crate::wait::Progress> {
+        self.progress.get().copied()
+    }
+
     pub fn shape(&self) -> JobShape {
         let h = self.header();
         JobShape {

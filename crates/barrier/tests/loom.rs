@@ -17,7 +17,7 @@ use loom::thread;
 
 /// Straight to the park phase: no spinning (every spin would be a branch of the model).
 fn parking() -> WaitConfig {
-    WaitConfig { policy: WaitPolicy::Park, spin: 0, yields: 0, timeout: None }
+    WaitConfig { policy: WaitPolicy::Park, spin: 0, yields: 0, timeout: None, progress: None }
 }
 
 #[test]

@@ -85,7 +85,7 @@ impl EmulatedDriver {
     fn call(&self, op: u64, arg0: u64, arg1: u64) -> Result<(u64, u64), Errno> {
         let l = &self.layout;
         let cpu = crate::sys::bound_cpu().map_or(node::NOT_BOUND, |c| c as u64);
-        let waiter = WaitConfig { policy: WaitPolicy::Park, spin: 64, yields: 16, timeout: Some(ANSWER) };
+        let waiter = WaitConfig { policy: WaitPolicy::Park, spin: 64, yields: 16, timeout: Some(ANSWER), progress: None };
         let deadline = std::time::Instant::now() + ANSWER;
         let slot = loop {
             let free = (0..node::MAILBOX_SLOTS).find(|&i| {
