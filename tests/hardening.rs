@@ -99,6 +99,90 @@ fn a_rank_that_panics_holding_a_request_does_not_deadlock_the_job() {
 }
 
 #[test]
+fn a_communicator_moved_to_another_thread_outlives_its_ranks_function() {
+    // Thread mode: rank 1 hands a duplicate to a thread of its own and returns. The duplicate
+    // is alive: the others' barriers on it must complete, not fail because rank 1 "returned".
+    let out = within(Duration::from_secs(30), "a moved communicator", || {
+        Job::new(3)
+            .params(Params::defaults_only().set("BARRIER_TIMEOUT", "20s"))
+            .run(|w| {
+                let dup = w.dup().unwrap();
+                if w.rank() == 1 {
+                    let worker = std::thread::spawn(move || {
+                        std::thread::sleep(Duration::from_millis(300));
+                        (0..50).try_for_each(|_| dup.barrier())
+                    });
+                    return Some(worker);
+                }
+                (0..50).try_for_each(|_| dup.barrier()).unwrap();
+                None
+            })
+            .unwrap()
+    });
+    for worker in out.into_iter().flatten() {
+        worker.join().unwrap().unwrap();
+    }
+}
+
+#[test]
+fn a_barrier_queued_behind_requests_is_not_an_arrival() {
+    // Rank 1 starts two ibarriers (the second queued behind the first) and then blocks
+    // elsewhere without completing them. Rank 0's second barrier times out: the report must
+    // name rank 1, whose module never got that barrier, not "nobody" (it used to look arrived).
+    let out = within(Duration::from_secs(30), "queued requests", || {
+        Job::new(2)
+            .params(Params::defaults_only().set("BARRIER_TIMEOUT", "500ms"))
+            .run(|w| {
+                if w.rank() == 1 {
+                    let first = w.ibarrier().unwrap();
+                    let second = w.ibarrier().unwrap();
+                    std::thread::sleep(Duration::from_millis(1500));
+                    // Rank 0 has given up by now: these fail, as they should.
+                    let _ = first.wait();
+                    let _ = second.wait();
+                    return None;
+                }
+                w.barrier().unwrap();
+                Some(w.barrier().unwrap_err())
+            })
+            .unwrap()
+    });
+    match out[0].as_ref() {
+        Some(Error::Timeout { missing, .. }) => assert_eq!(missing, &[1], "{}", out[0].as_ref().unwrap()),
+        other => panic!("expected a timeout naming rank 1, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_window_that_fails_because_a_rank_left_is_given_back() {
+    // Rank 2 drops the duplicate while ranks 0 and 1 ask it for a window: their call fails
+    // (rank 2 left), and the block rank 0 took for the window must come back to the segment.
+    let out = Job::new(3)
+        .params(Params::defaults_only())
+        .run(|w| {
+            let baseline = w.segment_usage().0;
+            let dup = w.dup().unwrap();
+            let failed = if w.rank() == 2 {
+                drop(dup);
+                None
+            } else {
+                let err = dup.shared_window(50_000).map(drop).unwrap_err();
+                drop(dup);
+                Some(err.to_string())
+            };
+            w.barrier().unwrap();
+            (failed, baseline, w.segment_usage().0)
+        })
+        .unwrap();
+    for (failed, baseline, after) in out {
+        if let Some(err) = failed {
+            assert!(err.contains("left"), "{err}");
+        }
+        assert_eq!(after, baseline, "the window's block (and the duplicate's region) must be given back");
+    }
+}
+
+#[test]
 fn a_rank_that_exits_early_is_named_within_seconds() {
     // No timeout: the waiters learn from the launcher that rank 2 exited (status 0) without
     // leaving the communicator.
@@ -145,6 +229,32 @@ fn a_subprocess_given_the_job_descriptor_still_cannot_join_as_a_second_rank() {
     assert!(report.success(), "{:?}", report.stderr);
     let err = &report.stderr[0];
     assert!(err.contains("child: init refused") && err.contains("has already joined as process"), "{err}");
+}
+
+#[test]
+fn a_refused_allocation_leaves_the_rest_of_the_segment_usable() {
+    // The sequence the protocol review ran: in a 1 MiB pool a 60,000-word window fits, a
+    // 70,000-word one is refused, both go; then small windows and dups must fit again (the
+    // refused one used to push the bump pointer past the end for good: "0 free").
+    let out = Job::new(2)
+        .params(Params::defaults_only().set("BARRIER_SHM_POOL_BYTES", "1048576"))
+        .run(|w| {
+            let baseline = w.segment_usage().0;
+            let fits = w.shared_window(60_000).map(drop);
+            let refused = w.shared_window(70_000).map(drop).unwrap_err().to_string();
+            let back = w.segment_usage().0;
+            let small = w.shared_window(16).map(|win| win.words().len());
+            let dup = w.dup().map(|d| d.size());
+            (baseline, fits, refused, back, small, dup)
+        })
+        .unwrap();
+    for (baseline, fits, refused, back, small, dup) in out {
+        fits.unwrap();
+        assert!(refused.contains("needed"), "{refused}");
+        assert!(back <= baseline + 4096, "usage {back} after both windows went, {baseline} before");
+        assert_eq!(small.unwrap(), 16);
+        assert_eq!(dup.unwrap(), 2);
+    }
 }
 
 #[test]

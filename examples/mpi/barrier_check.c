@@ -10,11 +10,14 @@
  *
  * BARRIER_CHECK_ABSENT_RANK=r makes world rank r stay away from the last barriers for 60 s: with
  * BARRIER_TIMEOUT set, the others must fail with a report that names it, not hang.
+ * BARRIER_CHECK_LATE_RANK=r:s makes world rank r late for them by s seconds, then it comes: with
+ * BARRIER_STALL_REPORT below s, the others' stall reports must name it (or the root they wait for).
  */
 #include <mpi.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 static int world_rank;
@@ -89,6 +92,9 @@ int main(int argc, char **argv) {
     }
     const char *absent = getenv("BARRIER_CHECK_ABSENT_RANK");
     if (absent && atoi(absent) == world_rank) sleep(60);
+    /* RANK:SECONDS: that rank is late for the last barriers, then comes (stall reports). */
+    const char *late = getenv("BARRIER_CHECK_LATE_RANK");
+    if (late && strchr(late, ':') && atoi(late) == world_rank) sleep((unsigned)atoi(strchr(late, ':') + 1));
     run(MPI_COMM_WORLD, mine, counts, msize, base, 10, "MPI_COMM_WORLD again");
 
     printf("barrier_check: rank %d of %d: %ld checked barriers passed\n", world_rank, size, iters + iters / 2 + 110);

@@ -314,6 +314,13 @@ impl Communicator {
         // Waits keep MPI progressing (MPI's progress rule), by probing this communicator's
         // private duplicate, which outlives the node's communicators (see `Drop`).
         seg.set_progress(barrier::wait::Progress::new(raw::progress, raw::to_word(self.comm)));
+        // Stall reports name MPI ranks, as errors do (see `in_mpi_ranks`).
+        seg.set_rank_names(barrier::shm::RankNames {
+            world: self.node_ranks.iter().map(|n| n.0).collect(),
+            comm: self.node_ranks.iter().map(|n| n.1).collect(),
+            comm_size: self.size,
+            hierarchical: self.nodes > 1,
+        });
 
         let joined = match fault("join") {
             Ok(()) => Universe::join(seg.clone(), self.local_rank, node_params(params)),
@@ -327,7 +334,12 @@ impl Communicator {
         let internode = match &roots {
             Some(r) if self.nodes > 1 => {
                 let injected = fault("internode");
-                Some(Internode::new(r.0, self.rank, self.size, job.ranks > job.cores, agreed.timeout, injected))
+                let waits = crate::internode::Waits {
+                    yield_between: job.ranks > job.cores,
+                    timeout: agreed.timeout,
+                    stall: stall_report(params),
+                };
+                Some(Internode::new(r.0, self.rank, self.size, waits, injected))
             }
             _ => None,
         };
@@ -538,6 +550,15 @@ fn node_params(params: &Params) -> Params {
     let list: Vec<String> =
         backend_list(params).into_iter().filter(|b| b != MPI_BACKEND && b != HIERARCHICAL).collect();
     params.clone().set("BARRIER_BACKEND", list.join(","))
+}
+
+/// `BARRIER_STALL_REPORT` as the core reads it (checked with every setting, so a bad value
+/// never gets here): the default when unset, `None` for 0.
+fn stall_report(params: &Params) -> Option<Duration> {
+    match params.get("BARRIER_STALL_REPORT") {
+        None => Some(barrier::DEFAULT_STALL_REPORT),
+        Some(_) => params.duration("BARRIER_STALL_REPORT").unwrap_or(Some(barrier::DEFAULT_STALL_REPORT)),
+    }
 }
 
 fn backend_list(params: &Params) -> Vec<String> {

@@ -8,8 +8,8 @@
 //! for that peer (across nodes: MPI).
 //!
 //! The wait spins while this machine has a core per rank and yields otherwise; it never
-//! parks (a message only lands while this rank calls MPI). Past `BARRIER_TIMEOUT` it fails
-//! naming the node root it waited for.
+//! parks (a message only lands while this rank calls MPI). Past `BARRIER_STALL_REPORT` it says
+//! once which node root it waits for; past `BARRIER_TIMEOUT` it fails naming that root.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -37,29 +37,32 @@ pub(crate) struct Internode {
     /// This root's rank in the barrier communicator, and the communicator's size.
     rank: usize,
     size: usize,
+    waits: Waits,
+}
+
+/// How a root waits in the internode phase.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Waits {
     /// Yield between polls (more ranks than cores on this machine).
-    yield_between: bool,
-    timeout: Option<Duration>,
+    pub yield_between: bool,
+    /// Give up after this long, naming the root waited for (`BARRIER_TIMEOUT`).
+    pub timeout: Option<Duration>,
+    /// Say once that a wait takes this long, naming the root waited for, and go on
+    /// (`BARRIER_STALL_REPORT`).
+    pub stall: Option<Duration>,
 }
 
 impl Internode {
     /// Sets up the dissemination (collective over `roots`, the communicator of the node roots).
     /// `rank` and `size`: this root's place in the barrier communicator (for error reports).
     /// `injected`: a failure to take in place of registering the inbox (BARRIER_MPI_FAULT).
-    pub(crate) fn new(
-        roots: Comm,
-        rank: usize,
-        size: usize,
-        yield_between: bool,
-        timeout: Option<Duration>,
-        injected: Result<()>,
-    ) -> Result<Self> {
+    pub(crate) fn new(roots: Comm, rank: usize, size: usize, waits: Waits, injected: Result<()>) -> Result<Self> {
         let index = raw::rank(roots)?;
         let nodes = raw::size(roots)?;
         let world = raw::world_ranks(roots)?;
         let comm_ranks: Vec<usize> = raw::allgather(roots, &[rank as u64])?.iter().map(|w| w[0] as usize).collect();
         let rounds = barrier::rounds(nodes);
-        let transport = Arc::new(MpiTransport::new(roots, rounds, timeout)?);
+        let transport = Arc::new(MpiTransport::new(roots, rounds, waits.timeout)?);
         let me = Peer { world_rank: world[index], node: index };
         let fabric = Fabric::new(me, vec![transport.clone() as Arc<dyn Transport>]);
         let mine = injected.and_then(|()| fabric.register(transport.inbox()));
@@ -93,8 +96,7 @@ impl Internode {
             sender_ranks: (0..rounds).map(|r| comm_ranks[sender(r)]).collect(),
             rank,
             size,
-            yield_between,
-            timeout,
+            waits,
         })
     }
 
@@ -111,21 +113,27 @@ impl Internode {
             let slot = &inbox[round];
             let mut polls: u32 = 0;
             let mut start = None;
+            let mut reported = false;
             loop {
                 self.transport.try_progress()?;
                 if slot.reached(epoch) {
                     break;
                 }
                 polls = polls.wrapping_add(1);
-                if self.yield_between {
+                if self.waits.yield_between {
                     std::thread::yield_now();
                 } else {
                     std::hint::spin_loop();
                 }
                 if polls.is_multiple_of(CHECK_EVERY) {
                     let t0 = *start.get_or_insert_with(Instant::now);
-                    if let Some(limit) = self.timeout.filter(|&l| t0.elapsed() >= l) {
-                        return Err(self.timed_out(epoch, round, t0.elapsed().max(limit)));
+                    let waited = t0.elapsed();
+                    if let Some(limit) = self.waits.timeout.filter(|&l| waited >= l) {
+                        return Err(self.timed_out(epoch, round, waited.max(limit)));
+                    }
+                    if self.waits.stall.is_some_and(|s| waited >= s) && !reported {
+                        reported = true;
+                        self.report_stall(epoch, round, waited);
                     }
                     if polls.is_multiple_of(CHECK_EVERY * 64) {
                         // Long waits: let MPI make progress for the application too.
@@ -135,6 +143,24 @@ impl Internode {
             }
         }
         Ok(())
+    }
+
+    /// Says once per wait that this root has waited long for its round's sender, and goes on.
+    #[cold]
+    fn report_stall(&self, epoch: u64, round: usize, waited: Duration) {
+        let msg = format!(
+            "barrier: world rank {} (rank {} of a communicator of {} ranks) has waited {waited:.1?} in the internode \
+             phase of barrier {epoch} (round {round}): the node root at world rank {} (communicator rank {}) has \
+             not signalled: its node, or a rank on it, has not arrived; still waiting (this report: \
+             BARRIER_STALL_REPORT; to give up instead, set BARRIER_TIMEOUT)",
+            self.fabric.me().world_rank,
+            self.rank,
+            self.size,
+            self.senders[round],
+            self.sender_ranks[round],
+        );
+        tracing::warn!(target: "barrier", "{msg}");
+        barrier::sys::say(&msg);
     }
 
     #[cold]

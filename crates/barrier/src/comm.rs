@@ -251,6 +251,7 @@ impl Communicator {
         })?;
 
         let arrival = region.shared_flag(&region.arrivals()[rank]);
+        seg.communicator_made(members[rank]);
         Ok(Communicator {
             arrival,
             seg,
@@ -425,6 +426,8 @@ impl Communicator {
             let next = self.done.get() + 1;
             let mut engine = self.engine.borrow_mut();
             if self.armed.get() < next {
+                // The arrival record goes with the hand-over to the module (see `barrier`).
+                self.arrival.signal(next, self.wait.policy.wakes());
                 engine.arrive(next).map_err(|e| self.fail(e))?;
                 self.armed.set(next);
                 self.note_armed();
@@ -525,14 +528,17 @@ impl Communicator {
         self.check_usable()?;
         let epoch = self.epoch.get() + 1;
         self.epoch.set(epoch);
-        // This rank's record that it called barrier `epoch` (one store to a line only it
-        // writes; others read it to explain a wait (who has not arrived, whether a rank that
-        // is gone had done its part), and the hardware module's flat fallback waits on it:
-        // that module wakes its parked waiters when it takes the arrival).
-        self.arrival.signal(epoch, false);
         if self.done.get() + 1 != epoch {
             return self.drive(epoch, true).map(|_| ());
         }
+        // This rank's record that it handed barrier `epoch` to the module (one store to a line
+        // only it writes; others read it to explain a wait (who has not arrived, whether a rank
+        // that is gone had done its part), and the hardware module's flat fallback waits on it:
+        // that module wakes its parked waiters when it takes the arrival). Made when the module
+        // gets the barrier, not when it is called: a barrier queued behind outstanding
+        // `ibarrier`s has done nothing for the others yet, and a rank that stops there must look
+        // missing (to stall reports and to the check for ranks that exited).
+        self.arrival.signal(epoch, false);
         let mut engine = self.engine.borrow_mut();
         if let Err(e) = engine.arrive(epoch) {
             return Err(self.fail(e));
@@ -552,10 +558,11 @@ impl Communicator {
         self.check_usable()?;
         let epoch = self.epoch.get() + 1;
         self.epoch.set(epoch);
-        // Waking: the module may announce this arrival only later (when the barriers before
-        // it complete), and the hardware module's flat fallback parks on this flag.
-        self.arrival.signal(epoch, self.wait.policy.wakes());
+        // The arrival record is made when the module gets the barrier: now if nothing is
+        // outstanding, else by `drive` once the barriers before it complete (see `barrier`).
+        // Waking: the hardware module's flat fallback parks on this flag.
         if self.armed.get() == self.done.get() && self.done.get() + 1 == epoch {
+            self.arrival.signal(epoch, self.wait.policy.wakes());
             self.engine.borrow_mut().arrive(epoch).map_err(|e| self.fail(e))?;
             self.armed.set(epoch);
             self.note_armed();
@@ -593,7 +600,16 @@ impl Communicator {
                 Err(e) => alloc_err = Some(e),
             }
         }
-        let offers = ctrl.allgather(&[offer]).map_err(|e| self.control_failed(e))?;
+        let offers = match ctrl.allgather(&[offer]) {
+            Ok(offers) => offers,
+            Err(e) => {
+                if offer != NO_REGION && nobody_completes(&e) {
+                    // No member can ever attach the new region: give it back.
+                    self.seg.free(offer as usize, crate::region::RegionLayout::new(group.len()).total);
+                }
+                return Err(self.control_failed(e));
+            }
+        };
 
         let Some(leader) = leader else {
             return Ok(None);
@@ -656,7 +672,16 @@ impl Communicator {
                 }
             }
         }
-        let all = ctrl.allgather(&[offer, len as u64]).map_err(|e| self.control_failed(e))?;
+        let all = match ctrl.allgather(&[offer, len as u64]) {
+            Ok(all) => all,
+            Err(e) => {
+                if offer != NO_REGION && nobody_completes(&e) {
+                    // No member can ever hold a handle on the block: give it back.
+                    self.seg.free(offer as usize, bytes.unwrap_or(0));
+                }
+                return Err(self.control_failed(e));
+            }
+        };
         let failed = |e: Error| {
             // Nobody will hold the block: give it back.
             if self.rank == 0 && offer != NO_REGION {
@@ -688,6 +713,16 @@ impl Communicator {
     }
 }
 
+/// Whether a control exchange that failed on this rank with `e` can complete for no member:
+/// then what its creator allocated for it (a window's block, a split's region) is nobody's and
+/// goes back at once. Only a member that left without arriving proves it (it never will, and
+/// every member's exchange needs it). After a timeout, or an abort, others may still complete
+/// (the release may land just after this rank gave up): the allocation stays, and is given back
+/// through its handles or departures as usual (see docs/failures.md).
+fn nobody_completes(e: &Error) -> bool {
+    matches!(e, Error::RankLeft { .. })
+}
+
 impl Drop for Communicator {
     /// Records that this rank left, after the last barrier it completed: members still waiting
     /// for it in a later barrier or collective stop with [`Error::RankLeft`] instead of hanging.
@@ -695,6 +730,7 @@ impl Drop for Communicator {
         // Dropped while unwinding: a barrier may have been cut short by the panic.
         let panicking = std::thread::panicking();
         self.region.depart(self.rank, self.done.get(), self.state.get() == BROKEN || panicking);
+        self.seg.communicator_dropped(self.world_rank());
     }
 }
 

@@ -46,7 +46,7 @@ not_under_loom! {
     mod watch;
 
     pub use backend::{Backend, Decline, EnableContext, Module, Poll, QueryContext};
-    pub use comm::{BackendName, Color, Communicator, Key, Request, SharedWindow};
+    pub use comm::{BackendName, Color, Communicator, Key, Request, SharedWindow, DEFAULT_STALL_REPORT};
     pub use error::{Error, Report, Result};
     pub use params::{ParamInfo, Params};
     pub use region::rounds;

@@ -87,6 +87,11 @@ struct Header {
 const CLASSES: usize = 3 + 4 * 38;
 /// A free list head: the low bits are a block index (offset / CACHE_LINE, 0 = empty list), the
 /// high bits a tag bumped by every change (so a stale head cannot win a compare-and-swap).
+///
+/// The tag has 24 bits and wraps silently. A stale head wins only if the rank that read it
+/// stalls between its load and its compare-and-swap across exactly k * 2^24 changes of the same
+/// size class's list and finds the same block on top again: negligible, and the 40 index bits
+/// (2^40 lines) are what lets a pool be any size a machine can map.
 const INDEX_BITS: u32 = 40;
 const INDEX_MASK: u64 = (1 << INDEX_BITS) - 1;
 
@@ -183,6 +188,29 @@ pub struct Segment {
     /// This process's outside progress engine (MPI's, set by `barrier-mpi`): every communicator
     /// made on this segment in this process calls it while it waits (see `wait`'s module docs).
     progress: std::sync::OnceLock<crate::wait::Progress>,
+    /// How this segment's ranks are known outside it (`barrier-mpi`'s MPI ranks), for stall
+    /// reports, which are printed where they happen.
+    names: std::sync::OnceLock<RankNames>,
+    /// Communicators alive in this process, per world rank (thread mode: whether a rank whose
+    /// thread returned still has one, moved to another thread).
+    live: std::sync::OnceLock<Box<[std::sync::atomic::AtomicUsize]>>,
+}
+
+/// How the ranks of a segment are known outside it: under `barrier-mpi` a node's segment numbers
+/// the node's ranks from 0, while the user knows them by their `MPI_COMM_WORLD` ranks and their
+/// ranks in the MPI communicator. Stall reports (printed by the waiting rank itself) use these.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RankNames {
+    /// The `MPI_COMM_WORLD` rank of each of the segment's ranks.
+    pub world: Vec<usize>,
+    /// The rank in the user's communicator of each of the segment's ranks.
+    pub comm: Vec<usize>,
+    /// Ranks in the user's communicator.
+    pub comm_size: usize,
+    /// The segment is one node of a hierarchical barrier: every user barrier is two barriers
+    /// here (the node's gather, odd numbers, and its release by the node's first rank after the
+    /// internode phase, even numbers).
+    pub hierarchical: bool,
 }
 
 impl Segment {
@@ -226,7 +254,7 @@ impl Segment {
     pub fn anonymous(shape: JobShape, pool: usize) -> Result<Arc<Self>> {
         let len = Self::total_len(&shape, pool);
         let map = Mapping::anonymous(len).map_err(|e| Error::io(format!("mapping {len} bytes of shared memory"), e))?;
-        let seg = Segment { map, fd: None, progress: std::sync::OnceLock::new() };
+        let seg = Segment { map, fd: None, progress: std::sync::OnceLock::new(), names: std::sync::OnceLock::new(), live: std::sync::OnceLock::new() };
         seg.init(&shape)?;
         Ok(Self::with_world_region(seg, &shape))
     }
@@ -244,7 +272,7 @@ impl Segment {
         sys::shm_unlink(&name).map_err(|e| Error::io(format!("unlinking {name}"), e))?;
         let map =
             Mapping::map_fd(fd.as_raw_fd(), len).map_err(|e| Error::io(format!("mapping shared segment {name}"), e))?;
-        let seg = Segment { map, fd: Some(fd), progress: std::sync::OnceLock::new() };
+        let seg = Segment { map, fd: Some(fd), progress: std::sync::OnceLock::new(), names: std::sync::OnceLock::new(), live: std::sync::OnceLock::new() };
         seg.init(&shape)?;
         Ok(Self::with_world_region(seg, &shape))
     }
@@ -296,7 +324,7 @@ impl Segment {
             return Err(error(format!("{what} is {len} bytes, too small for a job segment ({hint})")));
         }
         let map = Mapping::map_fd(fd, len).map_err(|e| Error::io(format!("mapping {what}"), e))?;
-        let seg = Segment { map, fd: None, progress: std::sync::OnceLock::new() };
+        let seg = Segment { map, fd: None, progress: std::sync::OnceLock::new(), names: std::sync::OnceLock::new(), live: std::sync::OnceLock::new() };
         if seg.header().magic.load(Ordering::Acquire) != MAGIC {
             return Err(error(format!("{what} is not a barrier job segment ({hint})")));
         }
@@ -338,6 +366,17 @@ impl Segment {
     /// rank waiting in a barrier must let MPI progress). Set once; a second call is ignored.
     pub fn set_progress(&self, progress: crate::wait::Progress) {
         let _ = self.progress.set(progress);
+    }
+
+    /// Names this segment's ranks as the user knows them, for stall reports (set once; a
+    /// second call is ignored). Errors are renamed by whoever returns them.
+    pub fn set_rank_names(&self, names: RankNames) {
+        let _ = self.names.set(names);
+    }
+
+    /// The names set by [`Segment::set_rank_names`], if any.
+    pub fn rank_names(&self) -> Option<&RankNames> {
+        self.names.get()
     }
 
     /// The progress call set by [`Segment::set_progress`], if any.
@@ -389,14 +428,24 @@ impl Segment {
                 Err(now) => head = now,
             }
         }
-        // The bump pointer lives in shared memory too: never trust it to be small.
-        let off = h.bump.fetch_add(size as u64, Ordering::Relaxed);
-        match (off as usize).checked_add(size) {
-            Some(end) if off <= len as u64 && end <= len => {
-                h.in_use.fetch_add(size as u64, Ordering::Relaxed);
-                Ok(off as usize)
+        // The bump pointer moves only for a block that fits: a request too large for the rest
+        // (refused) must leave the rest to smaller ones, and two ranks allocating near the end at
+        // once must not push it past the end for each other (a fetch_add that overshot and was
+        // never taken back left the segment reporting itself full for good). It lives in shared
+        // memory too: never trust it to be small.
+        let mut off = h.bump.load(Ordering::Relaxed);
+        loop {
+            match (off as usize).checked_add(size) {
+                Some(end) if off <= len as u64 && end <= len => {}
+                _ => return Err(Error::SegmentFull { needed: size, free: len.saturating_sub(off as usize) }),
             }
-            _ => Err(Error::SegmentFull { needed: size, free: len.saturating_sub(off as usize) }),
+            match h.bump.compare_exchange_weak(off, off + size as u64, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => {
+                    h.in_use.fetch_add(size as u64, Ordering::Relaxed);
+                    return Ok(off as usize);
+                }
+                Err(now) => off = now,
+            }
         }
     }
 
@@ -475,6 +524,30 @@ impl Segment {
                 self.header().exits.fetch_add(1, Ordering::AcqRel);
             }
         }
+    }
+
+    fn live_counts(&self) -> &[std::sync::atomic::AtomicUsize] {
+        self.live.get_or_init(|| (0..self.shape().world_size).map(|_| Default::default()).collect())
+    }
+
+    /// Counts a communicator of world rank `rank` made in this process (until
+    /// [`Segment::communicator_dropped`]).
+    pub(crate) fn communicator_made(&self, rank: usize) {
+        if let Some(n) = self.live_counts().get(rank) {
+            n.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
+    /// The communicator counted by [`Segment::communicator_made`] is gone.
+    pub(crate) fn communicator_dropped(&self, rank: usize) {
+        if let Some(n) = self.live_counts().get(rank) {
+            n.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
+    /// How many communicators of world rank `rank` are alive in this process.
+    pub(crate) fn live_communicators(&self, rank: usize) -> usize {
+        self.live_counts().get(rank).map_or(0, |n| n.load(Ordering::Acquire))
     }
 
     /// How world rank `rank` ended, if it has.
@@ -640,5 +713,22 @@ mod tests {
         assert!(seg.slice::<AtomicU64>(b, 100).iter().all(|w| w.load(Ordering::Relaxed) == 0));
         // A window of most of the pool still fits.
         assert!(seg.alloc((1 << 20) * 3 / 4).is_ok());
+    }
+
+    #[test]
+    fn ranks_allocating_near_the_end_at_once_leave_the_rest_to_smaller_blocks() {
+        for _ in 0..50 {
+            let seg = Segment::anonymous(JobShape::local(2, 1), 1 << 20).unwrap();
+            let big = seg.free_bytes() * 3 / 5;
+            let got: Vec<bool> = std::thread::scope(|s| {
+                let tries: Vec<_> = (0..2).map(|_| s.spawn(|| seg.alloc(big).is_ok())).collect();
+                tries.into_iter().map(|t| t.join().unwrap()).collect()
+            });
+            // At most one of two blocks of 60% fits (classes round up, so maybe none), and a
+            // refused one takes nothing: the rest still serves small blocks.
+            assert!(got.iter().filter(|&&ok| ok).count() <= 1, "{got:?}");
+            assert!(seg.free_bytes() >= (1 << 20) / 4, "{} bytes left", seg.free_bytes());
+            assert!(seg.alloc(2048).is_ok());
+        }
     }
 }

@@ -275,8 +275,13 @@ pub mod threads {
                                     Ok(f(world))
                                 }));
                                 if matches!(out, Ok(Ok(_))) {
-                                    // Ranks still waiting for this one learn that it returned.
-                                    abort_seg.mark_exited(rank, RankExit::Returned);
+                                    // Ranks still waiting for this one learn that it returned,
+                                    // unless a communicator of this rank lives on (moved to
+                                    // another thread: a `Communicator` is `Send`); that one
+                                    // records its departure when it is dropped.
+                                    if abort_seg.live_communicators(rank) == 0 {
+                                        abort_seg.mark_exited(rank, RankExit::Returned);
+                                    }
                                 } else {
                                     abort_seg.set_abort(rank);
                                 }

@@ -169,19 +169,64 @@ impl<'a> PeerWatch<'a> {
 
     fn report_stall(&self, waited: Duration) {
         let missing = self.missing();
-        let world: Vec<usize> = missing.iter().map(|&r| self.members[r]).collect();
-        let what = self.need.describe();
-        let msg = format!(
-            "barrier: world rank {} (rank {} of a communicator of {} ranks) has waited {:.1?} in {what}; \
-             not arrived yet: world ranks {world:?} (communicator ranks {missing:?}); still waiting \
-             (this report: BARRIER_STALL_REPORT; to give up instead, set BARRIER_TIMEOUT)",
-            self.members[self.rank],
-            self.rank,
-            self.members.len(),
-            waited,
-        );
+        let msg = match self.seg().rank_names() {
+            None => {
+                let world: Vec<usize> = missing.iter().map(|&r| self.members[r]).collect();
+                format!(
+                    "barrier: world rank {} (rank {} of a communicator of {} ranks) has waited {:.1?} in {}; not \
+                     arrived yet: world ranks {world:?} (communicator ranks {missing:?}); still waiting",
+                    self.members[self.rank],
+                    self.rank,
+                    self.members.len(),
+                    waited,
+                    self.need.describe(),
+                )
+            }
+            Some(names) => self.named_stall(names, &missing, waited),
+        };
+        let msg = format!("{msg} (this report: BARRIER_STALL_REPORT; to give up instead, set BARRIER_TIMEOUT)");
         tracing::warn!(target: "barrier", "{msg}");
         crate::sys::say(&msg);
+    }
+
+    /// A stall report in the ranks the user knows (see [`crate::shm::RankNames`]).
+    fn named_stall(&self, names: &crate::shm::RankNames, missing: &[usize], waited: Duration) -> String {
+        let name = |table: &[usize], r: usize| table.get(self.members[r]).copied().unwrap_or(self.members[r]);
+        let world: Vec<usize> = missing.iter().map(|&r| name(&names.world, r)).collect();
+        let comm: Vec<usize> = missing.iter().map(|&r| name(&names.comm, r)).collect();
+        let me = format!(
+            "barrier: world rank {} (rank {} of a communicator of {} ranks)",
+            name(&names.world, self.rank),
+            name(&names.comm, self.rank),
+            names.comm_size
+        );
+        match self.need {
+            Need::Barrier(e) if names.hierarchical => {
+                let (call, phase) = (e.div_ceil(2), if e % 2 == 1 { "gather" } else { "release" });
+                // In the release phase only the node's first rank (segment rank 0) can be
+                // missing, and it is there only after the internode phase: that is what it waits
+                // for, and its own report names the node root it waits for in turn.
+                let root_in_internode = e % 2 == 0 && missing.iter().all(|&r| self.members[r] == 0);
+                let who = if root_in_internode {
+                    format!(
+                        "this node's root (world rank {}) has not released the node: it waits in the internode \
+                         phase for another node, whose root's report names it",
+                        world.first().copied().unwrap_or(0)
+                    )
+                } else {
+                    format!("not arrived yet: world ranks {world:?} (communicator ranks {comm:?})")
+                };
+                format!(
+                    "{me} has waited {waited:.1?} in barrier {call}, within this node ({phase} phase); {who}; still \
+                     waiting"
+                )
+            }
+            need => format!(
+                "{me} has waited {waited:.1?} in {}, within this node; not arrived yet: world ranks {world:?} \
+                 (communicator ranks {comm:?}); still waiting",
+                need.describe()
+            ),
+        }
     }
 }
 
