@@ -99,13 +99,14 @@ enum Mpi {
     Mpich,
 }
 
-/// Which MPI the ELF file `elf` needs, from the library names in it (`libmpich.so.*` or Open
-/// MPI's `libmpi.so.*`); `None` if it names neither.
+/// Which MPI the ELF file `elf` needs, from the library names in it: Open MPI's `libmpi.so.40`
+/// (its soname since 3.0), or the MPICH ABI's `libmpi.so.12` (MPICH, Intel MPI, MVAPICH) or
+/// `libmpich.so` (Debian's name for MPICH's); `None` if it names none of them.
 fn linked_mpi(elf: &[u8]) -> Option<Mpi> {
     let names = |needle: &[u8]| elf.windows(needle.len()).any(|w| w == needle);
-    if names(b"libmpich.so") {
+    if names(b"libmpich.so") || names(b"libmpi.so.12\0") {
         Some(Mpi::Mpich)
-    } else if names(b"libmpi.so.") {
+    } else if names(b"libmpi.so.40\0") {
         Some(Mpi::OpenMpi)
     } else {
         None
@@ -167,13 +168,16 @@ pub fn run(opts: &MpiBenchOptions) -> Result<(), String> {
     match linked_mpi(&bytes) {
         Some(Mpi::Mpich) if open_mpi => {
             return Err(format!(
-                "{} was built against MPICH, but {mpirun} is Open MPI's: run with MPIRUN=mpiexec.mpich                  MPICC=mpicc.mpich, or build the interposer for Open MPI (MPI_PKG_CONFIG=ompi)",
+                "{} was built against MPICH, but {mpirun} is Open MPI's: run with MPIRUN=mpiexec.mpich \
+                 MPICC=mpicc.mpich, or build the interposer for Open MPI (MPI_PKG_CONFIG=ompi)",
                 preload.display()
             ))
         }
         Some(Mpi::OpenMpi) if !open_mpi => {
             return Err(format!(
-                "{} was built against Open MPI, but {mpirun} is not Open MPI's: run with MPIRUN=mpirun.openmpi                  MPICC=mpicc.openmpi, or build the interposer for this MPI (MPI_PKG_CONFIG=mpich and its own                  CARGO_TARGET_DIR)",
+                "{} was built against Open MPI, but {mpirun} is not Open MPI's: run with MPIRUN=mpirun.openmpi \
+                 MPICC=mpicc.openmpi, or build the interposer for this MPI (MPI_PKG_CONFIG=mpich and its own \
+                 CARGO_TARGET_DIR)",
                 preload.display()
             ))
         }
@@ -219,6 +223,7 @@ mod tests {
     fn the_linked_mpi_is_told_by_its_library_name() {
         use super::{linked_mpi, Mpi};
         assert_eq!(linked_mpi(b"\0libc.so.6\0libmpich.so.12\0"), Some(Mpi::Mpich));
+        assert_eq!(linked_mpi(b"\0libmpi.so.12\0libc.so.6\0"), Some(Mpi::Mpich), "upstream MPICH's name");
         assert_eq!(linked_mpi(b"\0libmpi.so.40\0libc.so.6\0"), Some(Mpi::OpenMpi));
         assert_eq!(linked_mpi(b"\0libc.so.6\0"), None);
     }

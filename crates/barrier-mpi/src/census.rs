@@ -5,18 +5,27 @@
 //! ranks timing barriers on 2 cores while 2 more ranks of the job are busy elsewhere must not
 //! spin on a core its partner needs (measured: 52 us a barrier against 1.4 us for MPI's own).
 //!
-//! The census is taken once per process, from `MPI_COMM_WORLD` split by shared memory
-//! (`MPI_COMM_TYPE_SHARED`) with the union of its ranks' CPU masks:
-//! * by the interposer, right after `MPI_Init` (every rank calls it: a safe collective);
-//! * otherwise by the first communicator we build whose group is `MPI_COMM_WORLD`'s (its own
-//!   machine split is the census, at no extra cost).
+//! The census is `MPI_COMM_WORLD` split by shared memory (`MPI_COMM_TYPE_SHARED`) with the union
+//! of its ranks' CPU masks, recorded once per process:
+//! * by the first communicator we build whose group is `MPI_COMM_WORLD`'s (its own machine
+//!   split is the census, at no extra cost, inside a call every rank of the world makes);
+//! * or by [`take_of_world`] (`barrier_mpi::take_census()`), a collective the caller makes on
+//!   every rank.
 //!
-//! A communicator built before any census (a Rust program whose first barrier communicator is a
-//! split) counts the job's processes on the machine from the launcher's environment
-//! (`OMPI_COMM_WORLD_LOCAL_SIZE`, `MPI_LOCALNRANKS`) and estimates their cores: its own ranks'
-//! cores, scaled by the share of the machine's processes it holds when its ranks are bound.
-//! Only the node's first rank's count matters: it creates the node's segment, and the policy
-//! read from it is agreed.
+//! No collective of ours runs outside a call of the application's that every rank makes (the
+//! interposer does not take the census in `MPI_Init`: Fortran's `MPI_INIT` goes to `PMPI_Init`
+//! directly in Open MPI, so the ranks of a mixed C and Fortran job would not all take part).
+//!
+//! A communicator built before any census (the interposer's first barrier on a split, a Rust
+//! program's first barrier communicator over a subset) counts the job's processes on the
+//! machine from the launcher's environment (Open MPI's `OMPI_COMM_WORLD_LOCAL_SIZE`, MPICH's
+//! `MPI_LOCALNRANKS`) and estimates their cores: its own ranks' cores, scaled by the share of
+//! the machine's processes it holds when its ranks are bound. Only the node's first rank's count
+//! matters: it creates the node's segment, and the policy read from it is agreed.
+//!
+//! Processes, not threads: two threads of each rank running barriers at once
+//! (`MPI_THREAD_MULTIPLE`) are not counted twice; such programs on a full machine should set
+//! `BARRIER_WAIT_POLICY=park`.
 
 use std::sync::OnceLock;
 
@@ -51,12 +60,11 @@ pub(crate) fn machine_of(comm: Comm, key: usize) -> Result<(OwnedComm, MachineJo
     Ok((machine, MachineJob { ranks, cores }))
 }
 
-/// Takes the census over `MPI_COMM_WORLD` (collective over it), unless it was taken already.
+/// Takes the census over `MPI_COMM_WORLD` (collective over it: every rank runs the collective
+/// whatever it recorded before, so that no rank's own history decides whether it takes part).
 pub(crate) fn take_of_world() -> Result<()> {
-    if CENSUS.get().is_none() {
-        let world_rank = raw::rank(raw::comm_world())?;
-        record(machine_of(raw::comm_world(), world_rank)?.1);
-    }
+    let world_rank = raw::rank(raw::comm_world())?;
+    record(machine_of(raw::comm_world(), world_rank)?.1);
     Ok(())
 }
 

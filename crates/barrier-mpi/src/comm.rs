@@ -29,11 +29,11 @@ fn parse_fault(params: &Params) -> Result<Option<(String, usize)>> {
     })
 }
 
-/// Counts the job's processes on this machine and the cores they may use, once per process
-/// (collective over `MPI_COMM_WORLD`: every rank calls it, as after `MPI_Init`). Every
-/// communicator made afterwards chooses its wait policy from that count. Optional: the first
-/// communicator over `MPI_COMM_WORLD`'s ranks takes it anyway; the interposer calls it from
-/// `MPI_Init`. See the crate docs.
+/// Counts the job's processes on this machine and the cores they may use (collective over
+/// `MPI_COMM_WORLD`: every rank must call it). Every communicator made afterwards chooses its
+/// wait policy from that count. Optional: the first communicator over `MPI_COMM_WORLD`'s ranks
+/// takes it anyway; call it first when the first communicator is over a subset and the
+/// launcher does not say how many processes it started on the machine.
 pub fn take_census() -> Result<()> {
     census::take_of_world()
 }
@@ -313,7 +313,12 @@ impl Communicator {
         let seg = self.agree(seg, world_rank, "map the node's shared segment")?;
         // Waits keep MPI progressing (MPI's progress rule), by probing this communicator's
         // private duplicate, which outlives the node's communicators (see `Drop`).
-        seg.set_progress(barrier::wait::Progress::new(raw::progress, raw::to_word(self.comm)));
+        // On unless set to a false value (a bad value was refused with every setting).
+        let progress = params.get(barrier::params::MPI_PROGRESS).is_none()
+            || params.flag(barrier::params::MPI_PROGRESS).unwrap_or(true);
+        if progress {
+            seg.set_progress(barrier::wait::Progress::new(raw::progress, raw::to_word(self.comm)));
+        }
         // Stall reports name MPI ranks, as errors do (see `in_mpi_ranks`).
         seg.set_rank_names(barrier::shm::RankNames {
             world: self.node_ranks.iter().map(|n| n.0).collect(),

@@ -108,12 +108,15 @@ impl Internode {
     /// Runs the dissemination for `epoch`.
     pub(crate) fn barrier(&self, epoch: u64) -> Result<()> {
         let inbox = self.transport.inbox();
+        // The stall report counts the whole barrier (a root slow in every round is reported
+        // once); the timeout counts each round's wait.
+        let mut barrier_start: Option<Instant> = None;
+        let mut reported = false;
         for (round, out) in self.outbox.iter().enumerate() {
             out.signal(epoch, false)?;
             let slot = &inbox[round];
             let mut polls: u32 = 0;
             let mut start = None;
-            let mut reported = false;
             loop {
                 self.transport.try_progress()?;
                 if slot.reached(epoch) {
@@ -131,9 +134,10 @@ impl Internode {
                     if let Some(limit) = self.waits.timeout.filter(|&l| waited >= l) {
                         return Err(self.timed_out(epoch, round, waited.max(limit)));
                     }
-                    if self.waits.stall.is_some_and(|s| waited >= s) && !reported {
+                    let in_barrier = barrier_start.get_or_insert(t0).elapsed();
+                    if self.waits.stall.is_some_and(|s| in_barrier >= s) && !reported {
                         reported = true;
-                        self.report_stall(epoch, round, waited);
+                        self.report_stall(epoch, round, in_barrier);
                     }
                     if polls.is_multiple_of(CHECK_EVERY * 64) {
                         // Long waits: let MPI make progress for the application too.
@@ -151,8 +155,8 @@ impl Internode {
         let msg = format!(
             "barrier: world rank {} (rank {} of a communicator of {} ranks) has waited {waited:.1?} in the internode \
              phase of barrier {epoch} (round {round}): the node root at world rank {} (communicator rank {}) has \
-             not signalled: its node, or a rank on it, has not arrived; still waiting (this report: \
-             BARRIER_STALL_REPORT; to give up instead, set BARRIER_TIMEOUT)",
+             not signalled: its node, or a rank on it, has not arrived (or it waits for another root in turn); \
+             still waiting (this report: BARRIER_STALL_REPORT; to give up instead, set BARRIER_TIMEOUT)",
             self.fabric.me().world_rank,
             self.rank,
             self.size,

@@ -343,11 +343,16 @@ fn from_word(word: usize) -> Comm {
 /// `MPI_COMM_SELF` progresses nothing there: measured), hence the communicator's own duplicate.
 /// The slow path of a barrier's waits calls it (see `barrier::wait`'s module docs): a rank
 /// waiting in our barrier keeps MPI's progress rule.
-pub fn progress(comm: usize) {
+pub(crate) fn progress(comm: usize) {
+    // A communicator of ours used after MPI_Finalize (its Rust owner outlived rsmpi's
+    // `Universe`) still runs its one-node barriers in shared memory, without MPI.
+    if !mpi_active() {
+        return;
+    }
     let mut flag: c_int = 0;
-    // SAFETY: the context is a valid communicator while MPI is active: the communicator that
-    // set it frees it only after the node's communicators that call this are dropped, and
-    // those go before MPI_Finalize. `flag` is writable and the status is ignored.
+    // SAFETY: MPI is active (checked above) and the context is a valid communicator: the
+    // communicator that set it frees it only after the node's communicators that call this are
+    // dropped. `flag` is writable and the status is ignored.
     unsafe {
         ffi::PMPI_Iprobe(
             ffi::RSMPI_ANY_SOURCE,

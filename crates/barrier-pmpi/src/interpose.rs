@@ -253,45 +253,6 @@ pub extern "C" fn MPI_Barrier(comm: MPI_Comm) -> c_int {
     guarded("MPI_Barrier", || barrier(comm))
 }
 
-/// After MPI's own initialization: the census of the job's processes on this machine (see
-/// `barrier_mpi::take_census`), while every rank is known to be here. A failure only leaves the
-/// count to each communicator (said under `BARRIER_VERBOSE`).
-fn after_init(rc: c_int) -> c_int {
-    if rc == SUCCESS {
-        if let Err(e) = barrier_mpi::take_census() {
-            if Params::from_env().flag("BARRIER_VERBOSE").unwrap_or(false) {
-                barrier::sys::say(&format!("barrier: no census of this machine's ranks at MPI_Init: {e}"));
-            }
-        }
-    }
-    rc
-}
-
-/// `MPI_Init`: MPI's, then the census.
-///
-/// # Safety
-/// The application's arguments, passed on to `PMPI_Init` as they are.
-#[no_mangle]
-pub unsafe extern "C" fn MPI_Init(argc: *mut c_int, argv: *mut *mut *mut std::ffi::c_char) -> c_int {
-    // SAFETY: the application's own call, passed on.
-    guarded("MPI_Init", || after_init(unsafe { ffi::PMPI_Init(argc, argv) }))
-}
-
-/// `MPI_Init_thread`: MPI's, then the census.
-///
-/// # Safety
-/// The application's arguments, passed on to `PMPI_Init_thread` as they are.
-#[no_mangle]
-pub unsafe extern "C" fn MPI_Init_thread(
-    argc: *mut c_int,
-    argv: *mut *mut *mut std::ffi::c_char,
-    required: c_int,
-    provided: *mut c_int,
-) -> c_int {
-    // SAFETY: the application's own call, passed on.
-    guarded("MPI_Init_thread", || after_init(unsafe { ffi::PMPI_Init_thread(argc, argv, required, provided) }))
-}
-
 /// `MPI_Finalize`: our communicators go first, then MPI.
 #[no_mangle]
 pub extern "C" fn MPI_Finalize() -> c_int {

@@ -329,6 +329,8 @@ pub fn all_params() -> Vec<ParamInfo> {
 pub const MPI_FAULT: &str = "BARRIER_MPI_FAULT";
 /// `BARRIER_MPI_NODE_BLOCK`: see [`mpi_params`].
 pub const MPI_NODE_BLOCK: &str = "BARRIER_MPI_NODE_BLOCK";
+/// `BARRIER_MPI_PROGRESS`: see [`mpi_params`].
+pub const MPI_PROGRESS: &str = "BARRIER_MPI_PROGRESS";
 
 /// The parameters of communicators made over MPI (`barrier-mpi` and its interposer): described
 /// here so that `barrier info` lists them and every communicator checks them, read there.
@@ -342,6 +344,15 @@ pub fn mpi_params() -> Vec<ParamInfo> {
              (MPI_COMM_TYPE_SHARED).",
         )
         .kind(ParamKind::Int { min: 0, max: i32::MAX as i64 }),
+        ParamInfo::new(
+            MPI_PROGRESS,
+            "1",
+            "MPI only: a rank waiting in a barrier keeps MPI's progress engine turning (one MPI_Iprobe every 16 \
+             yields and around every park, parks cut to 1 ms), so that a large send to it or a one-sided read of \
+             its window completes meanwhile, as MPI's progress rule promises. 0 turns it off (tests; programs \
+             that never rely on it).",
+        )
+        .kind(ParamKind::Bool),
         ParamInfo::new(
             MPI_FAULT,
             "",

@@ -360,7 +360,6 @@ impl Segment {
         self.fd.as_ref().map(|f| f.as_raw_fd())
     }
 
-    /// The job's shape.
     /// Makes every communicator created on this segment from now on, in this process, call
     /// `progress` on the slow path of its waits (MPI's progress engine under `barrier-mpi`: a
     /// rank waiting in a barrier must let MPI progress). Set once; a second call is ignored.
@@ -384,6 +383,7 @@ impl Segment {
         self.progress.get().copied()
     }
 
+    /// The job's shape.
     pub fn shape(&self) -> JobShape {
         let h = self.header();
         JobShape {

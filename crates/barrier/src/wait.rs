@@ -599,7 +599,11 @@ impl WaitConfig {
                 // Before the park (what arrived while this rank yielded) and after it.
                 progress.run();
                 flag.park(epoch, slice.min(PROGRESS_PARK_SLICE));
-                progress.run();
+                // Not when the wake was the release: MPI's progress may yield the CPU (Open
+                // MPI's does when oversubscribed), which a released rank must not give away.
+                if !flag.reached(epoch) {
+                    progress.run();
+                }
             } else {
                 flag.park(epoch, slice);
             }

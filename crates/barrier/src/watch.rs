@@ -10,8 +10,10 @@
 //!    region's `departed` line: the last barrier it completed) before the barrier this rank
 //!    waits in, or before the control epoch this rank waits for;
 //! 3. **a member exited without leaving** (the launcher or thread mode marked it in the rank
-//!    table, but it never dropped the communicator: `std::process::exit`, a leaked handle)
-//!    before it arrived where this rank waits (every rank records each arrival first).
+//!    table, but it never dropped the communicator: `std::process::exit`; in thread mode only a
+//!    rank with no communicator left alive in the process is marked, so a leaked handle is not)
+//!    before it arrived where this rank waits (every rank records each arrival when its module
+//!    gets the barrier).
 //!
 //! And it reports a **stall** once per wait: after `BARRIER_STALL_REPORT` (default 30 s) it
 //! prints the ranks not yet arrived, in world ranks, and keeps waiting.
@@ -119,8 +121,11 @@ impl<'a> PeerWatch<'a> {
     /// * one that left cleanly (dropped the communicator) before completing what is needed
     ///   never arrived: named at once;
     /// * one that exited without leaving and had not arrived: named at once; one that had
-    ///   arrived exited after completing the barrier (a rank cannot exit from inside one), so
-    ///   it holds nobody up;
+    ///   arrived exited after completing the barrier (a rank cannot exit from inside a blocking
+    ///   one), so it holds nobody up. The exception is a barrier handed to the module by an
+    ///   `ibarrier` that the rank never completed: it is not named (it cannot be told from a
+    ///   rank that completed and exited while a slow peer still finishes), and the stall report
+    ///   lists it as exited when nobody is missing;
     /// * one that left after its own call failed had perhaps arrived but not finished its part
     ///   (a dissemination round): named only once every live member has arrived and the wait
     ///   is still stuck [`EXIT_GRACE`] later. Until then the live members that have not
@@ -167,6 +172,18 @@ impl<'a> PeerWatch<'a> {
         (0..self.members.len()).filter(|&r| !self.reached(r)).collect()
     }
 
+    /// Members that exited (without leaving) after arriving: with nobody missing, the likely
+    /// culprits of a stuck wait (an `ibarrier` handed to the module and never completed).
+    fn exited_after_arriving(&self) -> Vec<usize> {
+        if self.seg().exit_count() == 0 {
+            return Vec::new();
+        }
+        (0..self.members.len())
+            .filter(|&r| r != self.rank && self.region.departed(r).is_none())
+            .filter(|&r| self.seg().exited(self.members[r]).is_some())
+            .collect()
+    }
+
     fn report_stall(&self, waited: Duration) {
         let missing = self.missing();
         let msg = match self.seg().rank_names() {
@@ -183,6 +200,16 @@ impl<'a> PeerWatch<'a> {
                 )
             }
             Some(names) => self.named_stall(names, &missing, waited),
+        };
+        let exited = if missing.is_empty() { self.exited_after_arriving() } else { Vec::new() };
+        let msg = if exited.is_empty() {
+            msg
+        } else {
+            let world: Vec<usize> = exited.iter().map(|&r| self.members[r]).collect();
+            format!(
+                "{msg}; every rank has arrived, but world ranks {world:?} exited since: one may have left an \
+                 ibarrier unfinished"
+            )
         };
         let msg = format!("{msg} (this report: BARRIER_STALL_REPORT; to give up instead, set BARRIER_TIMEOUT)");
         tracing::warn!(target: "barrier", "{msg}");
@@ -206,12 +233,13 @@ impl<'a> PeerWatch<'a> {
                 // In the release phase only the node's first rank (segment rank 0) can be
                 // missing, and it is there only after the internode phase: that is what it waits
                 // for, and its own report names the node root it waits for in turn.
-                let root_in_internode = e % 2 == 0 && missing.iter().all(|&r| self.members[r] == 0);
+                let root_in_internode =
+                    e % 2 == 0 && !missing.is_empty() && missing.iter().all(|&r| self.members[r] == 0);
                 let who = if root_in_internode {
                     format!(
                         "this node's root (world rank {}) has not released the node: it waits in the internode \
                          phase for another node, whose root's report names it",
-                        world.first().copied().unwrap_or(0)
+                        names.world.first().copied().unwrap_or(0)
                     )
                 } else {
                     format!("not arrived yet: world ranks {world:?} (communicator ranks {comm:?})")

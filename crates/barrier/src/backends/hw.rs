@@ -929,9 +929,9 @@ impl HwModule {
     }
 
     /// This rank's arrival record (the communicator's arrival flag, which the flat fallback
-    /// waits on) at `epoch`. `Communicator::barrier` stores it when the barrier is called,
-    /// without waking anyone (no other backend parks on it): the ranks of a flat fallback that
-    /// parked on it are woken here. A locked add only if the record is behind (a module driven
+    /// waits on) at `epoch`. The communicator stores it when it hands the barrier to this module
+    /// (`Communicator::barrier` without waking anyone, its `drive` and `ibarrier` waking): the
+    /// ranks of a flat fallback that parked on it are woken here. A locked add only if the record is behind (a module driven
     /// without a communicator): the flag is this rank's alone, and with spinning ranks (no
     /// wake, whose fence drains the store buffer anyway) a locked instruction would wait for
     /// this rank's release stores to other ranks' flags to drain.
