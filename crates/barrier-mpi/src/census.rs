@@ -6,11 +6,9 @@
 //! spin on a core its partner needs (measured: 52 us a barrier against 1.4 us for MPI's own).
 //!
 //! The census is `MPI_COMM_WORLD` split by shared memory (`MPI_COMM_TYPE_SHARED`) with the union
-//! of its ranks' CPU masks, recorded once per process:
-//! * by the first communicator we build whose group is `MPI_COMM_WORLD`'s (its own machine
-//!   split is the census, at no extra cost, inside a call every rank of the world makes);
-//! * or by [`take_of_world`] (`barrier_mpi::take_census()`), a collective the caller makes on
-//!   every rank.
+//! of its ranks' CPU masks, recorded once per process by the first communicator we build whose
+//! group is `MPI_COMM_WORLD`'s: its own machine split is the census, at no extra cost, inside a
+//! call every rank of the world makes.
 //!
 //! No collective of ours runs outside a call of the application's that every rank makes (the
 //! interposer does not take the census in `MPI_Init`: Fortran's `MPI_INIT` goes to `PMPI_Init`
@@ -60,19 +58,11 @@ pub(crate) fn machine_of(comm: Comm, key: usize) -> Result<(OwnedComm, MachineJo
     Ok((machine, MachineJob { ranks, cores }))
 }
 
-/// Takes the census over `MPI_COMM_WORLD` (collective over it: every rank runs the collective
-/// whatever it recorded before, so that no rank's own history decides whether it takes part).
-pub(crate) fn take_of_world() -> Result<()> {
-    let world_rank = raw::rank(raw::comm_world())?;
-    record(machine_of(raw::comm_world(), world_rank)?.1);
-    Ok(())
-}
-
 /// The job on this machine as seen by a communicator whose own ranks on the machine are
 /// `comm`: the census if there is one, else the launcher's count (see the module docs).
 pub(crate) fn job_on_machine(comm: MachineJob) -> MachineJob {
     if let Some(job) = CENSUS.get() {
-        return MachineJob { ranks: job.ranks.max(comm.ranks), cores: job.cores.max(1) };
+        return MachineJob { ranks: job.ranks.max(comm.ranks), cores: job.cores };
     }
     let launcher = ["OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"]
         .iter()

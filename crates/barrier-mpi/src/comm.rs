@@ -29,15 +29,6 @@ fn parse_fault(params: &Params) -> Result<Option<(String, usize)>> {
     })
 }
 
-/// Counts the job's processes on this machine and the cores they may use (collective over
-/// `MPI_COMM_WORLD`: every rank must call it). Every communicator made afterwards chooses its
-/// wait policy from that count. Optional: the first communicator over `MPI_COMM_WORLD`'s ranks
-/// takes it anyway; call it first when the first communicator is over a subset and the
-/// launcher does not say how many processes it started on the machine.
-pub fn take_census() -> Result<()> {
-    census::take_of_world()
-}
-
 /// The name of the last backend of the chain: `MPI_Barrier` itself.
 pub const MPI_BACKEND: &str = "mpi";
 /// The name reported for shared memory inside nodes and MPI between them.
@@ -313,10 +304,8 @@ impl Communicator {
         let seg = self.agree(seg, world_rank, "map the node's shared segment")?;
         // Waits keep MPI progressing (MPI's progress rule), by probing this communicator's
         // private duplicate, which outlives the node's communicators (see `Drop`).
-        // On unless set to a false value (a bad value was refused with every setting).
-        let progress = params.get(barrier::params::MPI_PROGRESS).is_none()
-            || params.flag(barrier::params::MPI_PROGRESS).unwrap_or(true);
-        if progress {
+        // (A bad value was refused with every setting.)
+        if params.flag_or(barrier::params::MPI_PROGRESS, true).unwrap_or(true) {
             seg.set_progress(barrier::wait::Progress::new(raw::progress, raw::to_word(self.comm)));
         }
         // Stall reports name MPI ranks, as errors do (see `in_mpi_ranks`).
@@ -342,7 +331,7 @@ impl Communicator {
                 let waits = crate::internode::Waits {
                     yield_between: job.ranks > job.cores,
                     timeout: agreed.timeout,
-                    stall: stall_report(params),
+                    stall: params.stall_report(),
                 };
                 Some(Internode::new(r.0, self.rank, self.size, waits, injected))
             }
@@ -555,15 +544,6 @@ fn node_params(params: &Params) -> Params {
     let list: Vec<String> =
         backend_list(params).into_iter().filter(|b| b != MPI_BACKEND && b != HIERARCHICAL).collect();
     params.clone().set("BARRIER_BACKEND", list.join(","))
-}
-
-/// `BARRIER_STALL_REPORT` as the core reads it (checked with every setting, so a bad value
-/// never gets here): the default when unset, `None` for 0.
-fn stall_report(params: &Params) -> Option<Duration> {
-    match params.get("BARRIER_STALL_REPORT") {
-        None => Some(barrier::DEFAULT_STALL_REPORT),
-        Some(_) => params.duration("BARRIER_STALL_REPORT").unwrap_or(Some(barrier::DEFAULT_STALL_REPORT)),
-    }
 }
 
 fn backend_list(params: &Params) -> Vec<String> {

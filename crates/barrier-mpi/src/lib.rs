@@ -52,6 +52,6 @@ pub mod raw;
 pub mod transport;
 
 #[cfg(feature = "mpi")]
-pub use comm::{take_census, Communicator, HIERARCHICAL, MPI_BACKEND};
+pub use comm::{Communicator, HIERARCHICAL, MPI_BACKEND};
 #[cfg(feature = "mpi")]
 pub use mpi;

@@ -314,9 +314,10 @@ pub(crate) fn congruent_with_world(comm: Comm) -> Result<bool> {
     Ok(result == unsafe { ffi::RSMPI_IDENT } || result == unsafe { ffi::RSMPI_CONGRUENT })
 }
 
-/// A communicator handle as one word (a pointer in Open MPI, an `int` in MPICH), for
-/// [`barrier::wait::Progress`]'s context; [`from_word`] turns it back.
-pub(crate) fn to_word(comm: Comm) -> usize {
+/// A communicator handle as one word (a pointer in Open MPI, an `int` in MPICH): the context of
+/// [`progress`] ([`from_word`] turns it back), and the interposer's key for a thread's last
+/// lookup.
+pub fn to_word(comm: Comm) -> usize {
     let mut word = [0u8; std::mem::size_of::<usize>()];
     let n = std::mem::size_of::<Comm>().min(word.len());
     // SAFETY: MPI_Comm is a plain handle of at most a pointer's size; `n` bytes are copied.

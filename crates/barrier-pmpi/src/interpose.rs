@@ -47,17 +47,6 @@ thread_local! {
     static LAST: Cell<(usize, *const Entry, u64)> = const { Cell::new((0, std::ptr::null(), u64::MAX)) };
 }
 
-/// A handle as a number, for the thread's remembered lookup (pointers in Open MPI, integers in
-/// MPICH).
-fn handle_key(comm: MPI_Comm) -> usize {
-    let mut key = [0u8; std::mem::size_of::<usize>()];
-    let n = std::mem::size_of::<MPI_Comm>().min(key.len());
-    // SAFETY: MPI_Comm is a plain handle of at most a pointer's size (a pointer or a C int);
-    // `n` bytes of it are copied, only to be compared, never used as a handle.
-    unsafe { std::ptr::copy_nonoverlapping((&comm as *const MPI_Comm).cast::<u8>(), key.as_mut_ptr(), n) };
-    usize::from_ne_bytes(key)
-}
-
 fn cached() -> std::sync::MutexGuard<'static, Vec<Handle>> {
     CACHED.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -194,7 +183,7 @@ fn barrier(comm: MPI_Comm) -> c_int {
         // SAFETY: the application's handle, as it gave it to MPI_Barrier.
         unsafe { ffi::PMPI_Barrier(comm) }
     };
-    let key_of_comm = handle_key(comm);
+    let key_of_comm = raw::to_word(comm);
     let generation = GENERATION.load(Ordering::Acquire);
     let (last_comm, last_entry, last_generation) = LAST.with(Cell::get);
     let entry = if last_comm == key_of_comm && last_generation == generation {

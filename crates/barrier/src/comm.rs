@@ -98,8 +98,6 @@ struct LocalSettings {
     stall: Option<Duration>,
 }
 
-/// The stall report's default delay (`BARRIER_STALL_REPORT`).
-pub const DEFAULT_STALL_REPORT: Duration = Duration::from_secs(30);
 
 impl LocalSettings {
     fn load(params: &Params, shape: crate::shm::JobShape) -> Self {
@@ -119,10 +117,7 @@ impl LocalSettings {
             spin: params.parse::<u32>("BARRIER_SPIN_COUNT", default_spin, "").unwrap_or(default_spin),
             yields: params.parse::<u32>("BARRIER_YIELD_COUNT", default_yields, "").unwrap_or(default_yields),
             timeout: params.duration("BARRIER_TIMEOUT").unwrap_or(None),
-            stall: match params.get("BARRIER_STALL_REPORT") {
-                None => Some(DEFAULT_STALL_REPORT),
-                Some(_) => params.duration("BARRIER_STALL_REPORT").unwrap_or(Some(DEFAULT_STALL_REPORT)),
-            },
+            stall: params.stall_report(),
         }
     }
 }

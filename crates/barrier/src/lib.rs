@@ -46,9 +46,9 @@ not_under_loom! {
     mod watch;
 
     pub use backend::{Backend, Decline, EnableContext, Module, Poll, QueryContext};
-    pub use comm::{BackendName, Color, Communicator, Key, Request, SharedWindow, DEFAULT_STALL_REPORT};
+    pub use comm::{BackendName, Color, Communicator, Key, Request, SharedWindow};
     pub use error::{Error, Report, Result};
-    pub use params::{ParamInfo, Params};
+    pub use params::{ParamInfo, Params, DEFAULT_STALL_REPORT};
     pub use region::rounds;
     pub use selector::{backends, Candidate, Outcome, Selection};
     pub use universe::{

@@ -235,6 +235,23 @@ impl Params {
     }
 
     /// A boolean: 1/0, true/false, yes/no, on/off.
+    /// [`Params::flag`] with `default` when the parameter is not set.
+    pub fn flag_or(&self, name: &str, default: bool) -> Result<bool> {
+        match self.get(name) {
+            None => Ok(default),
+            Some(_) => self.flag(name),
+        }
+    }
+
+    /// `BARRIER_STALL_REPORT`: [`DEFAULT_STALL_REPORT`] when unset (or unreadable: a bad value
+    /// is refused by the settings check), `None` for 0.
+    pub fn stall_report(&self) -> Option<Duration> {
+        match self.get("BARRIER_STALL_REPORT") {
+            None => Some(DEFAULT_STALL_REPORT),
+            Some(_) => self.duration("BARRIER_STALL_REPORT").unwrap_or(Some(DEFAULT_STALL_REPORT)),
+        }
+    }
+
     pub fn flag(&self, name: &str) -> Result<bool> {
         match self.get(name) {
             None => Ok(false),
@@ -324,6 +341,9 @@ pub fn all_params() -> Vec<ParamInfo> {
     all.extend(mpi_params());
     all
 }
+
+/// The stall report's default delay (`BARRIER_STALL_REPORT`).
+pub const DEFAULT_STALL_REPORT: Duration = Duration::from_secs(30);
 
 /// `BARRIER_MPI_FAULT`: see [`mpi_params`].
 pub const MPI_FAULT: &str = "BARRIER_MPI_FAULT";
