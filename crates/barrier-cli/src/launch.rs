@@ -30,7 +30,10 @@ use std::time::{Duration, Instant};
 use barrier::shm::{JobShape, RankExit, Segment};
 
 use crate::proc;
+use crate::rebalance::{Balancer, Kernel};
 
+/// How often the launcher looks at an oversubscribed job's placement ([`crate::rebalance`]).
+pub const BALANCE_EVERY: Duration = Duration::from_millis(20);
 /// How long ranks get between SIGTERM and SIGKILL.
 pub const GRACE: Duration = Duration::from_secs(2);
 
@@ -348,6 +351,17 @@ pub fn launch(spec: &JobSpec) -> Result<JobReport, LaunchError> {
 
     drop(home);
     progress.done(start.elapsed());
+    // Unpinned and oversubscribed: keep the ranks evenly spread over the job's CPUs.
+    let params = spec.env.iter().fold(barrier::Params::from_env(), |p, (k, v)| p.set(k, v));
+    let mut balancer = (!pin && shape.ranks_on_machine > cores.len() && cores.len() >= 2)
+        .then(|| params.flag_or(barrier::params::REBALANCE, true).unwrap_or(true))
+        .filter(|&on| on)
+        .map(|_| {
+            let verbose = params.flag("BARRIER_VERBOSE").unwrap_or(false);
+            Balancer::new(Kernel, cores.clone(), spec.ranks, verbose)
+        });
+    let started = Instant::now();
+    let mut next_look = started;
 
     let mut failure: Option<RankFailure> = None;
     let mut interrupted: Option<i32> = None;
@@ -371,7 +385,32 @@ pub fn launch(spec: &JobSpec) -> Result<JobReport, LaunchError> {
                 signal_all(&ranks, libc::SIGKILL);
             }
         }
-        let poll = if stopping_since.is_some() { Duration::from_millis(10) } else { Duration::from_millis(50) };
+        if let Some(b) = balancer.as_mut().filter(|_| stopping_since.is_none() && Instant::now() >= next_look) {
+            // The process that joined as each rank (behind a wrapper script, not the one started).
+            let pids: Vec<Option<u32>> = (0..ranks.len())
+                .map(|r| {
+                    let live = ranks[r].alive && seg.exited(r).is_none();
+                    live.then(|| seg.joined_pid(r).and_then(|p| u32::try_from(p).ok())).flatten()
+                })
+                .collect();
+            b.tick(&pids);
+            // Placement changes most in the job's first moments: look closely then; later, the
+            // longer it has stayed even, the less often (each look reads every rank's /proc
+            // entry on a core the ranks need).
+            let every = if started.elapsed() < Duration::from_millis(500) {
+                BALANCE_EVERY / 4
+            } else {
+                BALANCE_EVERY * (1 << (b.settled() / 16).min(3)) as u32
+            };
+            next_look = Instant::now() + every;
+        }
+        let poll = if stopping_since.is_some() {
+            Duration::from_millis(10)
+        } else if balancer.is_some() {
+            next_look.saturating_duration_since(Instant::now()).max(Duration::from_millis(1))
+        } else {
+            Duration::from_millis(50)
+        };
         for (rank, status) in wait_for_ends(&mut ranks, poll) {
             live -= 1;
             let end = if libc::WIFEXITED(status) {
@@ -400,6 +439,9 @@ pub fn launch(spec: &JobSpec) -> Result<JobReport, LaunchError> {
                 stopping_since.get_or_insert_with(Instant::now);
             }
         }
+    }
+    if let Some(b) = balancer.take().filter(|b| b.verbose()) {
+        eprintln!("{}", b.summary());
     }
     drop(lifeline_write);
     drop(signals);

@@ -8,6 +8,7 @@ pub mod launch;
 pub mod mpibench;
 pub mod plot;
 pub mod proc;
+pub mod rebalance;
 pub mod signals;
 
 /// The register map of a device kind named on the command line.

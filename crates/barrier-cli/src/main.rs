@@ -158,6 +158,10 @@ enum Cmd {
         iters: u64,
         #[arg(long)]
         batch: u64,
+        /// Before the first barrier, move to this CPU and take the whole mask back (an uneven
+        /// start for the launcher's balancer to correct).
+        #[arg(long)]
+        start_on_cpu: Option<usize>,
     },
 }
 
@@ -396,9 +400,16 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Cmd::BenchRank { iters, batch } => {
+        Cmd::BenchRank { iters, batch, start_on_cpu } => {
             // Bench rows emulate devices inline: their work runs in these ranks.
             barrier_emu::inline::install();
+            if let Some(cpu) = start_on_cpu {
+                let whole = barrier::sys::affinity_cores();
+                if let Err(e) = barrier::sys::set_affinity(&[cpu]).and_then(|()| barrier::sys::set_affinity(&whole)) {
+                    eprintln!("barrier bench-rank: cannot start on CPU {cpu}: {e}");
+                    return ExitCode::FAILURE;
+                }
+            }
             bench_rank(iters, batch)
         }
     }

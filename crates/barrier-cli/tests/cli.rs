@@ -649,3 +649,52 @@ fn emulate_names_and_shapes_are_checked_with_the_parameter_to_change() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("BARRIER_A64FX_EMU_CMGS=8 x BARRIER_A64FX_EMU_PES=12: 96 CPUs, more than 64"), "{err}");
 }
+
+/// `barrier run` of twice as many `bench-rank`s as this test may use cores, every rank first
+/// moving itself to the mask's first CPU; returns the launcher's standard error.
+fn uneven_start(rebalance: &str) -> Option<String> {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if cores < 2 {
+        eprintln!("skipped: placement needs two CPUs or more");
+        return None;
+    }
+    let mask = std::fs::read_to_string("/proc/self/status").unwrap();
+    let first = mask
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .and_then(|m| m.trim().split([',', '-']).next().and_then(|c| c.parse::<usize>().ok()))
+        .unwrap();
+    let ranks = (2 * cores).to_string();
+    let cpu = first.to_string();
+    let exe = env!("CARGO_BIN_EXE_barrier");
+    let args =
+        ["run", "-n", &ranks, "--", exe, "bench-rank", "--iters", "20000", "--batch", "100", "--start-on-cpu", &cpu];
+    let out = barrier().args(args).env("BARRIER_VERBOSE", "1").env("BARRIER_REBALANCE", rebalance).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    Some(String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+#[test]
+fn an_uneven_start_ends_evenly_placed_and_rebalance_0_leaves_it_alone() {
+    let Some(err) = uneven_start("1") else { return };
+    // "placement even at E of L looks (the last S in a row), M moves; ..."
+    let summary = err.lines().find(|l| l.contains("placement even at")).unwrap_or_else(|| panic!("{err}"));
+    let numbers: Vec<usize> = summary
+        .split(|c: char| !c.is_ascii_digit())
+        .filter(|w| !w.is_empty())
+        .take(4)
+        .map(|w| w.parse().unwrap())
+        .collect();
+    let [even, looks, settled, _moves] = numbers[..] else { panic!("{summary}") };
+    // The ranks measure 20,000 barriers after 20,000 of warm-up: about a quarter of a second at
+    // two ranks a CPU, a look every 5 ms at first. All of them started on one CPU; most looks
+    // must find them even, and the end too (a rank the kernel moved a moment ago aside).
+    assert!(looks >= 4 && even * 2 >= looks, "{summary}");
+    assert!(settled >= 1 || even + 2 >= looks, "{summary}");
+    for line in err.lines().filter(|l| l.contains(" moved from CPU ")) {
+        assert!(line.contains("BARRIER_REBALANCE=0 turns this off"), "{line}");
+    }
+
+    let err = uneven_start("0").unwrap();
+    assert!(!err.contains("moved from CPU") && !err.contains("placement even at"), "{err}");
+}

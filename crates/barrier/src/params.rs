@@ -149,6 +149,14 @@ pub fn core_params() -> Vec<ParamInfo> {
              transport whose puts need the initiator's help).",
         )
         .kind(ParamKind::Bool),
+        ParamInfo::new(
+            REBALANCE,
+            "1",
+            "`barrier run` with more ranks than cores and no pinning: the launcher moves a rank off \
+             a CPU that holds two or more ranks more than another for a lasting moment, within \
+             the job's CPU mask (0: leave placement to the kernel). MPI launchers place their own ranks.",
+        )
+        .kind(ParamKind::Bool),
         ParamInfo::new("BARRIER_YIELD_COUNT", "auto", "Yields before parking with the park policy (auto: 256).")
             .kind(ParamKind::Int { min: 0, max: U32_MAX }),
         ParamInfo::new(
@@ -345,6 +353,8 @@ pub fn all_params() -> Vec<ParamInfo> {
 /// The stall report's default delay (`BARRIER_STALL_REPORT`).
 pub const DEFAULT_STALL_REPORT: Duration = Duration::from_secs(30);
 
+/// `BARRIER_REBALANCE`: see [`core_params`].
+pub const REBALANCE: &str = "BARRIER_REBALANCE";
 /// `BARRIER_MPI_FAULT`: see [`mpi_params`].
 pub const MPI_FAULT: &str = "BARRIER_MPI_FAULT";
 /// `BARRIER_MPI_NODE_BLOCK`: see [`mpi_params`].
