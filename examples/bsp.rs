@@ -40,7 +40,7 @@ fn serial(cells: usize, steps: usize) -> Vec<f64> {
     cur
 }
 
-fn main() -> Result<(), barrier::Error> {
+fn main() -> Result<(), barrier::Report> {
     let mut args = std::env::args().skip(1).map(|a| a.parse::<usize>().expect("CELLS and STEPS are numbers"));
     let cells = args.next().unwrap_or(1000).max(3);
     let steps = args.next().unwrap_or(500);

@@ -3,7 +3,7 @@
 
 use std::sync::atomic::Ordering;
 
-fn main() -> Result<(), barrier::Error> {
+fn main() -> Result<(), barrier::Report> {
     let universe = barrier::init()?;
     let world = universe.world();
     let greetings = world.shared_window(1)?;

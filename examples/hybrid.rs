@@ -14,7 +14,18 @@ use std::sync::atomic::Ordering;
 
 use barrier::backends::a64fx;
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+fn main() -> std::process::ExitCode {
+    // Errors print as sentences (a barrier error says what to do), not as debug dumps.
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("hybrid: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let threads: usize = args.next().map_or(Ok(4), |a| a.parse())?;
     let iterations: u64 = args.next().map_or(Ok(1000), |a| a.parse())?;

@@ -83,6 +83,19 @@ fn hello_and_bsp_examples_check_themselves() {
 }
 
 #[test]
+fn the_examples_print_errors_as_sentences_not_debug_dumps() {
+    let report =
+        run_example(1, "hello", &[], &[("BARRIER_BACKEND", "gba"), ("BARRIER_GBA_DEVICE_PATH", "/nonexistent/gba")]);
+    assert!(report.failure.is_some(), "no gba device: the job must fail");
+    for err in &report.stderr {
+        assert!(err.contains("Error: no backend from BARRIER_BACKEND=gba can run"), "{err}");
+        assert!(!err.contains("ForcedBackendUnavailable {") && !err.contains(" { "), "a debug dump: {err}");
+    }
+    let report = run_example(1, "hybrid", &["two"], &[]);
+    assert!(report.stderr[0].starts_with("hybrid: invalid digit"), "{:?}", report.stderr);
+}
+
+#[test]
 fn a_killed_rank_ends_the_job_quickly_and_leaves_no_segment() {
     let before = shm_segments();
     let report = run_example(5, "correctness", &["100000000", "--die", "2:500"], &[]);

@@ -154,27 +154,57 @@ pub fn floor(iters: u64, batch: u64) -> Stats {
 }
 
 /// A thread barrier with `n` threads, each waiting through its own `waiter()`; thread 0's
-/// timings.
+/// timings. A signal (Ctrl-C) stops every thread after the same number of waits: thread 0
+/// sets a limit two batches ahead of its own count, and no thread can be a whole batch ahead of
+/// another (they are in one barrier), so every thread sees the limit in time.
 fn thread_barrier<W: FnMut() + Send + 'static>(n: usize, iters: u64, batch: u64, waiter: impl Fn() -> W) -> Stats {
     let warmup = (iters / 10).min(10_000);
     let batches = (iters / batch).max(1);
+    let total = warmup + batches * batch;
+    let limit = Arc::new(AtomicU64::new(u64::MAX));
     let others: Vec<_> = (1..n)
         .map(|_| {
             let mut wait = waiter();
+            let limit = limit.clone();
             std::thread::spawn(move || {
-                for _ in 0..warmup + batches * batch {
+                for i in 0..total {
+                    if i % batch == 0 && i / batch >= limit.load(Ordering::Acquire) {
+                        break;
+                    }
                     wait();
                 }
             })
         })
         .collect();
     let mut wait = waiter();
-    for _ in 0..warmup {
-        wait();
+    let mut samples = Vec::with_capacity(batches as usize);
+    let mut i = 0;
+    while i < total {
+        if i % batch == 0 {
+            if limit.load(Ordering::Relaxed) == u64::MAX && crate::signals::peek().is_some() {
+                limit.store(i / batch + 2, Ordering::Release);
+            }
+            if i / batch >= limit.load(Ordering::Relaxed) {
+                break;
+            }
+        }
+        // A batch is timed whole, from a boundary, once the warm-up is over.
+        let timed = i >= warmup && i % batch == 0 && i + batch <= total;
+        let t = Instant::now();
+        let steps = if timed { batch } else { 1 };
+        for _ in 0..steps {
+            wait();
+        }
+        if timed {
+            samples.push(t.elapsed().as_nanos() as f64 / batch as f64);
+        }
+        i += steps;
     }
-    let samples = timed_batches(iters, batch, &mut wait);
     for t in others {
         t.join().expect("reference barrier thread");
+    }
+    if samples.is_empty() {
+        samples.push(f64::NAN);
     }
     Stats::from_samples(samples)
 }
@@ -633,12 +663,16 @@ pub fn run(opts: &BenchOptions) -> Result<Vec<Row>, String> {
             }
         }
     }
+    // Ctrl-C stops the measurement, and the rows measured until then are still printed.
+    let _signals = crate::signals::install();
     let mut progress = Progress {
         total: 1 + opts.ranks.len() * rounds as usize * (2 + configs.len()),
         done: 0,
         tty: std::io::stderr().is_terminal(),
     };
     let mut rows = Vec::new();
+    // Rows that could not be measured: (label, ranks, why). The others go on.
+    let mut skipped: Vec<(String, usize, String)> = Vec::new();
     // The VM's speed changes from second to second, so the floor is measured again before every
     // row and the reported floor pools all of those samples.
     // (A floor measurement is a quarter of a whole row's barriers: it takes milliseconds.)
@@ -665,6 +699,12 @@ pub fn run(opts: &BenchOptions) -> Result<Vec<Row>, String> {
                 network_ops: None,
                 label: "std".into(),
             });
+            if crate::signals::peek().is_some() {
+                // Interrupted: the row was cut short, and is not shown.
+                this_round.pop();
+                measured.push(this_round);
+                break;
+            }
             progress.step(&format!("hurdles n={n}{of}"));
             this_round.push(Row {
                 backend: "hurdles".into(),
@@ -677,8 +717,16 @@ pub fn run(opts: &BenchOptions) -> Result<Vec<Row>, String> {
                 network_ops: None,
                 label: "hurdles".into(),
             });
+            if crate::signals::peek().is_some() {
+                this_round.pop();
+                measured.push(this_round);
+                break;
+            }
             for (label, env) in &configs {
                 progress.step(&format!("{label} n={n}{of}"));
+                if skipped.iter().any(|(l, r, _)| l == label && *r == n) {
+                    continue;
+                }
                 floor_samples.push(floor(floor_iters, opts.batch));
                 let mut env = env.clone();
                 env.push(("BARRIER_TIMEOUT".into(), "60s".into()));
@@ -694,15 +742,40 @@ pub fn run(opts: &BenchOptions) -> Result<Vec<Row>, String> {
                     measure_a64fx(n, a64fx_layout, round_iters, opts.batch)
                 } else {
                     measure_backend(n, opts.nodes, env, device, round_iters, opts.batch)
+                };
+                match row {
+                    Ok(row) => this_round.push(Row { label: label.clone(), ..row }),
+                    // One backend that cannot run here does not stop the others.
+                    Err(why) if crate::signals::peek().is_none() => skipped.push((label.clone(), n, why)),
+                    Err(_) => {}
                 }
-                .map_err(|e| format!("{label} at {n} ranks: {e}"))?;
-                this_round.push(Row { label: label.clone(), ..row });
+                if crate::signals::peek().is_some() {
+                    break;
+                }
             }
             measured.push(this_round);
+            if crate::signals::peek().is_some() {
+                break;
+            }
         }
-        for i in 0..measured[0].len() {
-            let of_row: Vec<&Row> = measured.iter().map(|round| &round[i]).collect();
+        // Pool each row's rounds (a row that failed in a later round is dropped whole).
+        let labels: Vec<String> = measured.iter().flatten().map(|r| r.label.clone()).collect();
+        let mut seen: Vec<&String> = Vec::new();
+        for label in &labels {
+            if seen.contains(&label) {
+                continue;
+            }
+            seen.push(label);
+            let Some(row) = measured.iter().flatten().find(|r| r.label == *label) else { continue };
+            if skipped.iter().any(|(l, r, _)| *l == row.label && *r == n) {
+                continue;
+            }
+            let of_row: Vec<&Row> =
+                measured.iter().filter_map(|round| round.iter().find(|r| r.label == row.label)).collect();
             rows.push(pool_rounds(&of_row));
+        }
+        if crate::signals::peek().is_some() {
+            break;
         }
     }
     progress.finish();
@@ -729,12 +802,37 @@ pub fn run(opts: &BenchOptions) -> Result<Vec<Row>, String> {
     } else {
         print_table(&rows, floor_ns, opts, rounds, round_iters * rounds);
     }
+    for (label, n, why) in &skipped {
+        if opts.json {
+            println!(
+                "{{\"backend\":\"{}\",\"ranks\":{n},\"skipped\":\"{}\"}}",
+                label.replace('"', "'"),
+                why.replace('\\', "/").replace('"', "'")
+            );
+        } else {
+            println!("not measured: {label} at {n} ranks: {why}");
+        }
+    }
     if let Some(path) = &opts.plot {
         std::fs::write(path, crate::plot::svg(&rows, floor_ns, barrier::sys::available_cores()))
             .map_err(|e| format!("writing {}: {e}", path.display()))?;
         if !opts.json {
             println!("plot written to {}", path.display());
         }
+    }
+    if let Some(sig) = crate::signals::take() {
+        return Err(format!(
+            "interrupted by signal {sig} ({}): the rows above are those measured until then",
+            crate::launch::signal_name(sig)
+        ));
+    }
+    let asked: Vec<&String> =
+        skipped.iter().map(|(l, _, _)| l).filter(|_| !opts.backends.iter().any(|b| b == "all")).collect();
+    if !asked.is_empty() {
+        return Err(format!(
+            "{} row(s) of the backends asked for could not be measured (listed above; `--backend all` lists such rows without failing)",
+            asked.len()
+        ));
     }
     Ok(rows)
 }

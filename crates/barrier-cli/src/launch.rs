@@ -385,15 +385,21 @@ pub fn launch(spec: &JobSpec) -> Result<JobReport, LaunchError> {
                 signal_all(&ranks, libc::SIGKILL);
             }
         }
-        if let Some(b) = balancer.as_mut().filter(|_| stopping_since.is_none() && Instant::now() >= next_look) {
-            // The process that joined as each rank (behind a wrapper script, not the one started).
-            let pids: Vec<Option<u32>> = (0..ranks.len())
+        if let Some(b) = balancer.as_mut().filter(|_| Instant::now() >= next_look) {
+            // The process that joined as each rank (behind a wrapper script, not the one
+            // started), with the rank's process group (that of the process started).
+            let joined: Vec<Option<(u32, u32)>> = (0..ranks.len())
                 .map(|r| {
                     let live = ranks[r].alive && seg.exited(r).is_none();
-                    live.then(|| seg.joined_pid(r).and_then(|p| u32::try_from(p).ok())).flatten()
+                    let pid = live.then(|| seg.joined_pid(r).and_then(|p| u32::try_from(p).ok())).flatten();
+                    pid.map(|pid| (pid, ranks[r].pid))
                 })
                 .collect();
-            b.tick(&pids);
+            if stopping_since.is_some() {
+                b.release(&joined);
+            } else {
+                b.tick(&joined);
+            }
             // Placement changes most in the job's first moments: look closely then; later, the
             // longer it has stayed even, the less often (each look reads every rank's /proc
             // entry on a core the ranks need).
@@ -403,6 +409,12 @@ pub fn launch(spec: &JobSpec) -> Result<JobReport, LaunchError> {
                 BALANCE_EVERY * (1 << (b.settled() / 16).min(3)) as u32
             };
             next_look = Instant::now() + every;
+            if b.gave_up() || stopping_since.is_some() {
+                if b.verbose() {
+                    eprintln!("{}", b.summary());
+                }
+                balancer = None;
+            }
         }
         let poll = if stopping_since.is_some() {
             Duration::from_millis(10)
@@ -445,6 +457,10 @@ pub fn launch(spec: &JobSpec) -> Result<JobReport, LaunchError> {
     }
     drop(lifeline_write);
     drop(signals);
+    if let Some(sig) = interrupted {
+        // A caller that runs several jobs (`barrier bench`) stops too.
+        crate::signals::remember(sig);
+    }
     // A rank may have left a background child holding its output open: copy what comes for a
     // moment, then let the copying threads go rather than wait for that child.
     let deadline = Instant::now() + Duration::from_secs(1);

@@ -10,23 +10,28 @@
 //! launches and not in others.
 //!
 //! The balancer runs in the launcher, off the ranks' path entirely, on the launcher's own
-//! wait loop (a tick every 50 ms):
+//! wait loop (a look every 5 ms in the job's first half second, then every 20 ms, up to every
+//! 160 ms while the placement stays even):
 //!
 //! ```text
-//! tick:  cpu[r] = the CPU rank r's main thread last ran on   (/proc/<pid>/stat, field 39)
+//! look:  cpu[r] = the CPU rank r's main thread last ran on   (/proc/<pid>/stat, field 39;
+//!                 the process that joined as rank r, if it is in rank r's process group)
 //!        count ranks per CPU of the job's mask
 //!        uneven = most crowded - least crowded >= 2
 //!        uneven for STREAK ticks in a row (a lasting imbalance, not a moment of it):
 //!            move the highest-numbered rank of the most crowded CPU to the least crowded
 //!            (sched_setaffinity of its main thread to that one CPU: the kernel migrates it)
-//!        next tick: give it the job's whole mask back (it stays where it was put: the
-//!            kernel's balancer left the uneven placement alone, it leaves the even one too)
+//!        next look: give it the job's whole mask back, and any thread it made meanwhile
+//!            (it stays where it was put: the kernel's balancer left the uneven placement
+//!            alone, it leaves the even one too)
 //! ```
 //!
-//! It moves only main threads (the thread that calls the barrier in a rank of `barrier run`),
-//! only between the CPUs of the mask the job was given, never when the job is pinned or fits
-//! on the cores, and at most [`MAX_MOVES_PER_RANK`] times a rank (a kernel that keeps undoing
-//! the moves wins). `BARRIER_REBALANCE=0` turns it off; `BARRIER_VERBOSE=1` prints each move.
+//! It moves only main threads (the balancer assumes the thread that calls the barrier is the
+//! main thread, as in most programs), only between the CPUs of the mask the job was given,
+//! never a rank whose mask is not the job's whole mask, never when the job is pinned or fits on
+//! the cores, and at most [`MAX_MOVES_PER_RANK`] times the ranks on average (a kernel that
+//! keeps undoing the moves wins; the balancer then only watches). A look at which some rank
+//! has not joined yet, or has ended, counts for nothing. `BARRIER_REBALANCE=0` turns it off; `BARRIER_VERBOSE=1` prints each move.
 //! Under MPI the MPI launcher places the ranks and nothing here runs.
 
 /// Ticks in a row an uneven placement must last before a rank is moved.
@@ -70,33 +75,42 @@ pub fn counts(placement: &[Option<usize>], cpus: &[usize]) -> Vec<usize> {
 
 /// Where ranks run and how to move them: the kernel's view, or a model of it in tests.
 pub trait Placer: std::fmt::Debug {
-    /// The CPU `pid`'s main thread last ran on.
-    fn cpu_of(&mut self, pid: u32) -> Option<usize>;
-    /// Whether `pid`'s main thread may run on exactly `cpus` (a rank that narrowed its own
-    /// mask chose its place: it is not moved).
-    fn has_mask(&mut self, pid: u32, cpus: &[usize]) -> bool;
-    /// Restricts `pid`'s main thread to `cpus`.
-    fn restrict(&mut self, pid: u32, cpus: &[usize]) -> bool;
+    /// The CPU `pid`'s main thread last ran on, if `pid` is still a process of process group
+    /// `group` (the rank's: a pid that has been reused, or a process that is not the job's,
+    /// is left alone).
+    fn cpu_of(&mut self, pid: u32, group: u32) -> Option<usize>;
+    /// Whether thread `tid` may run on exactly `cpus` (a rank that narrowed its own mask chose
+    /// its place: it is not moved).
+    fn has_mask(&mut self, tid: u32, cpus: &[usize]) -> bool;
+    /// Restricts thread `tid` to `cpus`.
+    fn restrict(&mut self, tid: u32, cpus: &[usize]) -> bool;
+    /// The threads of process `pid` (its main thread first).
+    fn threads(&mut self, pid: u32) -> Vec<u32> {
+        vec![pid]
+    }
 }
 
-/// The kernel: `/proc/<pid>/stat` and `sched_setaffinity`.
+/// The kernel: `/proc/<pid>/stat`, `/proc/<pid>/task` and `sched_{get,set}affinity`.
 #[derive(Debug)]
 pub struct Kernel;
 
 impl Placer for Kernel {
-    fn cpu_of(&mut self, pid: u32) -> Option<usize> {
+    fn cpu_of(&mut self, pid: u32, group: u32) -> Option<usize> {
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
         // The command name (field 2) may hold spaces and parentheses: count from the last ')'.
-        // Field 3 (the state) follows it, so field 39 (processor) is the 37th after it.
-        stat.rsplit_once(')')?.1.split_whitespace().nth(36)?.parse().ok()
+        // Field 3 (the state) follows it: field 5 (the process group) is the 3rd after it,
+        // field 39 (processor) the 37th.
+        let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+        (fields.get(2)?.parse::<u32>().ok()? == group).then_some(())?;
+        fields.get(36)?.parse().ok()
     }
 
-    fn has_mask(&mut self, pid: u32, cpus: &[usize]) -> bool {
-        let Ok(pid) = libc::pid_t::try_from(pid) else { return false };
+    fn has_mask(&mut self, tid: u32, cpus: &[usize]) -> bool {
+        let Ok(tid) = libc::pid_t::try_from(tid) else { return false };
         // SAFETY: cpu_set_t is plain data; zeroed is its empty value.
         let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
         // SAFETY: the pointer and size describe `set`, which outlives the call.
-        if unsafe { libc::sched_getaffinity(pid, std::mem::size_of::<libc::cpu_set_t>(), &mut set) } != 0 {
+        if unsafe { libc::sched_getaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &mut set) } != 0 {
             return false;
         }
         let want = barrier::sys::cpu_set(cpus);
@@ -105,13 +119,30 @@ impl Placer for Kernel {
             .all(|c| unsafe { libc::CPU_ISSET(c, &set) == libc::CPU_ISSET(c, &want) })
     }
 
-    fn restrict(&mut self, pid: u32, cpus: &[usize]) -> bool {
+    fn restrict(&mut self, tid: u32, cpus: &[usize]) -> bool {
         let set = barrier::sys::cpu_set(cpus);
-        let Ok(pid) = libc::pid_t::try_from(pid) else { return false };
-        // SAFETY: the pointer and size describe `set`, which outlives the call; a pid that has
-        // gone (or been reused by a process of another user) only makes the call fail.
-        unsafe { libc::sched_setaffinity(pid, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0 }
+        let Ok(tid) = libc::pid_t::try_from(tid) else { return false };
+        // SAFETY: the pointer and size describe `set`, which outlives the call; a thread that
+        // has gone only makes the call fail.
+        unsafe { libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0 }
     }
+
+    fn threads(&mut self, pid: u32) -> Vec<u32> {
+        let mut tids: Vec<u32> = std::fs::read_dir(format!("/proc/{pid}/task"))
+            .map(|d| d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect())
+            .unwrap_or_default();
+        tids.sort_by_key(|&t| (t != pid, t));
+        tids
+    }
+}
+
+/// A rank the balancer has restricted to one CPU, until the next look.
+#[derive(Debug, Clone, Copy)]
+struct Held {
+    rank: usize,
+    pid: u32,
+    group: u32,
+    to: usize,
 }
 
 /// The balancer of one job.
@@ -120,7 +151,7 @@ pub struct Balancer<P: Placer> {
     placer: P,
     cpus: Vec<usize>,
     streak: u32,
-    held: Option<u32>,
+    held: Option<Held>,
     moves: Vec<Move>,
     max_moves: usize,
     verbose: bool,
@@ -149,27 +180,33 @@ impl<P: Placer> Balancer<P> {
         }
     }
 
-    /// One look at the placement of the live ranks (`pids[r]`, `None` once rank r has ended),
-    /// and at most one move.
-    pub fn tick(&mut self, pids: &[Option<u32>]) {
-        if let Some(pid) = self.held {
-            // The kernel moved the rank when its mask changed; one tick later, give it the
-            // job's whole mask back.
-            self.placer.restrict(pid, &self.cpus);
-            self.held = None;
+    /// One look at the placement of the ranks (`ranks[r]`: the pid that joined as rank r and
+    /// the rank's process group, `None` while it has not joined or once it has ended), and at
+    /// most one move.
+    pub fn tick(&mut self, ranks: &[Option<(u32, u32)>]) {
+        if self.held.is_some() {
+            // The kernel moved the rank when its mask changed; one look later, the job's whole
+            // mask goes back.
+            self.release(ranks);
             return;
         }
-        if self.moves.len() >= self.max_moves {
+        if self.gave_up() {
             return;
         }
-        let placement: Vec<Option<usize>> = pids.iter().map(|p| p.and_then(|pid| self.placer.cpu_of(pid))).collect();
+        let placement: Vec<Option<usize>> =
+            ranks.iter().map(|p| p.and_then(|(pid, group)| self.placer.cpu_of(pid, group))).collect();
+        if placement.iter().any(Option::is_none) {
+            // A rank that has not joined yet, or has ended: the placement says nothing.
+            self.streak = 0;
+            return;
+        }
         self.last = counts(&placement, &self.cpus);
         self.looks += 1;
         let even = self.last.iter().max() <= self.last.iter().min().map(|m| m + 1).as_ref();
         self.even_looks += usize::from(even);
         self.settled = if even { self.settled + 1 } else { 0 };
         let (placer, cpus) = (std::cell::RefCell::new(&mut self.placer), &self.cpus);
-        let movable = |r: usize| pids[r].is_some_and(|pid| placer.borrow_mut().has_mask(pid, cpus));
+        let movable = |r: usize| ranks[r].is_some_and(|(pid, _)| placer.borrow_mut().has_mask(pid, cpus));
         let Some(mv) = plan(&placement, cpus, movable) else {
             self.streak = 0;
             return;
@@ -179,7 +216,7 @@ impl<P: Placer> Balancer<P> {
             return;
         }
         self.streak = 0;
-        let Some(pid) = pids[mv.rank] else { return };
+        let Some((pid, group)) = ranks[mv.rank] else { return };
         if !self.placer.restrict(pid, &[mv.to]) {
             return;
         }
@@ -193,15 +230,30 @@ impl<P: Placer> Balancer<P> {
                 mv.to
             );
         }
-        self.held = Some(pid);
+        self.held = Some(Held { rank: mv.rank, pid, group, to: mv.to });
         self.moves.push(mv);
     }
 
-    /// Gives a moved rank that still holds a one-CPU mask the job's mask back.
-    pub fn release(&mut self) {
-        if let Some(pid) = self.held.take() {
-            self.placer.restrict(pid, &self.cpus);
+    /// Gives the rank moved at the last look the job's whole mask back: its main thread, and any
+    /// thread it made meanwhile (which inherited the one CPU), if the rank is still the same
+    /// process and nobody changed that mask since.
+    pub fn release(&mut self, ranks: &[Option<(u32, u32)>]) {
+        let Some(held) = self.held.take() else { return };
+        if ranks.get(held.rank).copied().flatten() != Some((held.pid, held.group))
+            || self.placer.cpu_of(held.pid, held.group).is_none()
+        {
+            return;
         }
+        for tid in self.placer.threads(held.pid) {
+            if self.placer.has_mask(tid, &[held.to]) {
+                self.placer.restrict(tid, &self.cpus);
+            }
+        }
+    }
+
+    /// Whether the balancer has used up its moves (and holds no rank): it then only watches.
+    pub fn gave_up(&self) -> bool {
+        self.held.is_none() && self.moves.len() >= self.max_moves
     }
 
     /// What the balancer saw and did, in one line: the looks, how many found the ranks even
@@ -235,12 +287,6 @@ impl<P: Placer> Balancer<P> {
     }
 }
 
-impl<P: Placer> Drop for Balancer<P> {
-    fn drop(&mut self) {
-        self.release();
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -254,7 +300,7 @@ mod tests {
     }
 
     impl Placer for Sticky {
-        fn cpu_of(&mut self, pid: u32) -> Option<usize> {
+        fn cpu_of(&mut self, pid: u32, _: u32) -> Option<usize> {
             self.cpu.get(pid as usize).copied()
         }
         fn has_mask(&mut self, pid: u32, cpus: &[usize]) -> bool {
@@ -293,7 +339,7 @@ mod tests {
     fn run(ranks: usize, cpus: &[usize], start: usize, ticks: usize) -> (Vec<usize>, Balancer<Sticky>) {
         let placer = Sticky { cpu: vec![start; ranks], mask: vec![cpus.to_vec(); ranks] };
         let mut b = Balancer::new(placer, cpus.to_vec(), ranks, false);
-        let pids: Vec<Option<u32>> = (0..ranks as u32).map(Some).collect();
+        let pids: Vec<Option<(u32, u32)>> = (0..ranks as u32).map(|r| Some((r, r))).collect();
         for _ in 0..ticks {
             b.tick(&pids);
         }
@@ -323,7 +369,7 @@ mod tests {
     fn a_passing_imbalance_is_left_alone() {
         let placer = Sticky { cpu: vec![0, 0, 0, 1], mask: vec![vec![0, 1]; 4] };
         let mut b = Balancer::new(placer, vec![0, 1], 4, false);
-        let pids: Vec<Option<u32>> = (0..4).map(Some).collect();
+        let pids: Vec<Option<(u32, u32)>> = (0..4).map(|r| Some((r, r))).collect();
         for _ in 0..10 {
             b.tick(&pids);
             // The kernel evens it out itself before the streak is long enough.
@@ -338,7 +384,7 @@ mod tests {
         #[derive(Debug)]
         struct Stubborn(usize);
         impl Placer for Stubborn {
-            fn cpu_of(&mut self, _: u32) -> Option<usize> {
+            fn cpu_of(&mut self, _: u32, _: u32) -> Option<usize> {
                 Some(0)
             }
             fn has_mask(&mut self, _: u32, _: &[usize]) -> bool {
@@ -351,7 +397,7 @@ mod tests {
         }
         let mut b = Balancer::new(Stubborn(0), vec![0, 1], 2, false);
         for _ in 0..1000 {
-            b.tick(&[Some(0), Some(1)]);
+            b.tick(&[Some((0, 0)), Some((1, 1))]);
         }
         assert_eq!(b.moves().len(), 2 * MAX_MOVES_PER_RANK);
     }

@@ -75,3 +75,17 @@ pub fn take() -> Option<i32> {
         sig => Some(sig),
     }
 }
+
+/// The signal received since the last [`take`], if any, left in place.
+pub fn peek() -> Option<i32> {
+    match RECEIVED.load(Ordering::SeqCst) {
+        0 => None,
+        sig => Some(sig),
+    }
+}
+
+/// Records `sig` as received again, for a caller that polls after a function that took it
+/// (the launcher takes the signals of its job; `barrier bench` stops on them too).
+pub fn remember(sig: i32) {
+    RECEIVED.store(sig, Ordering::SeqCst);
+}
