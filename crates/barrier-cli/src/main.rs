@@ -175,6 +175,54 @@ fn probability(text: &str) -> Result<f64, String> {
 
 /// Checks what every rank would check at `init()`, before anything starts: the launcher's
 /// environment (ranks inherit it) and `--timeout`.
+/// `BARRIER_*` names that are not parameters but are still ours: what the launcher passes to
+/// the ranks, and the emulated A64FX node's shape and debugging switches.
+const OTHER_NAMES: &[&str] = &[
+    barrier::ENV_SHM_FD,
+    barrier::ENV_RANK,
+    barrier::ENV_SIZE,
+    barrier::ENV_NODES,
+    barrier::ENV_LIFELINE_FD,
+    "BARRIER_A64FX_EMU_CMGS",
+    "BARRIER_A64FX_EMU_PES",
+    "BARRIER_A64FX_SYSFS",
+    "BARRIER_HIER_DEBUG",
+];
+
+/// One warning per `BARRIER_*` variable of the environment that no setting of this build
+/// reads (a misspelt one would otherwise be ignored without a word), with the nearest name.
+fn warn_unknown_settings(who: &str) {
+    let mut known: Vec<String> = barrier::params::all_params().into_iter().map(|p| p.name).collect();
+    known.extend(OTHER_NAMES.iter().map(|s| s.to_string()));
+    known.extend(["SWITCH", "GBA", "A64FX"].iter().map(|k| format!("BARRIER_{k}_DEVICE_PATH")));
+    for (name, _) in std::env::vars_os().filter_map(|(k, v)| Some((k.into_string().ok()?, v))) {
+        if !name.starts_with("BARRIER_") || known.contains(&name) {
+            continue;
+        }
+        let nearest = known.iter().min_by_key(|k| edit_distance(&name, k)).cloned().unwrap_or_default();
+        eprintln!(
+            "{who}: warning: {name} is not a setting this build reads, and is ignored (did you mean {nearest}? \
+             `barrier info` lists every setting)"
+        );
+    }
+}
+
+/// Levenshtein distance between two names.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for j in 0..b.len() {
+            let here = row[j + 1];
+            row[j + 1] = (prev + usize::from(ca != b[j])).min(row[j] + 1).min(here + 1);
+            prev = here;
+        }
+    }
+    row[b.len()]
+}
+
 fn check_settings(timeout: Option<&str>) -> Result<(), String> {
     barrier::Params::from_env()
         .check_all()
@@ -244,6 +292,7 @@ fn main() -> ExitCode {
                 eprintln!("barrier run: {e}");
                 return ExitCode::from(2);
             }
+            warn_unknown_settings("barrier run");
             let mut spec = JobSpec::new(ranks, PathBuf::from(&program[0]));
             spec.args = program[1..].to_vec();
             spec.nodes = (nodes as usize).min(ranks.max(1));
@@ -315,6 +364,7 @@ fn main() -> ExitCode {
                 eprintln!("barrier bench: {e}");
                 return ExitCode::from(2);
             }
+            warn_unknown_settings("barrier bench");
             if let Some(&n) = ranks.iter().find(|&&n| n < nodes) {
                 eprintln!("barrier bench: -n {n} is fewer ranks than --nodes {nodes}: every node needs a rank");
                 return ExitCode::from(2);

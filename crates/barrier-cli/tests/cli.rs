@@ -767,3 +767,20 @@ fn sigint_to_bench_prints_the_rows_measured_until_then() {
     assert!(err.contains("interrupted by signal 2 (SIGINT)"), "{err}");
     assert!(text.lines().any(|l| l.trim_start().starts_with("2  floor")), "{text}");
 }
+
+#[test]
+fn a_misspelt_setting_gets_one_warning_with_the_nearest_name() {
+    let out = barrier().args(["run", "-n", "2", "--", "true"]).env("BARRIER_TIMOUT", "1s").output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.matches("BARRIER_TIMOUT is not a setting").count(), 1, "{err}");
+    assert!(err.contains("did you mean BARRIER_TIMEOUT?"), "{err}");
+    // Known names, and what the launcher passes to ranks, say nothing.
+    let out = barrier()
+        .args(["run", "-n", "1", "--", "true"])
+        .env("BARRIER_TIMEOUT", "1s")
+        .env("BARRIER_REBALANCE", "0")
+        .output()
+        .unwrap();
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("not a setting"), "{out:?}");
+}
