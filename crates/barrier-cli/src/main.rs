@@ -293,6 +293,14 @@ fn main() -> ExitCode {
                 return ExitCode::from(2);
             }
             warn_unknown_settings("barrier run");
+            if ranks == 0 {
+                eprintln!("barrier run: -n 0: a job needs at least 1 rank");
+                return ExitCode::from(2);
+            }
+            if emulate.is_empty() && counters {
+                eprintln!("barrier run: --counters prints an emulated device's counters: add --emulate switch,gba");
+                return ExitCode::from(2);
+            }
             let mut spec = JobSpec::new(ranks, PathBuf::from(&program[0]));
             spec.args = program[1..].to_vec();
             spec.nodes = (nodes as usize).min(ranks.max(1));
@@ -355,8 +363,15 @@ fn main() -> ExitCode {
             mpi,
             mpi_preload,
         } => {
-            if ranks.contains(&0) || iters == 0 || batch == 0 || nodes == 0 || rounds == Some(0) {
-                eprintln!("barrier bench: -n, --nodes, --iters, --batch and --rounds must be at least 1");
+            let zero = [
+                ("-n", ranks.contains(&0)),
+                ("--nodes", nodes == 0),
+                ("--iters", iters == 0),
+                ("--batch", batch == 0),
+                ("--rounds", rounds == Some(0)),
+            ];
+            if let Some((flag, _)) = zero.iter().find(|(_, is_zero)| *is_zero) {
+                eprintln!("barrier bench: {flag} 0: {flag} must be at least 1");
                 return ExitCode::from(2);
             }
             // A setting every rank would refuse is refused before anything is measured.
@@ -408,6 +423,10 @@ fn main() -> ExitCode {
                     ExitCode::FAILURE
                 }
             }
+        }
+        Cmd::Info { ranks, nodes, .. } if ranks == 0 || nodes == 0 => {
+            eprintln!("barrier info: {} 0: a job needs at least 1", if ranks == 0 { "-n" } else { "--nodes" });
+            ExitCode::from(2)
         }
         Cmd::Info { ranks, nodes, emulate } => match emulated_devices("info", &emulate) {
             Ok((maps, a64fx)) => info(ranks, nodes, &maps, a64fx),

@@ -784,3 +784,21 @@ fn a_misspelt_setting_gets_one_warning_with_the_nearest_name() {
         .unwrap();
     assert!(!String::from_utf8_lossy(&out.stderr).contains("not a setting"), "{out:?}");
 }
+
+#[test]
+fn zero_counts_and_options_that_would_do_nothing_are_refused_with_their_name() {
+    for (args, needle) in [
+        (&["run", "-n", "0", "--", "true"][..], "-n 0: a job needs at least 1 rank"),
+        (&["info", "-n", "0"][..], "-n 0: a job needs at least 1"),
+        (&["info", "--nodes", "0"][..], "--nodes 0: a job needs at least 1"),
+        (&["bench", "--iters", "0"][..], "--iters 0: --iters must be at least 1"),
+        (&["bench", "-n", "2,0"][..], "-n 0: -n must be at least 1"),
+        (&["run", "-n", "1", "--counters", "--", "true"][..], "--counters prints an emulated device's counters"),
+    ] {
+        let out = barrier().args(args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: one message, not two: {err}");
+    }
+}
