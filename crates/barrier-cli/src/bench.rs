@@ -801,6 +801,14 @@ pub fn run(opts: &BenchOptions) -> Result<Vec<Row>, String> {
         }
     } else {
         print_table(&rows, floor_ns, opts, rounds, round_iters * rounds);
+        let medians: Vec<f64> = floor_samples.iter().map(|f| f.median).collect();
+        let (lo, hi) = (medians.iter().cloned().fold(f64::MAX, f64::min), medians.iter().cloned().fold(0.0, f64::max));
+        println!(
+            "x floor: the floor's median ranged {lo:.1}-{hi:.1} ns over its {} measurements in this run (one before each \
+             row); a ratio moves with it, so compare rows of one run with each other, and repeat runs before \
+             trusting a ratio across runs",
+            medians.len()
+        );
     }
     for (label, n, why) in &skipped {
         if opts.json {
@@ -814,7 +822,15 @@ pub fn run(opts: &BenchOptions) -> Result<Vec<Row>, String> {
         }
     }
     if let Some(path) = &opts.plot {
-        std::fs::write(path, crate::plot::svg(&rows, floor_ns, barrier::sys::available_cores()))
+        let caption = format!(
+            "{}, {} cores; {} UTC; {} barriers per row in batches of {} over {rounds} round(s); floor {floor_ns:.1} ns",
+            machine_name(),
+            barrier::sys::available_cores(),
+            today_utc(),
+            round_iters * rounds,
+            opts.batch
+        );
+        std::fs::write(path, crate::plot::svg(&rows, floor_ns, barrier::sys::available_cores(), &caption))
             .map_err(|e| format!("writing {}: {e}", path.display()))?;
         if !opts.json {
             println!("plot written to {}", path.display());
@@ -926,4 +942,30 @@ mod tests {
             assert!(j.contains(key), "{j} lacks {key}");
         }
     }
+}
+
+/// The processor's model name (`/proc/cpuinfo`), or "this machine".
+fn machine_name() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|t| {
+            t.lines().find_map(|l| l.strip_prefix("model name")?.split_once(':').map(|(_, v)| v.trim().to_string()))
+        })
+        .unwrap_or_else(|| "this machine".into())
+}
+
+/// Today's date, UTC, as YYYY-MM-DD (days since 1970 to the civil calendar).
+fn today_utc() -> String {
+    let days =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() / 86_400) as i64;
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02}")
 }

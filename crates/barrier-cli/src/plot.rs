@@ -57,7 +57,9 @@ fn marker(k: usize, x: f64, y: f64, color: &str, title: &str) -> String {
 
 /// Renders the rows as an SVG document: median ns per barrier (log scale) against ranks, one
 /// line per series; the floor as a dashed horizontal line; rank counts above `cores` shaded.
-pub fn svg(rows: &[Row], floor_ns: f64, cores: usize) -> String {
+///
+/// `caption` (the machine, the date, the iterations and rounds) is written under the plot.
+pub fn svg(rows: &[Row], floor_ns: f64, cores: usize, caption: &str) -> String {
     let mut series: BTreeMap<String, Vec<(usize, f64)>> = BTreeMap::new();
     for r in rows.iter().filter(|r| r.backend != "floor") {
         series.entry(series_name(r)).or_default().push((r.ranks, r.stats.median.max(0.1)));
@@ -78,6 +80,12 @@ pub fn svg(rows: &[Row], floor_ns: f64, cores: usize) -> String {
         r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" font-size="12">"#
     );
     let _ = writeln!(s, r#"<rect width="100%" height="100%" fill="white"/>"#);
+    let _ = writeln!(
+        s,
+        r#"<text x="{LEFT}" y="{}" font-size="10" fill="gray">{}</text>"#,
+        H - 4.0,
+        caption.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+    );
     let _ = writeln!(
         s,
         r#"<text x="{LEFT}" y="18" font-size="14">barrier latency: median ns per barrier (log scale)</text>"#

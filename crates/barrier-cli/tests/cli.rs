@@ -579,11 +579,15 @@ fn the_plot_says_what_the_table_says() {
         "stroke-dasharray=\"4 4\"", // the floor, as a line
         "switch (emulated)",        // emulated devices marked
         &format!("more ranks than the {cores} cores"),
-        "median latency per barrier (ns)", // the axis has a unit
-        "<polygon points=",                // a third series has a third marker shape
+        "median latency per barrier (ns)",        // the axis has a unit
+        "<polygon points=",                       // a third series has a third marker shape
+        "UTC; ",                                  // the caption: the date,
+        "barriers per row in batches of 50 over", // the iterations and rounds
     ] {
         assert!(svg.contains(needle), "the plot lacks {needle}");
     }
+    // The table says how far the floor moved in this run.
+    assert!(String::from_utf8_lossy(&out.stdout).contains("x floor: the floor's median ranged"), "{out:?}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
