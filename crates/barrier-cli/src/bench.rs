@@ -158,7 +158,8 @@ pub fn floor(iters: u64, batch: u64) -> Stats {
 /// sets a limit two batches ahead of its own count, and no thread can be a whole batch ahead of
 /// another (they are in one barrier), so every thread sees the limit in time.
 fn thread_barrier<W: FnMut() + Send + 'static>(n: usize, iters: u64, batch: u64, waiter: impl Fn() -> W) -> Stats {
-    let warmup = (iters / 10).min(10_000);
+    // Whole batches of warm-up: the timed batches then start on a batch boundary, all of them.
+    let warmup = (iters / 10).min(10_000).next_multiple_of(batch);
     let batches = (iters / batch).max(1);
     let total = warmup + batches * batch;
     let limit = Arc::new(AtomicU64::new(u64::MAX));
@@ -189,16 +190,17 @@ fn thread_barrier<W: FnMut() + Send + 'static>(n: usize, iters: u64, batch: u64,
             }
         }
         // A batch is timed whole, from a boundary, once the warm-up is over.
-        let timed = i >= warmup && i % batch == 0 && i + batch <= total;
+        if i < warmup {
+            wait();
+            i += 1;
+            continue;
+        }
         let t = Instant::now();
-        let steps = if timed { batch } else { 1 };
-        for _ in 0..steps {
+        for _ in 0..batch {
             wait();
         }
-        if timed {
-            samples.push(t.elapsed().as_nanos() as f64 / batch as f64);
-        }
-        i += steps;
+        samples.push(t.elapsed().as_nanos() as f64 / batch as f64);
+        i += batch;
     }
     for t in others {
         t.join().expect("reference barrier thread");
