@@ -562,6 +562,44 @@ fn inline_groups_freed_and_claimed_again_under_a_new_shape_keep_working() {
 }
 
 #[test]
+fn a_program_without_the_emulator_drives_an_inline_device_through_the_library_the_launcher_names() {
+    let _machine = common::one_job_at_a_time();
+    let library = barrier_cli::launch::inline_emulator_library().expect("the build makes libbarrier_emu_inline.so");
+    let library = library.to_string_lossy().into_owned();
+    for map in [&barrier_hw::SWITCH, &barrier_hw::GBA] {
+        let mut spec = barrier_cli::launch::JobSpec::new(3, common::example("correctness"));
+        spec.args = vec!["2000".into(), "--split".into()];
+        spec.env = vec![
+            ("BARRIER_BACKEND".into(), map.kind.into()),
+            ("BARRIER_TIMEOUT".into(), "60s".into()),
+            (barrier::mmio::INLINE_LIBRARY_VAR.into(), library.clone()),
+        ];
+        spec.emulate = vec![Config::new(map).inline()];
+        spec.capture_stdout = true;
+        spec.capture_stderr = true;
+        let report = barrier_cli::launch::launch(&spec).unwrap();
+        assert!(report.success(), "{}: {:?}", map.kind, report.stderr);
+        let (_, counters) = report.devices[0];
+        // The ranks did the device's work (there is no engine thread), and flushed their counts.
+        assert!(counters.barriers >= 2000 && counters.errors == 0, "{}: {counters:?}", map.kind);
+    }
+    // A file that is not the library is refused, and the forced backend says why.
+    let mut spec = barrier_cli::launch::JobSpec::new(2, common::example("correctness"));
+    spec.args = vec!["100".into()];
+    let not_a_library = common::example("hello").to_string_lossy().into_owned();
+    spec.env = vec![
+        ("BARRIER_BACKEND".into(), "gba".into()),
+        ("BARRIER_TIMEOUT".into(), "60s".into()),
+        (barrier::mmio::INLINE_LIBRARY_VAR.into(), not_a_library),
+    ];
+    spec.emulate = vec![Config::new(&barrier_hw::GBA).inline()];
+    spec.capture_stderr = true;
+    let report = barrier_cli::launch::launch(&spec).unwrap();
+    let first = report.failure.as_ref().expect("a library that cannot load fails the forced backend").rank;
+    assert!(report.stderr[first].contains("cannot load the inline emulator library"), "{}", report.stderr[first]);
+}
+
+#[test]
 fn a_program_without_the_emulator_cannot_drive_an_inline_device_and_says_why() {
     let _machine = common::one_job_at_a_time();
     let mut spec = barrier_cli::launch::JobSpec::new(2, common::example("correctness"));

@@ -91,6 +91,46 @@ impl JobSpec {
     }
 }
 
+/// The inline emulator library for the ranks of `barrier run --emulate` (see
+/// `barrier_emu_inline`): the one `BARRIER_EMU_INLINE_LIB` names, else the one beside this
+/// executable, else the one in the build this executable came from (`cargo install --path`
+/// copies the executable away from it); loaded here once to check that it was built from the
+/// same sources. The error says what was looked at and what to do.
+pub fn inline_emulator_library() -> Result<PathBuf, String> {
+    use barrier::mmio::{load_inline_library, INLINE_LIBRARY_VAR};
+    let path = match std::env::var_os(INLINE_LIBRARY_VAR) {
+        Some(path) => PathBuf::from(path),
+        None => {
+            let exe_dir = std::env::current_exe().ok().and_then(|exe| exe.parent().map(PathBuf::from));
+            let build_dir = option_env!("BUILD_PROFILE_DIR").map(PathBuf::from);
+            // A dependency's library stays in deps/ (only the package built by name is copied up).
+            let candidates: Vec<PathBuf> = [exe_dir, build_dir]
+                .into_iter()
+                .flatten()
+                .flat_map(|dir| {
+                    [
+                        dir.join(barrier_emu_inline::LIBRARY_FILE),
+                        dir.join("deps").join(barrier_emu_inline::LIBRARY_FILE),
+                    ]
+                })
+                .collect();
+            match candidates.iter().find(|path| path.is_file()) {
+                Some(path) => path.clone(),
+                None => {
+                    let looked: Vec<String> = candidates.iter().map(|p| p.display().to_string()).collect();
+                    return Err(format!(
+                        "no {} at {}: build it with `cargo build --release -p barrier-emu-inline` and name it in {INLINE_LIBRARY_VAR}",
+                        barrier_emu_inline::LIBRARY_FILE,
+                        looked.join(", ")
+                    ));
+                }
+            }
+        }
+    };
+    load_inline_library(&path)?;
+    Ok(path)
+}
+
 /// How a rank ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RankEnd {

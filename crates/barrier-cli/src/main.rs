@@ -43,6 +43,11 @@ enum Cmd {
         /// Print the emulated devices' counters at the end.
         #[arg(long)]
         counters: bool,
+        /// Emulated switch and GBA with an engine thread of their own in the launcher, instead of
+        /// inline (their work done by the ranks that ring them, through libbarrier_emu_inline.so,
+        /// as in `barrier bench`). The thread competes with the ranks for the cores.
+        #[arg(long)]
+        threaded_emulator: bool,
         /// Prefix every line a rank prints with its rank ("[3] ..."), whole lines only; standard
         /// output and standard error stay apart (like mpirun --tag-output).
         #[arg(long)]
@@ -287,7 +292,7 @@ fn emulated_devices(
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Cmd::Run { ranks, nodes, timeout, pin, emulate, counters, tag_output, program } => {
+        Cmd::Run { ranks, nodes, timeout, pin, emulate, counters, threaded_emulator, tag_output, program } => {
             if let Err(e) = check_settings(timeout.as_deref()) {
                 eprintln!("barrier run: {e}");
                 return ExitCode::from(2);
@@ -318,12 +323,35 @@ fn main() -> ExitCode {
                 }
                 Err(code) => return code,
             }
+            if !spec.emulate.is_empty() && !threaded_emulator {
+                let kinds: Vec<&str> = spec.emulate.iter().map(|c| c.map.kind).collect();
+                match barrier_cli::launch::inline_emulator_library() {
+                    Ok(library) => {
+                        spec.emulate = spec.emulate.into_iter().map(barrier_emu::Config::inline).collect();
+                        if barrier::Params::from_env().flag("BARRIER_VERBOSE").unwrap_or(false) {
+                            eprintln!(
+                                "barrier run: emulated {} inline, the ranks doing the device's work through {}",
+                                kinds.join(","),
+                                library.display()
+                            );
+                        }
+                        spec.env
+                            .push((barrier::mmio::INLINE_LIBRARY_VAR.into(), library.to_string_lossy().into_owned()));
+                    }
+                    Err(why) => eprintln!(
+                        "barrier run: the emulated {} runs on an engine thread of its own, which competes with \
+                         the ranks for the cores (tens of µs a barrier on a small machine) because the inline \
+                         emulator cannot be used: {why}; --threaded-emulator asks for the thread and silences this",
+                        kinds.join(",")
+                    ),
+                }
+            }
             let cores = barrier::sys::affinity_cores().len();
-            let busy = ranks + usize::from(!spec.emulate.is_empty());
+            let busy = ranks + usize::from(spec.emulate.iter().any(|c| !c.inline));
             if pin && busy > cores {
                 eprintln!(
                     "barrier run: --pin ignored: {ranks} ranks{} do not fit on the {cores} cores this launcher may use",
-                    if spec.emulate.is_empty() { "" } else { " and an emulated device's engine" }
+                    if busy == ranks { "" } else { " and an emulated device's engine" }
                 );
             }
             if let Some(t) = timeout {
@@ -384,6 +412,11 @@ fn main() -> ExitCode {
                 eprintln!("barrier bench: -n {n} is fewer ranks than --nodes {nodes}: every node needs a rank");
                 return ExitCode::from(2);
             }
+            let known: Vec<&str> = barrier::backends().iter().map(|b| b.name()).collect();
+            if let Some(unknown) = backend.iter().find(|b| *b != "all" && !known.contains(&b.as_str())) {
+                eprintln!("barrier bench: unknown backend {unknown:?}; known: {}, or all", known.join(", "));
+                return ExitCode::from(2);
+            }
             if mpi {
                 let opts = barrier_cli::mpibench::MpiBenchOptions { ranks, iters, preload: mpi_preload };
                 return match barrier_cli::mpibench::run(&opts) {
@@ -428,10 +461,18 @@ fn main() -> ExitCode {
             eprintln!("barrier info: {} 0: a job needs at least 1", if ranks == 0 { "-n" } else { "--nodes" });
             ExitCode::from(2)
         }
-        Cmd::Info { ranks, nodes, emulate } => match emulated_devices("info", &emulate) {
-            Ok((maps, a64fx)) => info(ranks, nodes, &maps, a64fx),
-            Err(code) => code,
-        },
+        Cmd::Info { ranks, nodes, emulate } => {
+            // A setting every rank would refuse is refused as the other commands refuse it.
+            if let Err(e) = check_settings(None) {
+                eprintln!("barrier info: {e}");
+                return ExitCode::from(2);
+            }
+            warn_unknown_settings("barrier info");
+            match emulated_devices("info", &emulate) {
+                Ok((maps, a64fx)) => info(ranks, nodes, &maps, a64fx),
+                Err(code) => code,
+            }
+        }
         Cmd::Emu {
             kind,
             device,

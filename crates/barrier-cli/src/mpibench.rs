@@ -26,11 +26,22 @@ pub struct MpiBenchOptions {
     pub preload: Option<PathBuf>,
 }
 
-/// The interposer this command uses when none is named: beside the executable (a cargo build
-/// puts both in `target/<profile>/`).
+/// Where this command looks for the interposer when none is named: beside the executable (a
+/// cargo build puts both in `target/<profile>/`), then in the build the executable came from
+/// (`cargo install --path` copies it to `~/.cargo/bin`, away from the library).
+pub fn preload_candidates() -> Vec<PathBuf> {
+    let exe_dir = std::env::current_exe().ok().and_then(|exe| exe.parent().map(PathBuf::from));
+    let build_dir = option_env!("BUILD_PROFILE_DIR").map(PathBuf::from);
+    let mut candidates: Vec<PathBuf> =
+        [exe_dir, build_dir].into_iter().flatten().map(|dir| dir.join("libbarrier_pmpi.so")).collect();
+    candidates.dedup();
+    candidates
+}
+
+/// The interposer this command uses when none is named: the first of [`preload_candidates`]
+/// that exists.
 pub fn default_preload() -> Option<PathBuf> {
-    let exe = std::env::current_exe().ok()?;
-    Some(exe.parent()?.join("libbarrier_pmpi.so"))
+    preload_candidates().into_iter().find(|path| path.is_file())
 }
 
 /// Whether the shared library at `path` defines `MPI_Barrier` (the interposer built with the
@@ -146,14 +157,17 @@ fn build(dir: &Path) -> Result<PathBuf, String> {
 
 /// Builds the program and runs it at every rank count; its report goes to stdout.
 pub fn run(opts: &MpiBenchOptions) -> Result<(), String> {
-    let preload = opts.preload.clone().or_else(default_preload).ok_or("cannot locate libbarrier_pmpi.so")?;
-    if !preload.is_file() {
-        return Err(format!(
-            "no interposer at {}: build it with `cargo build --release -p barrier-pmpi --features mpi` (it lands \
-             beside the `barrier` command), or name it with --mpi-preload",
-            preload.display()
-        ));
-    }
+    let how_to_build = "build it in the source tree with `MPI_PKG_CONFIG=ompi cargo build --release -p barrier-pmpi \
+                 --features mpi` (it lands in target/release/; for MPICH see docs/mpi.md) and name it with \
+                 --mpi-preload";
+    let preload = match opts.preload.clone() {
+        Some(path) if path.is_file() => path,
+        Some(path) => return Err(format!("no interposer at {} (--mpi-preload): {how_to_build}", path.display())),
+        None => default_preload().ok_or_else(|| {
+            let looked: Vec<String> = preload_candidates().iter().map(|p| p.display().to_string()).collect();
+            format!("no interposer libbarrier_pmpi.so at {}: {how_to_build}", looked.join(" or "))
+        })?,
+    };
     let preload = preload.canonicalize().map_err(|e| format!("{}: {e}", preload.display()))?;
     if !defines_mpi_barrier(&preload)? {
         return Err(format!(

@@ -142,8 +142,18 @@ fn bench_json_has_the_reference_rows_and_fields() {
 #[test]
 fn bench_rejects_an_unknown_backend() {
     let out = barrier().args(["bench", "--backend", "warp-drive", "--iters", "10"]).output().unwrap();
-    assert!(!out.status.success());
+    assert_eq!(out.status.code(), Some(2), "refused before anything ran");
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown backend \"warp-drive\""));
+}
+
+#[test]
+fn a_bad_setting_is_refused_with_status_2_by_every_command() {
+    for args in [&["info"][..], &["bench", "-n", "2", "--iters", "10"], &["run", "-n", "1", "--", "true"]] {
+        let out = barrier().args(args).env("BARRIER_TIMEOUT", "abc").output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains("invalid value \"abc\" for BARRIER_TIMEOUT"), "{args:?}: {err}");
+    }
 }
 
 fn rank_program() -> Vec<&'static str> {
@@ -159,6 +169,43 @@ fn run_with_emulate_gives_the_ranks_a_device() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("RESULT\tswitch\toffload"), "{out:?}");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("emulated switch") && err.contains("errors: 0") && err.contains("groups_in_use: 0"), "{err}");
+}
+
+#[test]
+fn run_emulates_devices_inline_unless_asked_for_a_thread_or_the_library_is_missing() {
+    let mut args = vec!["run", "-n", "2", "--emulate", "gba", "--"];
+    args.extend(rank_program());
+    let inline = barrier().args(&args).env("BARRIER_BACKEND", "gba").env("BARRIER_VERBOSE", "1").output().unwrap();
+    let err = String::from_utf8_lossy(&inline.stderr);
+    assert!(inline.status.success(), "{err}");
+    assert!(err.contains("emulated gba inline") && err.contains("libbarrier_emu_inline.so"), "{err}");
+    // Without the library: a thread, said once, and the job still runs.
+    let missing = barrier()
+        .args(&args)
+        .env("BARRIER_BACKEND", "gba")
+        .env("BARRIER_EMU_INLINE_LIB", "/nonexistent/libbarrier_emu_inline.so")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&missing.stderr);
+    assert!(missing.status.success(), "{err}");
+    assert!(err.contains("runs on an engine thread of its own") && err.contains("/nonexistent/"), "{err}");
+    assert_eq!(err.matches("engine thread").count(), 1, "{err}");
+    // Asked for: a thread, without a word.
+    let mut args = vec!["run", "-n", "2", "--emulate", "gba", "--threaded-emulator", "--"];
+    args.extend(rank_program());
+    let threaded = barrier().args(&args).env("BARRIER_BACKEND", "gba").env("BARRIER_VERBOSE", "1").output().unwrap();
+    let err = String::from_utf8_lossy(&threaded.stderr);
+    assert!(threaded.status.success(), "{err}");
+    assert!(!err.contains("inline") && !err.contains("engine thread"), "{err}");
+}
+
+#[test]
+fn info_says_a64fx_declines_more_ranks_than_the_node_has_pes() {
+    let out = barrier().args(["info", "-n", "49", "--emulate", "a64fx"]).output().unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("declined: the communicator has 49 ranks and the node 48 PEs"), "{text}");
+    assert!(!text.contains("not bound to one CPU"), "{text}");
 }
 
 #[test]
@@ -629,6 +676,18 @@ fn bench_mpi_refuses_an_interposer_built_without_mpi() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("does not define MPI_Barrier") && err.contains("--features mpi"), "{err}");
+    // A path that is not there: named, with the build command and where the build puts it.
+    let out = barrier()
+        .args(["bench", "--mpi", "-n", "2", "--mpi-preload", "/nonexistent/libbarrier_pmpi.so"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("no interposer at /nonexistent/libbarrier_pmpi.so (--mpi-preload)")
+            && err.contains("target/release/"),
+        "{err}"
+    );
 }
 
 #[test]

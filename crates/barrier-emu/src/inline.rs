@@ -107,6 +107,12 @@ thread_local! {
     static ENGINES: RefCell<Vec<(u64, Engine, u64)>> = const { RefCell::new(Vec::new()) };
 }
 
+/// The work `work` of the device `instance` (of kind `map`) at `path`, done by this thread: the
+/// hook [`install`] puts in place, and what `barrier-emu-inline`'s entry point calls.
+pub fn work(path: &Path, instance: u64, map: &'static DeviceMap, work: InlineWork) {
+    ring(path, instance, map, work)
+}
+
 /// The hook: the work `work` of the device `instance` at `path`.
 pub(crate) fn ring(path: &Path, instance: u64, map: &'static DeviceMap, work: InlineWork) {
     let served = ENGINES.try_with(|engines| {

@@ -387,7 +387,7 @@ impl Communicator {
             self.path = Path::Hierarchical { node, internode, seg };
         } else {
             self.detail = format!(
-                "one node of {} ranks: {} ({}) over shared memory, {waits}; declined or not needed:{}",
+                "one node of {} ranks: {} ({}) over shared memory, {waits}{DECLINED_LIST}{}",
                 self.local_size,
                 node_backend,
                 node.world().algorithm(),
@@ -490,6 +490,16 @@ impl Communicator {
         format!("{}: {}", self.backend(), self.detail)
     }
 
+    /// [`describe`](Self::describe) without the list of backends that were not chosen and
+    /// why (`barrier info` has it): the line the interposer prints per communicator.
+    pub fn summary(&self) -> String {
+        let line = self.describe();
+        match line.find(DECLINED_LIST) {
+            Some(at) => line[..at].to_string(),
+            None => line,
+        }
+    }
+
     /// Whether a set-up step failed (on any rank) and every rank fell back to `MPI_Barrier`.
     pub fn fell_back(&self) -> bool {
         self.fell_back.is_some()
@@ -562,6 +572,9 @@ fn check_backend_list(params: &Params) -> Result<()> {
     }
     Ok(())
 }
+
+/// Where [`Communicator::describe`]'s list of the backends not chosen begins.
+const DECLINED_LIST: &str = "; declined or not needed:";
 
 fn declined(selection: &barrier::Selection) -> String {
     let mut out = String::new();

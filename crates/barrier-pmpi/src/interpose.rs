@@ -152,8 +152,12 @@ fn make_entry(comm: MPI_Comm) -> Entry {
         Ok(c) => {
             // A fall back caused by a failure is always reported: by rank 0 and by the rank
             // that failed (with its own error).
-            if (rank == 0 && (verbose || c.fell_back())) || c.failed_here() {
+            // Verbose: one short line per communicator of two or more ranks (MPI makes
+            // communicators of one, MPI_COMM_SELF among them, whose barrier does nothing).
+            if c.fell_back() && (rank == 0 || c.failed_here()) {
                 barrier::sys::say(&format!("barrier: MPI_Barrier on a communicator of {size} ranks: {}", c.describe()));
+            } else if verbose && rank == 0 && size > 1 {
+                barrier::sys::say(&format!("barrier: MPI_Barrier on a communicator of {size} ranks: {}", c.summary()));
             }
             Entry::Served(c)
         }

@@ -723,8 +723,11 @@ impl Drop for Communicator {
     /// for it in a later barrier or collective stop with [`Error::RankLeft`] instead of hanging.
     fn drop(&mut self) {
         // Dropped while unwinding: a barrier may have been cut short by the panic.
-        let panicking = std::thread::panicking();
-        self.region.depart(self.rank, self.done.get(), self.state.get() == BROKEN || panicking);
+        if std::thread::panicking() {
+            self.region.depart_panicking(self.rank, self.done.get());
+        } else {
+            self.region.depart(self.rank, self.done.get(), self.state.get() == BROKEN);
+        }
         self.seg.communicator_dropped(self.world_rank());
     }
 }

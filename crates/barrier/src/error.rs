@@ -132,10 +132,11 @@ pub enum Error {
         /// Bytes left.
         free: usize,
     },
-    /// An argument is outside what the call accepts.
+    /// The transport that carries puts and atomics between nodes (the job segment's slots,
+    /// MPI one-sided windows) refused or failed an operation: what, and on which slots.
     #[error("transport failure: {0}")]
     Transport(String),
-
+    /// An argument is outside what the call accepts: which, and what it accepts.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
     /// The operating system refused an operation.

@@ -157,6 +157,37 @@ mod tests {
     }
 
     #[test]
+    fn a_rank_that_panicked_is_named_as_having_panicked() {
+        let out = threads::Job::new(3)
+            .params(Params::defaults_only())
+            .run(|w| {
+                let sub = w.split(0u32, w.rank() as u32)?.expect("a color");
+                sub.barrier()?;
+                if w.rank() == 2 {
+                    // The communicator is dropped while the thread unwinds; the rank goes on.
+                    let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+                        let _held = sub;
+                        panic!("rank 2 panics on purpose");
+                    }));
+                    assert!(unwound.is_err());
+                    return Ok(());
+                }
+                sub.barrier()
+            })
+            .unwrap();
+        for r in &out[..2] {
+            match r {
+                Err(e @ Error::RankLeft { rank: 2, .. }) => {
+                    let msg = e.to_string();
+                    assert!(msg.contains("panicked and left the communicator after barrier 1"), "{msg}");
+                }
+                other => panic!("expected rank 2 to be named as having panicked, got {other:?}"),
+            }
+        }
+        assert!(out[2].is_ok());
+    }
+
+    #[test]
     fn a_polled_request_times_out_naming_the_missing_rank() {
         let p = Params::defaults_only().set("BARRIER_TIMEOUT", "200ms");
         let out = threads::Job::new(2)

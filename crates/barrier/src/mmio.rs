@@ -50,9 +50,158 @@ pub fn install_inline_device(hook: InlineDevice) {
     let _ = INLINE_DEVICE.set(hook);
 }
 
-/// The inline device hook, if this process has one.
-pub fn inline_device() -> Option<InlineDevice> {
-    INLINE_DEVICE.get().copied()
+/// The inline device hook: the one installed in this process, or else the emulator library
+/// that [`INLINE_LIBRARY_VAR`] names, loaded once (`barrier run --emulate` sets it, so that
+/// programs that do not link the emulator can drive its inline devices). The error says why
+/// neither is there.
+pub fn inline_device() -> Result<InlineDevice, String> {
+    if let Some(hook) = INLINE_DEVICE.get() {
+        return Ok(*hook);
+    }
+    match LOADED_LIBRARY.get_or_init(|| {
+        let path = std::env::var_os(INLINE_LIBRARY_VAR).ok_or_else(|| {
+            format!(
+                "this program neither links the emulator (as `barrier bench` does) nor names its library \
+                 in {INLINE_LIBRARY_VAR} (`barrier run --emulate` sets it)"
+            )
+        })?;
+        load_inline_library(Path::new(&path))
+    }) {
+        Ok(_) => Ok(loaded_inline_device),
+        Err(e) => Err(e.clone()),
+    }
+}
+
+/// The environment variable that names the inline emulator library (`libbarrier_emu_inline.so`)
+/// for programs that do not link the emulator.
+pub const INLINE_LIBRARY_VAR: &str = "BARRIER_EMU_INLINE_LIB";
+
+/// The C entry point of the inline emulator library (`barrier-emu-inline`): the work of the
+/// device `instance` of kind `kind` (a `DeviceMap::kind`) whose file is at `path`, encoded as
+/// `work`/`a`/`b` by [`InlineWork::encode`]. Returns 0, or -1 for a kind or work it does not
+/// know, or -2 if the device's work panicked (its message is on stderr).
+pub type InlineEntry = unsafe extern "C" fn(
+    path: *const u8,
+    path_len: usize,
+    instance: u64,
+    kind: *const u8,
+    kind_len: usize,
+    work: u32,
+    a: u64,
+    b: u64,
+) -> i32;
+
+/// The symbol of the library's [`InlineEntry`].
+pub const INLINE_ENTRY_SYMBOL: &std::ffi::CStr = c"barrier_emu_inline_work";
+/// The symbol of the library's `extern "C" fn() -> u64` that returns its [`INLINE_ABI`].
+pub const INLINE_ABI_SYMBOL: &std::ffi::CStr = c"barrier_emu_inline_abi";
+
+/// The version of the library interface: this crate's version and the register maps' versions,
+/// hashed (FNV-1a). A library built from other sources than this program is refused, because
+/// the two sides read the same registers.
+pub const INLINE_ABI: u64 = {
+    let version = concat!(env!("CARGO_PKG_VERSION"), "/inline-entry-1").as_bytes();
+    let mut hash = 0xcbf2_9ce4_8422_2325_u64;
+    let mut i = 0;
+    while i < version.len() {
+        hash = (hash ^ version[i] as u64).wrapping_mul(0x100_0000_01b3);
+        i += 1;
+    }
+    hash ^ barrier_hw::SWITCH.version.rotate_left(32) ^ barrier_hw::GBA.version
+};
+
+impl InlineWork {
+    /// The work as the library's entry point takes it: `(work, a, b)`.
+    pub fn encode(self) -> (u32, u64, u64) {
+        match self {
+            InlineWork::Arrival { group, member } => (0, group as u64, member as u64),
+            InlineWork::Ring { ticket } => (1, ticket, 0),
+            InlineWork::Flush => (2, 0, 0),
+        }
+    }
+
+    /// The work the library's entry point was given, if it is one.
+    pub fn decode(work: u32, a: u64, b: u64) -> Option<InlineWork> {
+        match work {
+            0 => Some(InlineWork::Arrival { group: a as usize, member: b as usize }),
+            1 => Some(InlineWork::Ring { ticket: a }),
+            2 => Some(InlineWork::Flush),
+            _ => None,
+        }
+    }
+}
+
+static LOADED_LIBRARY: std::sync::OnceLock<Result<InlineEntry, String>> = std::sync::OnceLock::new();
+
+/// Loads the inline emulator library at `path` (for good: it is never unloaded) and checks that
+/// it was built from the same sources; returns its entry point.
+pub fn load_inline_library(path: &Path) -> Result<InlineEntry, String> {
+    use std::os::unix::ffi::OsStrExt;
+    let what = || format!("the inline emulator library {}", path.display());
+    let c_path = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| format!("{}: the path holds a NUL byte", what()))?;
+    // SAFETY: `c_path` is a NUL-terminated string that outlives the call. Loading runs the
+    // library's initialisers: it is a Rust cdylib whose only exports are the two entry points.
+    let handle = unsafe { libc::dlopen(c_path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+    if handle.is_null() {
+        return Err(format!("cannot load {}: {}", what(), dl_error()));
+    }
+    let symbol = |name: &std::ffi::CStr| {
+        // SAFETY: `handle` is a live handle from dlopen (never closed); `name` is NUL-terminated.
+        let address = unsafe { libc::dlsym(handle, name.as_ptr()) };
+        if address.is_null() {
+            Err(format!("{} has no symbol {}: it is not barrier-emu-inline", what(), name.to_string_lossy()))
+        } else {
+            Ok(address)
+        }
+    };
+    let abi = symbol(INLINE_ABI_SYMBOL)?;
+    // SAFETY: the symbol is the library's `extern "C" fn() -> u64` (the name is ours), and the
+    // library stays loaded.
+    let abi = unsafe { std::mem::transmute::<*mut libc::c_void, extern "C" fn() -> u64>(abi) }();
+    if abi != INLINE_ABI {
+        return Err(format!(
+            "{} was built from other sources than this program (interface {abi:#x}, this program's \
+             {INLINE_ABI:#x}): rebuild both from one tree (`cargo build --release --workspace`)",
+            what()
+        ));
+    }
+    let entry = symbol(INLINE_ENTRY_SYMBOL)?;
+    // SAFETY: the symbol has the type `InlineEntry` in a library whose interface version matches
+    // this program's (checked above); the library is never unloaded.
+    Ok(unsafe { std::mem::transmute::<*mut libc::c_void, InlineEntry>(entry) })
+}
+
+fn dl_error() -> String {
+    // SAFETY: dlerror returns NULL or a NUL-terminated string valid until the next dl call on
+    // this thread; it is copied at once.
+    let message = unsafe { libc::dlerror() };
+    if message.is_null() {
+        "unknown error".into()
+    } else {
+        // SAFETY: non-null, NUL-terminated (above).
+        unsafe { std::ffi::CStr::from_ptr(message) }.to_string_lossy().into_owned()
+    }
+}
+
+/// The hook that forwards to the loaded library.
+fn loaded_inline_device(path: &Path, instance: u64, map: &'static barrier_hw::DeviceMap, work: InlineWork) {
+    use std::os::unix::ffi::OsStrExt;
+    let Some(Ok(entry)) = LOADED_LIBRARY.get() else {
+        unreachable!("the loaded hook is handed out only once the library is loaded")
+    };
+    let path = path.as_os_str().as_bytes();
+    let (work_code, a, b) = work.encode();
+    // SAFETY: the pointers and lengths describe live byte strings for the call; the entry point
+    // checks its arguments and catches the device's panics.
+    let status = unsafe {
+        entry(path.as_ptr(), path.len(), instance, map.kind.as_ptr(), map.kind.len(), work_code, a, b)
+    };
+    match status {
+        0 => {}
+        -2 => panic!("the inline {} emulator panicked doing {work:?} (its message is above)", map.kind),
+        _ => panic!("the inline emulator library does not know a {} device or {work:?}", map.kind),
+    }
 }
 
 /// A mapped device.

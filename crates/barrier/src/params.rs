@@ -157,6 +157,12 @@ pub fn core_params() -> Vec<ParamInfo> {
              the job's CPU mask (0: leave placement to the kernel). MPI launchers place their own ranks.",
         )
         .kind(ParamKind::Bool),
+        ParamInfo::new(
+            crate::mmio::INLINE_LIBRARY_VAR,
+            "",
+            "The inline emulator library (libbarrier_emu_inline.so) that a program loads to drive \
+             an emulated device whose work runs in its ranks. `barrier run --emulate` sets it.",
+        ),
         ParamInfo::new("BARRIER_YIELD_COUNT", "auto", "Yields before parking with the park policy (auto: 256).")
             .kind(ParamKind::Int { min: 0, max: U32_MAX }),
         ParamInfo::new(

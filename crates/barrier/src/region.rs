@@ -35,10 +35,14 @@ use crate::wait::Flag;
 const REGION_MAGIC: u64 = u64::from_le_bytes(*b"BARREGN1");
 /// Words per exchange line.
 pub(crate) const EXCHANGE_WORDS: usize = CACHE_LINE / 8;
-/// The departed word's flag: the rank left after one of its own calls failed.
+/// The departed word's flag: the rank left after one of its own calls failed (or while its
+/// thread panicked).
 const DEPARTED_AFTER_FAILURE: u64 = 1 << 63;
+/// The departed word's flag: the rank left while its thread was panicking (with
+/// [`DEPARTED_AFTER_FAILURE`]: a barrier may have been cut short).
+const DEPARTED_PANICKING: u64 = 1 << 62;
 /// The departed word's epoch bits (last completed barrier + 1).
-const DEPARTED_EPOCH: u64 = DEPARTED_AFTER_FAILURE - 1;
+const DEPARTED_EPOCH: u64 = DEPARTED_PANICKING - 1;
 /// The exchange word that records the control epoch a rank reached (the others carry
 /// allgather payloads).
 pub(crate) const CTRL_EPOCH_WORD: usize = EXCHANGE_WORDS - 1;
@@ -286,7 +290,17 @@ impl Region {
     /// stop waiting (see `watch.rs`). `after_failure`: it left because one of its own calls on
     /// the communicator had failed (a consequence, not a cause: reports prefer other ranks).
     pub fn depart(&self, rank: usize, completed: u64, after_failure: bool) {
-        let value = (completed + 1).min(DEPARTED_EPOCH) | if after_failure { DEPARTED_AFTER_FAILURE } else { 0 };
+        self.record_departure(rank, completed, if after_failure { DEPARTED_AFTER_FAILURE } else { 0 });
+    }
+
+    /// [`Region::depart`] for a rank whose thread is panicking: it counts as leaving after a
+    /// failure, and reports say it panicked.
+    pub fn depart_panicking(&self, rank: usize, completed: u64) {
+        self.record_departure(rank, completed, DEPARTED_AFTER_FAILURE | DEPARTED_PANICKING);
+    }
+
+    fn record_departure(&self, rank: usize, completed: u64, flags: u64) {
+        let value = (completed + 1).min(DEPARTED_EPOCH) | flags;
         if self.departed_words()[rank].compare_exchange(0, value, Ordering::AcqRel, Ordering::Acquire).is_ok() {
             let departures = self.seg.at::<CachePadded<AtomicU64>>(self.base + self.layout.departures);
             let gone = departures.fetch_add(1, Ordering::AcqRel) + 1;
@@ -295,6 +309,11 @@ impl Region {
                 self.seg.free(self.base, self.layout.total);
             }
         }
+    }
+
+    /// Whether `rank` left while its thread was panicking.
+    pub fn departed_panicking(&self, rank: usize) -> bool {
+        self.departed_words()[rank].load(Ordering::Acquire) & DEPARTED_PANICKING != 0
     }
 
     /// How many members have left (cheap test before scanning).

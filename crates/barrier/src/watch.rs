@@ -311,6 +311,10 @@ impl PeerWatch<'_> {
                     (Some((completed, false)), _) => {
                         format!("left the communicator (dropped it) after barrier {completed}")
                     }
+                    (Some((completed, true)), _) if self.region.departed_panicking(r) => format!(
+                        "panicked and left the communicator after barrier {completed} (the panic's message is in \
+                         that rank's output)"
+                    ),
                     (Some((completed, true)), _) => {
                         format!("left the communicator after barrier {completed}, when one of its own calls failed")
                     }

@@ -143,11 +143,10 @@ impl HwBackend {
         }
         let mut dev = dev;
         if dev.mmio.word(global::DEVICE_MODE.offset).load(Ordering::Acquire) == global::DEVICE_MODE_INLINE {
-            dev.inline = Some(crate::mmio::inline_device().ok_or_else(|| {
+            dev.inline = Some(crate::mmio::inline_device().map_err(|why| {
                 format!(
-                    "the {} device at {} is emulated inline (its work runs in the ranks that ring it), which \
-                     needs the emulator linked into this program (as in `barrier bench`); use a device with \
-                     an engine of its own instead (`barrier run --emulate`, `barrier emu`)",
+                    "the {} device at {} is emulated inline (its work runs in the ranks that ring it), but {why}; \
+                     or use a device with an engine of its own (`barrier run --threaded-emulator`, `barrier emu`)",
                     self.name,
                     dev.path.display()
                 )

@@ -152,6 +152,20 @@ impl Backend for A64fx {
                 path.display()
             )));
         }
+        // A rank per PE: more ranks than the node has PEs cannot all have one (checked here,
+        // before the binding each rank's enable checks, which could not be right for them all).
+        if let Ok(node) = node_info(ctx.params) {
+            let pes: usize = node.cmgs.iter().map(|c| c.pes.len()).sum();
+            if ctx.size > pes {
+                return Err(Decline::new(format!(
+                    "the communicator has {} ranks and the node {pes} PEs ({} CMGs): the hardware barrier needs a PE \
+                     per rank, so at most {pes} thread ranks can use it (split the communicator, for example a \
+                     communicator per CMG)",
+                    ctx.size,
+                    node.cmgs.len()
+                )));
+            }
+        }
         Ok(())
     }
 
