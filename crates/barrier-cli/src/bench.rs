@@ -914,7 +914,7 @@ fn machine_name() -> String {
 }
 
 /// Today's date, UTC, as YYYY-MM-DD (days since 1970 to the civil calendar).
-fn today_utc() -> String {
+pub(crate) fn today_utc() -> String {
     let days =
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() / 86_400) as i64;
     let z = days + 719_468;

@@ -99,18 +99,22 @@ impl JobSpec {
 pub fn inline_emulator_library() -> Result<PathBuf, String> {
     use barrier::mmio::{load_inline_library, INLINE_LIBRARY_VAR};
     let path = match std::env::var_os(INLINE_LIBRARY_VAR) {
-        Some(path) => PathBuf::from(path),
+        // Absolute for the ranks, whatever their working directory.
+        Some(path) => PathBuf::from(&path)
+            .canonicalize()
+            .map_err(|e| format!("{INLINE_LIBRARY_VAR}={}: {e}", PathBuf::from(&path).display()))?,
         None => {
             let exe_dir = std::env::current_exe().ok().and_then(|exe| exe.parent().map(PathBuf::from));
             let build_dir = option_env!("BUILD_PROFILE_DIR").map(PathBuf::from);
-            // A dependency's library stays in deps/ (only the package built by name is copied up).
+            // deps/ first: a build of the launcher always refreshes the library there, and copies
+            // it up beside the executable only when the library's package is built by name.
             let candidates: Vec<PathBuf> = [exe_dir, build_dir]
                 .into_iter()
                 .flatten()
                 .flat_map(|dir| {
                     [
-                        dir.join(barrier_emu_inline::LIBRARY_FILE),
                         dir.join("deps").join(barrier_emu_inline::LIBRARY_FILE),
+                        dir.join(barrier_emu_inline::LIBRARY_FILE),
                     ]
                 })
                 .collect();

@@ -5,6 +5,7 @@ pub mod bench;
 pub mod emu;
 pub mod info;
 pub mod launch;
+pub mod model;
 pub mod mpibench;
 pub mod plot;
 pub mod proc;

@@ -60,6 +60,19 @@ fn marker(k: usize, x: f64, y: f64, color: &str, title: &str) -> String {
 ///
 /// `caption` (the machine, the date, the iterations and rounds) is written under the plot.
 pub fn svg(rows: &[Row], floor_ns: f64, cores: usize, caption: &str) -> String {
+    draw(rows, Some(floor_ns), cores, "ranks", ("median ns per barrier", "median latency per barrier (ns)"), caption)
+}
+
+/// Renders `barrier model --sweep`'s predictions: ns per barrier (log scale) against nodes (the
+/// rows' `ranks`), one line per backend; no floor and no core count.
+pub fn svg_by_nodes(rows: &[Row], caption: &str) -> String {
+    draw(rows, None, usize::MAX, "nodes", ("predicted ns per barrier", "predicted latency per barrier (ns)"), caption)
+}
+
+/// `y_names`: the title's words and the axis label.
+fn draw(rows: &[Row], floor: Option<f64>, cores: usize, x_name: &str, y_names: (&str, &str), caption: &str) -> String {
+    let (y_name, y_axis) = y_names;
+    let floor_ns = floor.unwrap_or(f64::NAN);
     let mut series: BTreeMap<String, Vec<(usize, f64)>> = BTreeMap::new();
     for r in rows.iter().filter(|r| r.backend != "floor") {
         series.entry(series_name(r)).or_default().push((r.ranks, r.stats.median.max(0.1)));
@@ -67,7 +80,7 @@ pub fn svg(rows: &[Row], floor_ns: f64, cores: usize, caption: &str) -> String {
     let xs: Vec<f64> = rows.iter().map(|r| (r.ranks.max(1) as f64).log2()).collect();
     let (xmin, xmax) = (xs.iter().cloned().fold(f64::MAX, f64::min), xs.iter().cloned().fold(f64::MIN, f64::max));
     let ys: Vec<f64> =
-        rows.iter().map(|r| r.stats.median.max(0.1).log10()).chain([floor_ns.max(0.1).log10()]).collect();
+        rows.iter().map(|r| r.stats.median.max(0.1).log10()).chain(floor.map(|f| f.max(0.1).log10())).collect();
     let (ymin, ymax) =
         (ys.iter().cloned().fold(f64::MAX, f64::min).floor(), ys.iter().cloned().fold(f64::MIN, f64::max).ceil());
     let xr = if xmax > xmin { xmax - xmin } else { 1.0 };
@@ -86,10 +99,7 @@ pub fn svg(rows: &[Row], floor_ns: f64, cores: usize, caption: &str) -> String {
         H - 4.0,
         caption.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
     );
-    let _ = writeln!(
-        s,
-        r#"<text x="{LEFT}" y="18" font-size="14">barrier latency: median ns per barrier (log scale)</text>"#
-    );
+    let _ = writeln!(s, r#"<text x="{LEFT}" y="18" font-size="14">barrier latency: {y_name} (log scale)</text>"#);
     // More ranks than cores: the ranks take turns on the cores (they yield and park).
     let max_ranks = rows.iter().map(|r| r.ranks).max().unwrap_or(1);
     if max_ranks > cores {
@@ -119,7 +129,7 @@ pub fn svg(rows: &[Row], floor_ns: f64, cores: usize, caption: &str) -> String {
     }
     let _ = writeln!(
         s,
-        r#"<text x="16" y="{:.1}" transform="rotate(-90 16 {:.1})" text-anchor="middle">median latency per barrier (ns)</text>"#,
+        r#"<text x="16" y="{:.1}" transform="rotate(-90 16 {:.1})" text-anchor="middle">{y_axis}</text>"#,
         (TOP + H - BOTTOM) / 2.0,
         (TOP + H - BOTTOM) / 2.0
     );
@@ -133,18 +143,20 @@ pub fn svg(rows: &[Row], floor_ns: f64, cores: usize, caption: &str) -> String {
     }
     let _ = writeln!(
         s,
-        r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">ranks</text>"#,
+        r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">{x_name}</text>"#,
         (LEFT + W - RIGHT) / 2.0,
         H - 12.0
     );
     // The floor: what any two-party barrier costs at least on this machine.
-    let fy = py(floor_ns);
-    let _ = writeln!(
-        s,
-        r##"<line x1="{LEFT}" y1="{fy:.1}" x2="{:.1}" y2="{fy:.1}" stroke="#000" stroke-width="1.5" stroke-dasharray="4 4"/>"##,
-        W - RIGHT
-    );
-    let _ = writeln!(s, r#"<text x="{:.1}" y="{:.1}">floor {floor_ns:.1} ns</text>"#, LEFT + 4.0, fy - 5.0);
+    if floor.is_some() {
+        let fy = py(floor_ns);
+        let _ = writeln!(
+            s,
+            r##"<line x1="{LEFT}" y1="{fy:.1}" x2="{:.1}" y2="{fy:.1}" stroke="#000" stroke-width="1.5" stroke-dasharray="4 4"/>"##,
+            W - RIGHT
+        );
+        let _ = writeln!(s, r#"<text x="{:.1}" y="{:.1}">floor {floor_ns:.1} ns</text>"#, LEFT + 4.0, fy - 5.0);
+    }
     for (i, (name, pts)) in series.iter().enumerate() {
         let color = COLORS[i % COLORS.len()];
         let dash = DASHES[i % DASHES.len()];
@@ -155,8 +167,11 @@ pub fn svg(rows: &[Row], floor_ns: f64, cores: usize, caption: &str) -> String {
             path.join(" ")
         );
         for (n, ns) in pts {
-            let _ =
-                writeln!(s, "{}", marker(i, px(*n as f64), py(*ns), color, &format!("{name}: {n} ranks, {ns:.1} ns")));
+            let _ = writeln!(
+                s,
+                "{}",
+                marker(i, px(*n as f64), py(*ns), color, &format!("{name}: {n} {x_name}, {ns:.1} ns"))
+            );
         }
         let ly = TOP + 18.0 * i as f64;
         let _ = writeln!(

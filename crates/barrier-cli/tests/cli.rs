@@ -868,3 +868,44 @@ fn zero_counts_and_options_that_would_do_nothing_are_refused_with_their_name() {
         assert_eq!(err.lines().count(), 1, "{args:?}: one message, not two: {err}");
     }
 }
+
+#[test]
+fn model_predicts_every_backend_and_sweeps_to_4096_nodes() {
+    let out = barrier().args(["model", "--nodes", "4096", "--ppn", "48", "--network", "ib-hdr"]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    for backend in [
+        "a64fx",
+        "gba",
+        "switch",
+        "hierarchical (switch among roots)",
+        "hierarchical (dissemination among roots)",
+        "dissemination",
+    ] {
+        assert!(text.lines().any(|l| l.starts_with(backend)), "{backend}: {text}");
+    }
+    assert!(text.contains("selector: hierarchical (switch among roots)"), "{text}");
+    let dir = std::env::temp_dir().join(format!("barrier-model-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let svg = dir.join("sweep.svg");
+    let start = std::time::Instant::now();
+    let out = barrier().args(["model", "--sweep", "--ppn", "48", "--plot"]).arg(&svg).output().unwrap();
+    assert!(out.status.success() && start.elapsed() < std::time::Duration::from_secs(5));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.lines().any(|l| l.trim_start().starts_with("4096 ")), "{text}");
+    let plot = std::fs::read_to_string(&svg).unwrap();
+    assert!(plot.contains("polyline") && plot.contains(">nodes<"), "{plot}");
+    std::fs::remove_dir_all(&dir).unwrap();
+    let json = barrier().args(["model", "--nodes", "2", "--ppn", "2", "--json"]).output().unwrap();
+    let json = String::from_utf8_lossy(&json.stdout);
+    assert!(json.starts_with("{\"nodes\":2,\"ppn\":2") && json.contains("\"selector\":"), "{json}");
+    for (args, needle) in [
+        (&["model", "--network", "warp"][..], "use one of ib-hdr"),
+        (&["model", "--ppn", "0"][..], "--ppn 0"),
+        (&["model", "--devices", "tpu"][..], "--devices tpu"),
+    ] {
+        let out = barrier().args(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains(needle), "{args:?}");
+    }
+}

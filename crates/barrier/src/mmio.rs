@@ -58,15 +58,14 @@ pub fn inline_device() -> Result<InlineDevice, String> {
     if let Some(hook) = INLINE_DEVICE.get() {
         return Ok(*hook);
     }
-    match LOADED_LIBRARY.get_or_init(|| {
-        let path = std::env::var_os(INLINE_LIBRARY_VAR).ok_or_else(|| {
-            format!(
-                "this program neither links the emulator (as `barrier bench` does) nor names its library \
-                 in {INLINE_LIBRARY_VAR} (`barrier run --emulate` sets it)"
-            )
-        })?;
-        load_inline_library(Path::new(&path))
-    }) {
+    // Only a load is remembered (it cannot be undone); an unset variable is looked at again.
+    let path = std::env::var_os(INLINE_LIBRARY_VAR).ok_or_else(|| {
+        format!(
+            "this program neither links the emulator (as `barrier bench` does) nor names its library \
+             in {INLINE_LIBRARY_VAR} (`barrier run --emulate` sets it)"
+        )
+    })?;
+    match LOADED_LIBRARY.get_or_init(|| load_inline_library(Path::new(&path))) {
         Ok(_) => Ok(loaded_inline_device),
         Err(e) => Err(e.clone()),
     }
@@ -96,11 +95,13 @@ pub const INLINE_ENTRY_SYMBOL: &std::ffi::CStr = c"barrier_emu_inline_work";
 /// The symbol of the library's `extern "C" fn() -> u64` that returns its [`INLINE_ABI`].
 pub const INLINE_ABI_SYMBOL: &std::ffi::CStr = c"barrier_emu_inline_abi";
 
-/// The version of the library interface: this crate's version and the register maps' versions,
-/// hashed (FNV-1a). A library built from other sources than this program is refused, because
-/// the two sides read the same registers.
+/// The version of the library interface: this crate's version, a hash of this crate's and
+/// `barrier-hw`'s sources (made by the build script) and the register maps' versions, hashed
+/// (FNV-1a). A library built from other sources of the driver side than this program is
+/// refused, because the two sides read the same registers and flags.
 pub const INLINE_ABI: u64 = {
-    let version = concat!(env!("CARGO_PKG_VERSION"), "/inline-entry-1").as_bytes();
+    let version =
+        concat!(env!("CARGO_PKG_VERSION"), "/inline-entry-1/", env!("BARRIER_SOURCE_HASH")).as_bytes();
     let mut hash = 0xcbf2_9ce4_8422_2325_u64;
     let mut i = 0;
     while i < version.len() {

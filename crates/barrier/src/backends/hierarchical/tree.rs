@@ -47,6 +47,18 @@ impl LocalTree {
         LocalTree { size, radix: radix.max(1) }
     }
 
+    /// Levels below the root: the stores on the way up from the deepest rank (and down to
+    /// it), which a gather or a fanout waits through one after another.
+    pub fn depth(&self) -> usize {
+        let mut l = self.size.saturating_sub(1);
+        let mut depth = 0;
+        while let Some(parent) = self.parent(l) {
+            l = parent;
+            depth += 1;
+        }
+        depth
+    }
+
     /// The parent of local rank `l`; `None` for the root.
     pub fn parent(&self, l: usize) -> Option<usize> {
         (l > 0).then(|| (l - 1) / self.radix)
@@ -115,6 +127,16 @@ impl<S: Deref<Target = Flag>> TreeSlots<S> {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+
+    #[test]
+    fn depth_is_the_longest_path_to_the_root() {
+        assert_eq!(LocalTree::new(1, 8).depth(), 0);
+        assert_eq!(LocalTree::new(9, 8).depth(), 1);
+        assert_eq!(LocalTree::new(10, 8).depth(), 2);
+        assert_eq!(LocalTree::new(48, 8).depth(), 2);
+        assert_eq!(LocalTree::new(8, 1).depth(), 7);
+        assert_eq!(LocalTree::new(7, 2).depth(), 2);
+    }
 
     #[test]
     fn every_rank_but_the_root_has_one_parent_that_lists_it_as_a_child() {
