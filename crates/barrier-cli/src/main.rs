@@ -115,17 +115,17 @@ enum Cmd {
     /// calibrated here and by published network figures; docs/model.md).
     Model {
         /// Nodes of the job.
-        #[arg(long, default_value_t = 1)]
+        #[arg(long, default_value_t = 1, conflicts_with_all = ["sweep", "calibrate", "check"])]
         nodes: usize,
         /// Ranks per node.
-        #[arg(long, default_value_t = 1)]
+        #[arg(long, default_value_t = 1, conflicts_with_all = ["calibrate", "check"])]
         ppn: usize,
         /// Network profile: ib-hdr, ib-edr, slingshot, tofu-d, custom:PUT,GAP (e.g. custom:1.2us,5ns) or
         /// sim:PUT (simulated nodes with BARRIER_NET_PUT_LATENCY=PUT).
-        #[arg(long, default_value = "ib-hdr")]
+        #[arg(long, default_value = "ib-hdr", conflicts_with_all = ["calibrate", "check"])]
         network: String,
         /// Barrier hardware the machine has (switch, gba, a64fx, or none), instead of the profile's.
-        #[arg(long, value_delimiter = ',')]
+        #[arg(long, value_delimiter = ',', conflicts_with_all = ["calibrate", "check"])]
         devices: Option<Vec<String>>,
         /// Every node count from 1 to 4,096 in powers of two.
         #[arg(long)]
@@ -145,7 +145,7 @@ enum Cmd {
         #[arg(long, conflicts_with_all = ["sweep", "json", "plot"])]
         check: bool,
         /// Barriers per measured configuration of --check.
-        #[arg(long, default_value_t = 400)]
+        #[arg(long, default_value_t = 400, requires = "check")]
         iters: u64,
         /// The calibration file (default: ~/.cache/barrier/model-calibration).
         #[arg(long)]
@@ -595,6 +595,15 @@ fn model(a: ModelArgs) -> ExitCode {
         eprintln!("barrier model: {flag} 0: {flag} must be at least 1");
         return ExitCode::from(2);
     }
+    if a.nodes.checked_mul(a.ppn).is_none_or(|n| n > model::MAX_RANKS) {
+        eprintln!(
+            "barrier model: --nodes {} x --ppn {} is more than the {} ranks the model prices",
+            a.nodes,
+            a.ppn,
+            model::MAX_RANKS
+        );
+        return ExitCode::from(2);
+    }
     let path = a.calibration.clone().or_else(Machine::default_path);
     if a.calibrate {
         let Some(path) = path else {
@@ -615,23 +624,6 @@ fn model(a: ModelArgs) -> ExitCode {
             }
         };
     }
-    let machine = match path.as_deref().filter(|p| p.exists()) {
-        Some(p) => match Machine::load(p) {
-            Ok(m) => m,
-            Err(e) => {
-                eprintln!("barrier model: {e}; run `barrier model --calibrate` again");
-                return ExitCode::from(2);
-            }
-        },
-        None if a.calibration.is_some() => {
-            eprintln!(
-                "barrier model: no calibration at {}: run `barrier model --calibrate --calibration FILE`",
-                path.unwrap_or_default().display()
-            );
-            return ExitCode::from(2);
-        }
-        None => Machine::builtin(),
-    };
     if a.check {
         // The check compares with this machine as it is now: its constants are measured first.
         let machine = match model::calibrate() {
@@ -686,6 +678,23 @@ fn model(a: ModelArgs) -> ExitCode {
             }
         };
     }
+    let machine = match path.as_deref().filter(|p| p.exists()) {
+        Some(p) => match Machine::load(p) {
+            Ok(m) => m,
+            Err(e) => {
+                eprintln!("barrier model: {e}; run `barrier model --calibrate` again");
+                return ExitCode::from(2);
+            }
+        },
+        None if a.calibration.is_some() => {
+            eprintln!(
+                "barrier model: no calibration at {}: run `barrier model --calibrate --calibration FILE`",
+                path.unwrap_or_default().display()
+            );
+            return ExitCode::from(2);
+        }
+        None => Machine::builtin(),
+    };
     let mut net = match Network::parse(&a.network, &machine) {
         Ok(n) => n,
         Err(e) => {

@@ -871,6 +871,13 @@ fn zero_counts_and_options_that_would_do_nothing_are_refused_with_their_name() {
 
 #[test]
 fn model_predicts_every_backend_and_sweeps_to_4096_nodes() {
+    // The built-in constants, not a calibration the developer stored.
+    let empty_cache = std::env::temp_dir().join(format!("barrier-model-cache-{}", std::process::id()));
+    let barrier = || {
+        let mut command = barrier();
+        command.env("XDG_CACHE_HOME", &empty_cache);
+        command
+    };
     let out = barrier().args(["model", "--nodes", "4096", "--ppn", "48", "--network", "ib-hdr"]).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -903,6 +910,9 @@ fn model_predicts_every_backend_and_sweeps_to_4096_nodes() {
         (&["model", "--network", "warp"][..], "use one of ib-hdr"),
         (&["model", "--ppn", "0"][..], "--ppn 0"),
         (&["model", "--devices", "tpu"][..], "--devices tpu"),
+        (&["model", "--network", "sim:5us"][..], "above 20 µs"),
+        (&["model", "--nodes", "4294967296", "--ppn", "2"][..], "more than the"),
+        (&["model", "--sweep", "--nodes", "4"][..], "cannot be used with"),
     ] {
         let out = barrier().args(args).output().unwrap();
         assert_eq!(out.status.code(), Some(2), "{args:?}");
