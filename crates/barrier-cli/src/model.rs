@@ -32,7 +32,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use barrier::backends::hierarchical::tree::LocalTree;
+use barrier::algo::tree::LocalTree;
 use barrier::backends::hw::TreeShape;
 use barrier_hw::DeviceMap;
 

@@ -30,6 +30,7 @@ macro_rules! not_under_loom {
 }
 
 not_under_loom! {
+    pub mod algo;
     pub mod backend;
     pub mod backends;
     mod coll;
@@ -59,10 +60,10 @@ pub mod pad;
 pub mod wait;
 pub use wait::WaitPolicy;
 
-/// Under loom: the hierarchical backend's intranode slot protocol, the same file as
-/// `backends::hierarchical::tree`, built on loom's primitives for `tests/loom.rs`.
+/// Under loom: the k-ary gather and fanout slot protocol, the same file as `algo::tree`, built
+/// on loom's primitives for `tests/loom.rs`.
 #[cfg(loom)]
-#[path = "backends/hierarchical/tree.rs"]
+#[path = "algo/tree.rs"]
 pub mod hier_tree;
 
 #[cfg(all(test, not(loom)))]

@@ -29,7 +29,7 @@
 //! again every few milliseconds to watch the device, which it inspects from the third call of a
 //! wait on (not on the fast path). With more ranks than cores, one group (of at most 48 ranks)
 //! and one node, a waiter whose CPU holds no missing rank first spins for the release (the tail
-//! spin of [`crate::backends::software::tail`]): after its arrival it has nothing left to do.
+//! spin of [`crate::algo::tail`]): after its arrival it has nothing left to do.
 //!
 //! # Trees of groups
 //!
@@ -65,7 +65,7 @@ use barrier_hw::{
 };
 
 use crate::backend::{Backend, Decline, EnableContext, Module, Poll, QueryContext};
-use crate::backends::software::tail::{self, TailSpin};
+use crate::algo::tail::{self, TailSpin};
 use crate::backends::software::{Software, SoftwareModule};
 use crate::error::Error;
 use crate::mmio::Mmio;
@@ -623,7 +623,7 @@ impl Backend for HwBackend {
             tail: None,
         };
         // One group: after its arrival a rank only waits for the device's release, so a rank
-        // whose CPU holds no missing rank spins for it (see software::tail).
+        // whose CPU holds no missing rank spins for it (see algo::tail).
         if shape.chunks == 1 && tail::wanted(ctx) {
             module.tail = TailSpin::new(region, q.rank, module.software.tail_limit);
         }

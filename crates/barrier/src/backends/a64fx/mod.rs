@@ -21,7 +21,7 @@
 //!    (`BW_ASSIGN`, window −1).
 //! 3. When the communicator spans CMGs, the CMG leaders (the lowest rank of each) set up
 //!    put-based dissemination among themselves over the transports
-//!    (`software::FabricDissemination`, as the hierarchical backend's node roots do), with CMGs
+//!    (`algo::dissemination::FabricDissemination`, as the hierarchical backend's node roots do), with CMGs
 //!    in the role of nodes.
 //!
 //! Every step's outcome is agreed (an allgather) before the next, so a failure on one rank
@@ -67,8 +67,8 @@ use std::time::Duration;
 use barrier_hw::a64fx::errno;
 
 use crate::backend::{Backend, Decline, EnableContext, Module, Poll, QueryContext};
-use crate::backends::software::FabricDissemination;
-use crate::backends::hierarchical::Topology;
+use crate::algo::dissemination::FabricDissemination;
+use crate::algo::topology::Topology;
 use crate::error::Error;
 use crate::params::{ParamInfo, ParamKind, Params};
 use crate::wait::Flag;

@@ -20,7 +20,7 @@ use crate::backends::hw::HwBackend;
 use crate::error::Error;
 use crate::region::Region;
 
-use super::Topology;
+use crate::algo::topology::Topology;
 
 /// The roots' own region, left when the root's module goes (the last root out frees it).
 #[derive(Debug)]

@@ -39,7 +39,6 @@
 //! `BARRIER_HIER_DEBUG=1` prints, when the communicator is freed, each rank's time per phase.
 
 pub mod internode;
-pub mod tree;
 
 use std::time::{Duration, Instant};
 
@@ -53,8 +52,9 @@ use crate::wait::Flag;
 
 use internode::{DeviceOutcome, RootsDevice};
 
-use crate::backends::software::FabricDissemination;
-use tree::{LocalTree, TreeSlots};
+use crate::algo::dissemination::FabricDissemination;
+use crate::algo::topology::Topology;
+use crate::algo::tree::TreeSlots;
 
 /// The backend's name.
 pub const NAME: &str = "hierarchical";
@@ -128,52 +128,6 @@ impl Settings {
                 .map(|(b, _)| b)
                 .collect(),
         }
-    }
-}
-
-/// Who is where: the nodes of a communicator, their roots, and this rank's node tree.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Topology {
-    /// Communicator rank of each node's root, by node index (nodes in ascending id order).
-    roots: Vec<usize>,
-    /// The communicator ranks on this rank's node, in order (the first is the root).
-    local: Vec<usize>,
-    /// This rank's index in `local`.
-    me: usize,
-    tree: LocalTree,
-}
-
-impl Topology {
-    /// The topology seen by `rank`, given each member's node.
-    pub fn new(node_of: &[usize], rank: usize, radix: usize) -> Self {
-        let mut ids: Vec<usize> = node_of.to_vec();
-        ids.sort_unstable();
-        ids.dedup();
-        let roots = ids.iter().map(|&id| node_of.iter().position(|&n| n == id).expect("a member")).collect();
-        let local: Vec<usize> = (0..node_of.len()).filter(|&r| node_of[r] == node_of[rank]).collect();
-        let me = local.iter().position(|&r| r == rank).expect("rank is on its node");
-        let tree = LocalTree::new(local.len(), radix);
-        Topology { roots, local, me, tree }
-    }
-
-    /// Nodes spanned.
-    pub fn nodes(&self) -> usize {
-        self.roots.len()
-    }
-
-    /// Communicator rank of each node's root.
-    pub fn roots(&self) -> &[usize] {
-        &self.roots
-    }
-
-    /// `rank`'s index among the roots, if it is one.
-    pub fn root_index(&self, rank: usize) -> Option<usize> {
-        self.roots.iter().position(|&r| r == rank)
-    }
-
-    /// The communicator rank of this node's local rank `l`.
-    fn rank_of(&self, l: usize) -> usize {
-        self.local[l]
     }
 }
 
