@@ -50,7 +50,7 @@ pub fn report(
         let _ = writeln!(out, "  {}={}{}\n      {}", p.name, default, current, p.description);
     }
     let _ = writeln!(out, "\nDevices:");
-    for b in barrier::backends::hw::all() {
+    for b in barrier::backends::offload::all() {
         let path = b.device_path(&params);
         match b.open(&params) {
             Ok(dev) => {

@@ -28,7 +28,7 @@ static HIERARCHICAL: crate::backends::hierarchical::Hierarchical = crate::backen
 
 /// Every backend this build knows, in registry order.
 pub fn backends() -> Vec<&'static dyn Backend> {
-    vec![&crate::backends::a64fx::A64FX, &crate::backends::hw::GBA, &crate::backends::hw::SWITCH, &HIERARCHICAL, &SOFTWARE]
+    vec![&crate::backends::a64fx::A64FX, &crate::backends::offload::GBA, &crate::backends::offload::SWITCH, &HIERARCHICAL, &SOFTWARE]
 }
 
 /// What happened to one backend during selection.

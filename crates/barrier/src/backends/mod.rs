@@ -4,5 +4,5 @@
 
 pub mod a64fx;
 pub mod hierarchical;
-pub mod hw;
+pub mod offload;
 pub mod software;

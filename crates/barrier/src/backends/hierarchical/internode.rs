@@ -16,7 +16,7 @@
 use std::cell::Cell;
 
 use crate::backend::{Backend, Decline, EnableContext, Module, QueryContext};
-use crate::backends::hw::HwBackend;
+use crate::backends::offload::HwBackend;
 use crate::error::Error;
 use crate::region::Region;
 

@@ -43,7 +43,7 @@ pub mod internode;
 use std::time::{Duration, Instant};
 
 use crate::backend::{Backend, Decline, EnableContext, Module, Poll, QueryContext};
-use crate::backends::hw::{HwBackend, GBA, SWITCH};
+use crate::backends::offload::{HwBackend, GBA, SWITCH};
 use crate::error::Error;
 use crate::params::{ParamInfo, ParamKind, Params};
 use crate::shm::Shared;

@@ -40,6 +40,7 @@ use crate::wait::Flag;
 
 use crate::algo::dissemination::FabricDissemination;
 use crate::algo::tail;
+use crate::algo::tree::LocalTree;
 
 
 /// The software barrier algorithms.
@@ -332,13 +333,12 @@ impl SoftwareModule {
                 }
             }
             Algorithm::Tree => {
-                let first = (rank * arity + 1).min(n);
-                let last = (rank * arity + arity + 1).min(n);
-                for c in first..last {
+                let tree = LocalTree::new(n, arity);
+                for c in tree.children(rank) {
                     m.inbox.push(f(&region.tree_up()[c]));
                     m.outbox.push(store(&region.tree_down()[c]));
                 }
-                if rank != 0 {
+                if tree.parent(rank).is_some() {
                     m.up = Some(store(&region.tree_up()[rank]));
                     m.down = Some(f(&region.tree_down()[rank]));
                 }

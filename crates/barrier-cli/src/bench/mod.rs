@@ -1,0 +1,430 @@
+//! `barrier bench`: latency per barrier for every backend, beside two references measured in
+//! the same run.
+//!
+//! * **floor**: two threads pinned to two cores, each storing its epoch into its own cache line
+//!   and spinning until the other's line reaches the same epoch. That is the least work any
+//!   two-party barrier can do on this machine; every row is also given as a multiple of it.
+//!   Virtual machines change speed from one second to the next, so the floor is measured before
+//!   every row and the row reported as `floor` pools those measurements (median of medians).
+//! * **std**: `std::sync::Barrier` with as many threads as ranks.
+//! * **hurdles**: `hurdles::Barrier`, the fastest Rust barrier crate measured here, likewise.
+//!
+//! `--interleave` compares instead ours, the floor protocol and hurdles timed in alternating
+//! chunks in the same two pinned threads (see [`interleave`]).
+//!
+//! Backends run as real processes under the launcher (this same binary, hidden subcommand
+//! `bench-rank`), pinned one per core when the ranks fit on the cores. Time is read once per
+//! batch of barriers (a clock read costs about as much as a barrier), so a sample is the mean
+//! latency of one batch; the median, p99, mean and min are over those samples.
+
+mod options;
+pub mod plot;
+mod rank;
+mod reference;
+mod stats;
+mod table;
+
+pub use options::BenchOptions;
+pub use rank::{rank_main, SETTLING_WARMUP};
+pub use reference::{floor, hurdles_barrier, interleave, ratio, run_interleave, std_barrier, Interleaved};
+pub use stats::{Row, Stats, P99_SAMPLES};
+pub(crate) use table::today_utc;
+
+use rank::timed_barriers;
+use stats::{pool, pool_rounds};
+use table::{machine_name, print_table};
+
+use std::io::{IsTerminal, Write};
+
+use crate::launch::{launch, JobSpec};
+
+/// Fewer timed batches than this cannot give a median worth printing: refused.
+pub const MIN_SAMPLES: u64 = 10;
+/// Rounds per row unless `--rounds` says otherwise (fewer when a round would get fewer than
+/// [`MIN_SAMPLES`] batches).
+pub const DEFAULT_ROUNDS: u64 = 3;
+
+struct Progress {
+    total: usize,
+    done: usize,
+    tty: bool,
+}
+
+impl Progress {
+    fn step(&mut self, what: &str) {
+        if self.tty {
+            let width = 24;
+            let filled = width * self.done / self.total.max(1);
+            eprint!(
+                "\r[{}{}] {}/{} {:<40}",
+                "#".repeat(filled),
+                ".".repeat(width - filled),
+                self.done,
+                self.total,
+                what
+            );
+            let _ = std::io::stderr().flush();
+        }
+        self.done += 1;
+    }
+
+    fn finish(&self) {
+        if self.tty {
+            eprint!("\r{:<80}\r", "");
+        }
+    }
+}
+
+/// Measures one backend configuration at `n` ranks as processes under the launcher.
+pub fn measure_backend(
+    n: usize,
+    nodes: usize,
+    env: Vec<(String, String)>,
+    emulate: Option<barrier_emu::Config>,
+    iters: u64,
+    batch: u64,
+) -> Result<Row, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find the barrier binary: {e}"))?;
+    let mut spec = JobSpec::new(n, exe);
+    spec.args = vec![
+        "bench-rank".into(),
+        "--iters".into(),
+        iters.to_string().into(),
+        "--batch".into(),
+        batch.to_string().into(),
+    ];
+    spec.env = env;
+    spec.nodes = nodes;
+    spec.pin = true;
+    spec.capture_stdout = true;
+    spec.emulate = emulate.into_iter().collect();
+    let report = launch(&spec).map_err(|e| e.to_string())?;
+    if let Some(why) = report.describe(n) {
+        return Err(why);
+    }
+    let line = report
+        .stdout
+        .first()
+        .and_then(|s| s.lines().find(|l| l.starts_with("RESULT\t")))
+        .ok_or("rank 0 printed no result")?;
+    let mut parts = line.splitn(4, '\t');
+    parts.next();
+    let backend = parts.next().unwrap_or_default().to_string();
+    let algorithm = parts.next().unwrap_or_default().to_string();
+    let stats = Stats::decode(parts.next().unwrap_or_default()).ok_or("unreadable result line")?;
+    let emulator_ns = report.devices.first().map(|(_, c)| c.busy_ns as f64 / c.barriers.max(1) as f64);
+    // Every rank reports what it sent over the network while it was timed.
+    let mut network = 0u64;
+    for (rank, out) in report.stdout.iter().enumerate() {
+        let line = out.lines().find_map(|l| l.strip_prefix("NETWORK\t"));
+        network +=
+            line.and_then(|v| v.trim().parse::<u64>().ok()).ok_or(format!("rank {rank} printed no network count"))?;
+    }
+    let network_ops = Some(network as f64 / iters as f64);
+    Ok(Row {
+        backend,
+        algorithm,
+        ranks: n,
+        iters,
+        measurements: 1,
+        stats,
+        emulator_ns,
+        network_ops,
+        label: String::new(),
+    })
+}
+
+/// Measures the `a64fx` backend at `n` ranks. A blade belongs to one process, so its ranks are
+/// threads of this process, each bound to its own PE (the first `n` CPUs of the node, CMG by
+/// CMG). With `emulate`, on an emulated node of `layout` started here; else on the device the
+/// parameters name.
+pub fn measure_a64fx(
+    n: usize,
+    emulate: Option<barrier_hw::a64fx::node::Layout>,
+    iters: u64,
+    batch: u64,
+) -> Result<Row, String> {
+    let node = emulate.map(barrier_emu::a64fx::Node::start).transpose().map_err(|e| e.to_string())?;
+    let mut params = barrier::Params::from_env().set("BARRIER_BACKEND", "a64fx").set("BARRIER_TIMEOUT", "60s");
+    if let Some(node) = &node {
+        params = node.params(params);
+    }
+    let info = barrier::backends::a64fx::node_info(&params)?;
+    let cpus = info.compact_cpus(n).ok_or_else(|| format!("the node has fewer than {n} CPUs"))?;
+    let warmup = (iters / 10).min(20_000);
+    let out = barrier::threads::Job::new(n)
+        .pin_cpus(cpus)
+        .params(params)
+        .run(|world| -> Result<_, barrier::Error> {
+            for _ in 0..warmup {
+                world.barrier()?;
+            }
+            let samples = timed_barriers(&world, iters, batch)?;
+            world.barrier()?;
+            Ok((world.backend().to_string(), world.algorithm(), samples))
+        })
+        .map_err(|e| e.to_string())?;
+    let mut ranks = out.into_iter();
+    let (backend, algorithm, samples) = ranks.next().ok_or("no ranks")?.map_err(|e| e.to_string())?;
+    for r in ranks {
+        r.map_err(|e| e.to_string())?;
+    }
+    Ok(Row {
+        backend,
+        algorithm: format!("{algorithm} (threads)"),
+        ranks: n,
+        iters,
+        measurements: 1,
+        stats: Stats::from_samples(samples),
+        emulator_ns: None,
+        network_ops: Some(0.0),
+        label: String::new(),
+    })
+}
+
+/// Runs the whole benchmark and prints it.
+pub fn run(opts: &BenchOptions) -> Result<Vec<Row>, String> {
+    let registry = barrier::backends();
+    let names: Vec<String> = if opts.backends.iter().any(|b| b == "all") {
+        registry.iter().map(|b| b.name().to_string()).collect()
+    } else {
+        for b in &opts.backends {
+            if !registry.iter().any(|r| r.name() == b) {
+                let known: Vec<_> = registry.iter().map(|r| r.name()).collect();
+                return Err(format!("unknown backend {b:?}; known: {}, or all", known.join(", ")));
+            }
+        }
+        opts.backends.clone()
+    };
+    // Everything that can be refused is refused before anything is measured.
+    let samples = opts.iters / opts.batch.max(1);
+    let rounds = opts.rounds.unwrap_or_else(|| (samples / MIN_SAMPLES).clamp(1, DEFAULT_ROUNDS)).max(1);
+    if samples / rounds < MIN_SAMPLES {
+        return Err(format!(
+            "--iters {} in batches of {} over {rounds} round(s) gives {} timed batch(es) per round; a median needs \
+             at least {MIN_SAMPLES}: raise --iters, or lower --batch{}",
+            opts.iters,
+            opts.batch,
+            samples / rounds,
+            if opts.rounds.is_some() { " or --rounds" } else { "" }
+        ));
+    }
+    // Whole batches: what a round times.
+    let round_iters = samples / rounds * opts.batch;
+    if let Some(path) = &opts.plot {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(path)
+            .map_err(|e| format!("--plot {}: {e} (checked before measuring)", path.display()))?;
+    }
+    // The emulated A64FX node's shape, read (and refused) once, before any row.
+    let a64fx_name = barrier::Backend::name(&barrier::backends::a64fx::A64FX);
+    let a64fx_layout = if opts.emulate && names.iter().any(|n| n == a64fx_name) {
+        Some(crate::a64fx_layout(&barrier::Params::from_env())?)
+    } else {
+        None
+    };
+    // Each configuration: (label, env).
+    let mut configs: Vec<(String, Vec<(String, String)>)> = Vec::new();
+    for name in &names {
+        configs.push((name.clone(), vec![("BARRIER_BACKEND".into(), name.clone())]));
+        if opts.algorithms && name == barrier::backends::software::NAME {
+            for a in barrier::backends::software::Algorithm::ALL {
+                configs.push((
+                    format!("{name}/{}", a.name()),
+                    vec![("BARRIER_BACKEND".into(), name.clone()), ("BARRIER_SW_ALGORITHM".into(), a.name().into())],
+                ));
+            }
+        }
+    }
+    // Ctrl-C stops the measurement, and the rows measured until then are still printed.
+    let _signals = crate::signals::install();
+    let mut progress = Progress {
+        total: 1 + opts.ranks.len() * rounds as usize * (2 + configs.len()),
+        done: 0,
+        tty: std::io::stderr().is_terminal(),
+    };
+    let mut rows = Vec::new();
+    // Rows that could not be measured: (label, ranks, why). The others go on.
+    let mut skipped: Vec<(String, usize, String)> = Vec::new();
+    // The VM's speed changes from second to second, so the floor is measured again before every
+    // row and the reported floor pools all of those samples.
+    // (A floor measurement is a quarter of a whole row's barriers: it takes milliseconds.)
+    let floor_iters = (opts.iters / 4).max(opts.batch);
+    let mut floor_samples: Vec<Stats> = Vec::new();
+    progress.step("floor (2 pinned threads)");
+    floor_samples.push(floor(floor_iters, opts.batch));
+    for &n in &opts.ranks {
+        // The rows of this rank count take turns, round by round, so that a slow spell of the
+        // machine falls on all of them alike; each row pools its rounds.
+        let mut measured: Vec<Vec<Row>> = Vec::new();
+        for round in 0..rounds {
+            let of = if rounds > 1 { format!(", round {}/{rounds}", round + 1) } else { String::new() };
+            let mut this_round = Vec::new();
+            progress.step(&format!("std::sync::Barrier n={n}{of}"));
+            this_round.push(Row {
+                backend: "std".into(),
+                algorithm: "-".into(),
+                ranks: n,
+                iters: round_iters,
+                measurements: 1,
+                stats: std_barrier(n, round_iters, opts.batch),
+                emulator_ns: None,
+                network_ops: None,
+                label: "std".into(),
+            });
+            if crate::signals::peek().is_some() {
+                // Interrupted: the row was cut short, and is not shown.
+                this_round.pop();
+                measured.push(this_round);
+                break;
+            }
+            progress.step(&format!("hurdles n={n}{of}"));
+            this_round.push(Row {
+                backend: "hurdles".into(),
+                algorithm: "-".into(),
+                ranks: n,
+                iters: round_iters,
+                measurements: 1,
+                stats: hurdles_barrier(n, round_iters, opts.batch),
+                emulator_ns: None,
+                network_ops: None,
+                label: "hurdles".into(),
+            });
+            if crate::signals::peek().is_some() {
+                this_round.pop();
+                measured.push(this_round);
+                break;
+            }
+            for (label, env) in &configs {
+                progress.step(&format!("{label} n={n}{of}"));
+                if skipped.iter().any(|(l, r, _)| l == label && *r == n) {
+                    continue;
+                }
+                floor_samples.push(floor(floor_iters, opts.batch));
+                let mut env = env.clone();
+                env.push(("BARRIER_TIMEOUT".into(), "60s".into()));
+                let device = crate::device_map(label).filter(|_| opts.emulate).map(|map| {
+                    let config = barrier_emu::Config::new(map);
+                    if opts.inline {
+                        config.inline()
+                    } else {
+                        config
+                    }
+                });
+                let row = if label == a64fx_name {
+                    measure_a64fx(n, a64fx_layout, round_iters, opts.batch)
+                } else {
+                    measure_backend(n, opts.nodes, env, device, round_iters, opts.batch)
+                };
+                match row {
+                    Ok(row) => this_round.push(Row { label: label.clone(), ..row }),
+                    // One backend that cannot run here does not stop the others.
+                    Err(why) if crate::signals::peek().is_none() => skipped.push((label.clone(), n, why)),
+                    Err(_) => {}
+                }
+                if crate::signals::peek().is_some() {
+                    break;
+                }
+            }
+            measured.push(this_round);
+            if crate::signals::peek().is_some() {
+                break;
+            }
+        }
+        // Pool each row's rounds (a row that failed in a later round is dropped whole).
+        let labels: Vec<String> = measured.iter().flatten().map(|r| r.label.clone()).collect();
+        let mut seen: Vec<&String> = Vec::new();
+        for label in &labels {
+            if seen.contains(&label) {
+                continue;
+            }
+            seen.push(label);
+            let Some(row) = measured.iter().flatten().find(|r| r.label == *label) else { continue };
+            if skipped.iter().any(|(l, r, _)| *l == row.label && *r == n) {
+                continue;
+            }
+            let of_row: Vec<&Row> =
+                measured.iter().filter_map(|round| round.iter().find(|r| r.label == row.label)).collect();
+            rows.push(pool_rounds(&of_row));
+        }
+        if crate::signals::peek().is_some() {
+            break;
+        }
+    }
+    progress.finish();
+    let floor_stats = pool(&floor_samples);
+    rows.insert(
+        0,
+        Row {
+            backend: "floor".into(),
+            algorithm: "-".into(),
+            ranks: 2,
+            iters: floor_iters * floor_samples.len() as u64,
+            measurements: floor_samples.len() as u64,
+            stats: floor_stats,
+            emulator_ns: None,
+            network_ops: None,
+            label: "floor".into(),
+        },
+    );
+    let floor_ns = floor_stats.median;
+    if opts.json {
+        for r in &rows {
+            println!("{}", r.to_json_with(Some(floor_ns), r.p99_meaningful(opts.batch)));
+        }
+    } else {
+        print_table(&rows, floor_ns, opts, rounds, round_iters * rounds);
+        let medians: Vec<f64> = floor_samples.iter().map(|f| f.median).collect();
+        let (lo, hi) = (medians.iter().cloned().fold(f64::MAX, f64::min), medians.iter().cloned().fold(0.0, f64::max));
+        println!(
+            "x floor: the floor's median ranged {lo:.1}-{hi:.1} ns over its {} measurements in this run (one before each \
+             row); a ratio moves with it, so compare rows of one run with each other, and repeat runs before \
+             trusting a ratio across runs",
+            medians.len()
+        );
+    }
+    for (label, n, why) in &skipped {
+        if opts.json {
+            println!(
+                "{{\"backend\":\"{}\",\"ranks\":{n},\"skipped\":\"{}\"}}",
+                label.replace('"', "'"),
+                why.replace('\\', "/").replace('"', "'")
+            );
+        } else {
+            println!("not measured: {label} at {n} ranks: {why}");
+        }
+    }
+    if let Some(path) = &opts.plot {
+        let caption = format!(
+            "{}, {} cores; {} UTC; {} barriers per row in batches of {} over {rounds} round(s); floor {floor_ns:.1} ns",
+            machine_name(),
+            barrier::sys::available_cores(),
+            today_utc(),
+            round_iters * rounds,
+            opts.batch
+        );
+        std::fs::write(path, crate::plot::svg(&rows, floor_ns, barrier::sys::available_cores(), &caption))
+            .map_err(|e| format!("writing {}: {e}", path.display()))?;
+        if !opts.json {
+            println!("plot written to {}", path.display());
+        }
+    }
+    if let Some(sig) = crate::signals::take() {
+        return Err(format!(
+            "interrupted by signal {sig} ({}): the rows above are those measured until then",
+            crate::launch::signal_name(sig)
+        ));
+    }
+    let asked: Vec<&String> =
+        skipped.iter().map(|(l, _, _)| l).filter(|_| !opts.backends.iter().any(|b| b == "all")).collect();
+    if !asked.is_empty() {
+        return Err(format!(
+            "{} row(s) of the backends asked for could not be measured (listed above; `--backend all` lists such rows without failing)",
+            asked.len()
+        ));
+    }
+    Ok(rows)
+}

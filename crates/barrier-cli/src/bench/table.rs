@@ -1,0 +1,79 @@
+//! The result as a table (and the line that says how far the floor moved), and the caption's
+//! facts: the machine and the date.
+
+use super::options::BenchOptions;
+use super::stats::{Row, P99_SAMPLES};
+
+pub(super) fn print_table(rows: &[Row], floor_ns: f64, opts: &BenchOptions, rounds: u64, per_row: u64) {
+    let on_nodes = opts.nodes > 1;
+    println!(
+        "barrier bench: {} cores, {} barriers per row in batches of {}{}, floor {:.1} ns (median){}",
+        barrier::sys::available_cores(),
+        per_row,
+        opts.batch,
+        if rounds > 1 { format!(" over {rounds} rounds taken in turn") } else { String::new() },
+        floor_ns,
+        if on_nodes { format!(", ranks on {} simulated nodes", opts.nodes) } else { String::new() }
+    );
+    let net_header = if on_nodes { format!(" {:>8}", "net ops") } else { String::new() };
+    println!(
+        "{:>5}  {:<14} {:<36} {:>11} {:>11} {:>11} {:>11} {:>8} {:>10} {:>8}{net_header}",
+        "ranks", "backend", "algorithm", "median ns", "p99 ns", "mean ns", "min ns", "x floor", "device ns", "host ns"
+    );
+    for r in rows {
+        let emu = r.emulator_ns.map_or("-".to_string(), |e| format!("{e:.0}"));
+        let host = r.host_ns().map_or("-".to_string(), |h| format!("{h:.0}"));
+        let algorithm: String = r.algorithm.chars().take(36).collect();
+        let p99 = if r.p99_meaningful(opts.batch) { format!("{:.1}", r.stats.p99) } else { "-".into() };
+        let x = r.x_floor(floor_ns).map_or("-".into(), |x| format!("{x:.2}"));
+        let net = match (on_nodes, r.network_ops) {
+            (false, _) => String::new(),
+            (true, None) => format!(" {:>8}", "-"),
+            (true, Some(ops)) => format!(" {ops:>8.2}"),
+        };
+        println!(
+            "{:>5}  {:<14} {:<36} {:>11.1} {:>11} {:>11.1} {:>11.1} {:>8} {:>10} {:>8}{net}",
+            r.ranks, r.backend, algorithm, r.stats.median, p99, r.stats.mean, r.stats.min, x, emu, host
+        );
+    }
+    if on_nodes {
+        println!(
+            "net ops: operations per barrier that crossed between simulated nodes, all ranks together \
+             (puts, atomics, device arrivals)"
+        );
+    }
+    if rows.iter().any(|r| !r.p99_meaningful(opts.batch)) {
+        println!(
+            "p99 -: fewer than {P99_SAMPLES} timed batches per round, so the 99th percentile would only be the maximum"
+        );
+    }
+    if rows.iter().any(|r| r.ranks < 2) {
+        println!("x floor -: a 1-rank barrier waits for nobody; it is not comparable with the 2-thread floor");
+    }
+}
+
+/// The processor's model name (`/proc/cpuinfo`), or "this machine".
+pub(super) fn machine_name() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|t| {
+            t.lines().find_map(|l| l.strip_prefix("model name")?.split_once(':').map(|(_, v)| v.trim().to_string()))
+        })
+        .unwrap_or_else(|| "this machine".into())
+}
+
+/// Today's date, UTC, as YYYY-MM-DD (days since 1970 to the civil calendar).
+pub(crate) fn today_utc() -> String {
+    let days =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() / 86_400) as i64;
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02}")
+}

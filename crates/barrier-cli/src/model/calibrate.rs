@@ -1,0 +1,130 @@
+//! `barrier model --calibrate`: this machine's constants, measured.
+
+use std::time::{Duration, Instant};
+
+use super::Machine;
+
+/// Measures this machine's constants (about a second).
+pub fn calibrate() -> Result<Machine, String> {
+    let cores = barrier::sys::affinity_cores();
+    // On one core a spinning ping-pong would hand over only at preemptions: yield there.
+    let flag_ns = match cores.get(1) {
+        Some(&second) => pingpong(cores.first().copied(), Some(second), Wait::Spin, 200_000),
+        None => pingpong(cores.first().copied(), cores.first().copied(), Wait::Yield, 20_000),
+    };
+    let yield_ns = pingpong(cores.first().copied(), cores.first().copied(), Wait::Yield, 20_000);
+    let wake_ns = pingpong(cores.first().copied(), cores.get(1).copied(), Wait::Park, 20_000);
+    let device_ns = device_work()?;
+    Ok(Machine {
+        flag_ns,
+        wake_ns,
+        yield_ns,
+        device_ns,
+        cores: cores.len(),
+        source: format!("calibrated {} on {} cores", crate::bench::today_utc(), cores.len()),
+    })
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Wait {
+    Spin,
+    Yield,
+    Park,
+}
+
+/// One-way hand-off time between two threads on `a` and `b`, by ping-pong: half the round trip.
+fn pingpong(a: Option<usize>, b: Option<usize>, wait: Wait, trips: u64) -> f64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+    let ball = Arc::new(AtomicU64::new(0));
+    let pin = |cpu: Option<usize>| {
+        if let Some(cpu) = cpu {
+            let _ = barrier::sys::set_affinity(&[cpu]);
+        }
+    };
+    let main = std::thread::current();
+    let other = {
+        let ball = ball.clone();
+        std::thread::spawn(move || {
+            pin(b);
+            for i in 0..trips {
+                let want = 2 * i + 1;
+                loop {
+                    match ball.load(Ordering::Acquire) {
+                        u64::MAX => return, // stopped at the deadline
+                        seen if seen == want => break,
+                        _ => {}
+                    }
+                    match wait {
+                        Wait::Spin => std::hint::spin_loop(),
+                        Wait::Yield => std::thread::yield_now(),
+                        Wait::Park => std::thread::park(),
+                    }
+                }
+                ball.store(want + 1, Ordering::Release);
+                if wait == Wait::Park {
+                    main.unpark();
+                }
+            }
+        })
+    };
+    let whole = barrier::sys::affinity_cores();
+    pin(a);
+    let start = Instant::now();
+    // A deadline: on a machine that gives these threads less than it says, each trip could
+    // wait for a time slice.
+    let deadline = start + Duration::from_secs(1);
+    let mut done = trips;
+    for i in 0..trips {
+        if i % 64 == 0 && Instant::now() > deadline {
+            done = i;
+            // The partner waits for this trip: tell it to stop instead.
+            ball.store(u64::MAX, Ordering::Release);
+            if wait == Wait::Park {
+                other.thread().unpark();
+            }
+            break;
+        }
+        ball.store(2 * i + 1, Ordering::Release);
+        if wait == Wait::Park {
+            other.thread().unpark();
+        }
+        while ball.load(Ordering::Acquire) != 2 * i + 2 {
+            match wait {
+                Wait::Spin => std::hint::spin_loop(),
+                Wait::Yield => std::thread::yield_now(),
+                Wait::Park => std::thread::park_timeout(Duration::from_millis(1)),
+            }
+        }
+    }
+    let elapsed = start.elapsed();
+    let _ = other.join();
+    let _ = barrier::sys::set_affinity(&whole);
+    elapsed.as_nanos() as f64 / done.max(1) as f64 / 2.0
+}
+
+/// The emulated device's work per barrier: an inline GBA's busy time over 2 thread ranks.
+fn device_work() -> Result<f64, String> {
+    let emu = barrier_emu::Emulator::start(barrier_emu::Config::new(&barrier_hw::GBA).inline())
+        .map_err(|e| format!("cannot start an emulated GBA: {e}"))?;
+    let params = barrier::Params::defaults_only()
+        .set("BARRIER_BACKEND", "gba")
+        .set("BARRIER_GBA_DEVICE_PATH", emu.path().display().to_string());
+    let before = emu.counters();
+    barrier::threads::Job::new(2)
+        .params(params)
+        .run(|w| -> barrier::Result<()> {
+            for _ in 0..20_000 {
+                w.barrier()?;
+            }
+            Ok(())
+        })
+        .map_err(|e| format!("calibrating the emulated GBA: {e}"))?
+        .into_iter()
+        .collect::<Result<Vec<()>, _>>()
+        .map_err(|e| format!("calibrating the emulated GBA: {e}"))?;
+    emu.quiesce(Duration::from_secs(2));
+    let after = emu.counters();
+    let barriers = after.barriers.saturating_sub(before.barriers).max(1);
+    Ok(after.busy_ns.saturating_sub(before.busy_ns) as f64 / barriers as f64)
+}
