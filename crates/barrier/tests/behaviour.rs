@@ -1,0 +1,225 @@
+//! The communicator's behaviour through the public API, in thread jobs: the world, odd sizes,
+//! splits, requests, timeouts, ranks that leave or panic (moved out of `lib.rs`).
+#![cfg(not(loom))]
+
+use barrier::*;
+
+fn job(n: usize) -> threads::Job {
+    threads::Job::new(n).params(Params::defaults_only().set("BARRIER_TIMEOUT", "20s"))
+}
+
+#[test]
+fn singleton_world_works_without_launcher() {
+    let u = init_with(Params::defaults_only()).unwrap();
+    let w = u.world();
+    assert_eq!((w.rank(), w.size()), (0, 1));
+    for _ in 0..10 {
+        w.barrier().unwrap();
+    }
+    assert_eq!(w.backend(), "dissemination");
+}
+
+#[test]
+fn every_algorithm_completes_on_odd_sizes() {
+    for algo in ["central", "dissemination", "tournament", "tree"] {
+        for n in [1, 2, 3, 5] {
+            let p = Params::defaults_only().set("BARRIER_SW_ALGORITHM", algo).set("BARRIER_TIMEOUT", "20s");
+            let out = threads::Job::new(n)
+                .params(p)
+                .run(|w| {
+                    for _ in 0..200 {
+                        w.barrier().unwrap();
+                    }
+                    (w.algorithm(), w.epoch())
+                })
+                .unwrap();
+            assert!(out.iter().all(|(a, e)| a.starts_with(algo) && *e == 200), "{algo} n={n}: {out:?}");
+        }
+    }
+}
+
+#[test]
+fn timeout_names_the_missing_rank() {
+    let p = Params::defaults_only().set("BARRIER_TIMEOUT", "200ms");
+    let out = threads::Job::new(3)
+        .params(p)
+        .run(|w| {
+            if w.rank() == 2 {
+                // Alive but absent: it arrives only after the others have given up.
+                std::thread::sleep(std::time::Duration::from_millis(800));
+                Ok(())
+            } else {
+                w.barrier()
+            }
+        })
+        .unwrap();
+    for r in &out[..2] {
+        match r {
+            Err(Error::Timeout { missing, missing_world, .. }) => {
+                assert_eq!((missing, missing_world), (&vec![2], &vec![2]))
+            }
+            other => panic!("expected a timeout naming rank 2, got {other:?}"),
+        }
+    }
+    let msg = out[0].as_ref().unwrap_err().to_string();
+    assert!(msg.contains("world ranks [2]") && msg.contains("BARRIER_TIMEOUT"), "{msg}");
+}
+
+#[test]
+fn a_rank_that_returns_early_is_named_by_the_ranks_waiting_for_it() {
+    // No timeout: without the departure record the others would wait for ever.
+    let start = std::time::Instant::now();
+    let out = threads::Job::new(3)
+        .params(Params::defaults_only())
+        .run(|w| {
+            w.barrier()?;
+            if w.rank() == 2 {
+                return Ok(());
+            }
+            w.barrier()
+        })
+        .unwrap();
+    assert!(start.elapsed() < std::time::Duration::from_secs(10));
+    for r in &out[..2] {
+        match r {
+            Err(e @ Error::RankLeft { rank: 2, world_rank: 2, .. }) => {
+                let msg = e.to_string();
+                assert!(msg.contains("after barrier 1") && msg.contains("barrier 2"), "{msg}");
+            }
+            other => panic!("expected rank 2 to be named as gone, got {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn a_rank_that_panicked_is_named_as_having_panicked() {
+    let out = threads::Job::new(3)
+        .params(Params::defaults_only())
+        .run(|w| {
+            let sub = w.split(0u32, w.rank() as u32)?.expect("a color");
+            sub.barrier()?;
+            if w.rank() == 2 {
+                // The communicator is dropped while the thread unwinds; the rank goes on.
+                let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+                    let _held = sub;
+                    panic!("rank 2 panics on purpose");
+                }));
+                assert!(unwound.is_err());
+                return Ok(());
+            }
+            sub.barrier()
+        })
+        .unwrap();
+    for r in &out[..2] {
+        match r {
+            Err(e @ Error::RankLeft { rank: 2, .. }) => {
+                let msg = e.to_string();
+                assert!(msg.contains("panicked and left the communicator after barrier 1"), "{msg}");
+            }
+            other => panic!("expected rank 2 to be named as having panicked, got {other:?}"),
+        }
+    }
+    assert!(out[2].is_ok());
+}
+
+#[test]
+fn a_polled_request_times_out_naming_the_missing_rank() {
+    let p = Params::defaults_only().set("BARRIER_TIMEOUT", "200ms");
+    let out = threads::Job::new(2)
+        .params(p)
+        .run(|w| {
+            if w.rank() == 1 {
+                std::thread::sleep(std::time::Duration::from_millis(800));
+                return Ok(true);
+            }
+            let mut req = w.ibarrier()?;
+            loop {
+                if req.test()? {
+                    return Ok(true);
+                }
+                std::thread::yield_now();
+            }
+        })
+        .unwrap();
+    match &out[0] {
+        Err(Error::Timeout { missing, .. }) => assert_eq!(missing, &vec![1]),
+        other => panic!("expected a timeout naming rank 1, got {other:?}"),
+    }
+}
+
+#[test]
+fn ibarrier_completes_only_when_everyone_arrived() {
+    let out = job(3)
+        .run(|w| {
+            let win = w.shared_window(1).unwrap();
+            let go = &win.words()[0];
+            if w.rank() == 0 {
+                let mut req = w.ibarrier().unwrap();
+                // Ranks 1 and 2 arrive only after rank 0 stores 1, so it cannot be complete.
+                for _ in 0..100 {
+                    assert!(!req.test().unwrap());
+                }
+                go.store(1, std::sync::atomic::Ordering::SeqCst);
+                req.wait().unwrap();
+            } else {
+                while go.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+                    std::thread::yield_now();
+                }
+                let req = w.ibarrier().unwrap();
+                req.wait().unwrap();
+            }
+            w.barrier().unwrap();
+            w.epoch()
+        })
+        .unwrap();
+    assert_eq!(out, vec![2, 2, 2]);
+}
+
+#[test]
+fn forced_unknown_backend_is_a_clear_error() {
+    let p = Params::defaults_only().set("BARRIER_BACKEND", "nonesuch");
+    let err = threads::Job::new(2).params(p).run(|_| ()).unwrap_err().to_string();
+    assert!(err.contains("nonesuch") && err.contains("dissemination"), "{err}");
+}
+
+#[test]
+fn disabled_only_backend_fails_with_reasons() {
+    let p = Params::defaults_only().set("BARRIER_DISSEMINATION_DISABLE", "1");
+    let err = threads::Job::new(2).params(p).run(|_| ()).unwrap_err().to_string();
+    assert!(err.contains("disabled"), "{err}");
+    let p =
+        Params::defaults_only().set("BARRIER_BACKEND", "dissemination").set("BARRIER_DISSEMINATION_MIN_COMM_SIZE", "4");
+    let err = threads::Job::new(2).params(p).run(|_| ()).unwrap_err().to_string();
+    assert!(err.contains("MIN_COMM_SIZE=4"), "{err}");
+}
+
+#[test]
+fn rank0_algorithm_wins_agreement() {
+    // Only rank 0's value matters: run with a valid value and check every rank agrees.
+    let p = Params::defaults_only().set("BARRIER_SW_ALGORITHM", "tree").set("BARRIER_TREE_ARITY", "2");
+    let out = threads::Job::new(5).params(p).run(|w| w.algorithm()).unwrap();
+    assert!(out.iter().all(|a| a == "tree"));
+}
+
+#[test]
+fn panicking_rank_aborts_the_others() {
+    let r = std::panic::catch_unwind(|| {
+        job(3).run(|w| {
+            if w.rank() == 1 {
+                panic!("rank 1 fails on purpose");
+            }
+            w.barrier()
+        })
+    });
+    assert!(r.is_err(), "the panic must reach the caller instead of hanging");
+}
+
+#[test]
+fn node_topology_follows_blocks() {
+    let out = threads::Job::new(6)
+        .nodes(2)
+        .params(Params::defaults_only())
+        .run(|w| (w.node(), w.local_rank(), w.local_size(), w.num_nodes()))
+        .unwrap();
+    assert_eq!(out, vec![(0, 0, 3, 2), (0, 1, 3, 2), (0, 2, 3, 2), (1, 0, 3, 2), (1, 1, 3, 2), (1, 2, 3, 2)]);
+}
