@@ -44,7 +44,7 @@ pub fn report(
         let _ = writeln!(out, "  {:<14} default priority {:>4}  {}", b.name(), b.default_priority(), b.description());
     }
     let _ = writeln!(out, "\nParameters (environment variables; current value in brackets when set):");
-    for p in &barrier::params::all_params() {
+    for p in &barrier::registry::all_params() {
         let current = params.get(&p.name).map(|v| format!(" [{v}]")).unwrap_or_default();
         let default = if p.default.is_empty() { "(empty)".to_string() } else { p.default.clone() };
         let _ = writeln!(out, "  {}={}{}\n      {}", p.name, default, current, p.description);

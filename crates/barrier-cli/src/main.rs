@@ -237,7 +237,7 @@ const OTHER_NAMES: &[&str] = &[
 /// One warning per `BARRIER_*` variable of the environment that no setting of this build
 /// reads (a misspelt one would otherwise be ignored without a word), with the nearest name.
 fn warn_unknown_settings(who: &str) {
-    let mut known: Vec<String> = barrier::params::all_params().into_iter().map(|p| p.name).collect();
+    let mut known: Vec<String> = barrier::registry::all_params().into_iter().map(|p| p.name).collect();
     known.extend(OTHER_NAMES.iter().map(|s| s.to_string()));
     known.extend(["SWITCH", "GBA", "A64FX"].iter().map(|k| format!("BARRIER_{k}_DEVICE_PATH")));
     for (name, _) in std::env::vars_os().filter_map(|(k, v)| Some((k.into_string().ok()?, v))) {
@@ -269,12 +269,11 @@ fn edit_distance(a: &str, b: &str) -> usize {
 }
 
 fn check_settings(timeout: Option<&str>) -> Result<(), String> {
-    barrier::Params::from_env()
-        .check_all()
+    barrier::registry::check_all(&barrier::Params::from_env())
         .map_err(|bad| format!("{} (in the environment: every rank would refuse to start)", bad.1))?;
     if let Some(t) = timeout {
         let p = barrier::Params::defaults_only().set("BARRIER_TIMEOUT", t);
-        if let Some(info) = barrier::params::all_params().into_iter().find(|i| i.name == "BARRIER_TIMEOUT") {
+        if let Some(info) = barrier::registry::all_params().into_iter().find(|i| i.name == "BARRIER_TIMEOUT") {
             p.check(&info).map_err(|e| format!("--timeout {t}: {e}"))?;
         }
     }

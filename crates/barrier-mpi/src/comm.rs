@@ -179,7 +179,7 @@ impl Communicator {
 
     /// Checks every setting on every rank and agrees on the verdict and on rank 0's values.
     fn agree_settings(&self, params: &Params, world_rank: usize) -> Result<Agreed> {
-        let known = barrier::params::all_params();
+        let known = barrier::registry::all_params();
         let core = node_params(params);
         let local_bad = known.iter().enumerate().find_map(|(i, info)| {
             // BARRIER_BACKEND may also name `mpi` here: checked on its own below.

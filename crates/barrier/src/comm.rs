@@ -11,7 +11,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::backend::{Engine, Poll, QueryContext};
+use crate::backend::{Poll, QueryContext};
+use crate::engine::Engine;
 use crate::coll::Ctrl;
 use crate::error::{Error, Result};
 use crate::params::Params;
@@ -89,7 +90,7 @@ fn micros(d: Option<Duration>) -> u64 {
 }
 
 /// This rank's own reading of the settings that must match across ranks. It never fails:
-/// a bad value is reported through `Params::check_all` and agreed; here it reads as the default.
+/// a bad value is reported through `registry::check_all` and agreed; here it reads as the default.
 struct LocalSettings {
     policy: WaitPolicy,
     spin: u32,
@@ -191,7 +192,7 @@ impl Communicator {
         // rank with a bad value takes part in the exchange and everybody fails together (a rank
         // that returned early would leave the others waiting in the exchange for ever). Values
         // that must match (wait policy, spin counts, timeout, stall report) are rank 0's.
-        let checked = params.check_all();
+        let checked = crate::registry::check_all(&params);
         let local = LocalSettings::load(&params, shape);
         let ctrl = Ctrl::new(&region, rank, &members, &ctrl_epoch, local.timeout, local.stall);
         let bad = checked.as_ref().err().map_or(NO_PARAM, |b| b.0 as u64);
@@ -207,7 +208,7 @@ impl Communicator {
             return Err(bad.1);
         }
         if let Some((r, w)) = all.iter().enumerate().find(|(_, w)| w[0] != NO_PARAM) {
-            let name = crate::params::all_params().get(w[0] as usize).map_or_else(String::new, |p| p.name.clone());
+            let name = crate::registry::all_params().get(w[0] as usize).map_or_else(String::new, |p| p.name.clone());
             return Err(Error::PeerInvalidParam { world_rank: members[r], name });
         }
         let agreed = &all[0];

@@ -34,11 +34,13 @@ not_under_loom! {
     pub mod backend;
     pub mod backends;
     mod coll;
+    mod engine;
     mod comm;
     mod error;
     pub mod mmio;
     pub mod params;
     mod region;
+    pub mod registry;
     pub mod selector;
     pub mod shm;
     pub mod sys;
@@ -51,7 +53,8 @@ not_under_loom! {
     pub use error::{Error, Report, Result};
     pub use params::{ParamInfo, Params, DEFAULT_STALL_REPORT};
     pub use region::rounds;
-    pub use selector::{backends, Candidate, Outcome, Selection};
+    pub use registry::backends;
+    pub use selector::{Candidate, Outcome, Selection};
     pub use universe::{
         init, init_with, threads, Universe, ENV_LIFELINE_FD, ENV_NODES, ENV_RANK, ENV_SHM_FD, ENV_SIZE,
     };

@@ -38,8 +38,8 @@ pub enum ParamKind {
     DurationAtMost(std::time::Duration),
     /// One of these words (case-insensitive).
     Choice(&'static [&'static str]),
-    /// A comma-separated list of backend names.
-    BackendList,
+    /// A comma-separated list of these backend names (the registry's).
+    BackendList(&'static [&'static str]),
 }
 
 impl ParamKind {
@@ -56,7 +56,7 @@ impl ParamKind {
                 format!("a duration of at most {max:?} (like 500us); 0 or none to disable")
             }
             ParamKind::Choice(words) => format!("one of {}", words.join(", ")),
-            ParamKind::BackendList => "comma-separated backend names".into(),
+            ParamKind::BackendList(known) => format!("comma-separated backend names from {}", known.join(", ")),
         }
     }
 }
@@ -85,114 +85,6 @@ impl ParamInfo {
         self.kind = kind;
         self
     }
-}
-
-const U32_MAX: i64 = u32::MAX as i64;
-
-/// Communicator-wide parameters (not tied to one backend).
-pub fn core_params() -> Vec<ParamInfo> {
-    vec![
-        ParamInfo::new(
-            "BARRIER_BACKEND",
-            "",
-            "Comma-separated backend names: only these are tried, in this order, and if none can run \
-             the communicator fails with every reason (explicit choices fail loudly). Empty: all \
-             backends by priority, falling back automatically.",
-        )
-        .kind(ParamKind::BackendList),
-        ParamInfo::new(
-            "BARRIER_TIMEOUT",
-            "0",
-            "Give up on a barrier after this long and report the ranks that have not arrived \
-             (e.g. 30s, 500ms, 2.5; 0 or none: wait for ever).",
-        )
-        .kind(ParamKind::Duration),
-        ParamInfo::new(
-            "BARRIER_VERBOSE",
-            "0",
-            "1: also print on stderr what is otherwise only logged as a warning (a hardware module \
-             falling back to software after a device fault, once per communicator).",
-        )
-        .kind(ParamKind::Bool),
-        ParamInfo::new(
-            "BARRIER_STALL_REPORT",
-            "30s",
-            "When a wait has lasted this long, print once which ranks have not arrived (world ranks) \
-             and keep waiting (0 or none: never report).",
-        )
-        .kind(ParamKind::Duration),
-        ParamInfo::new(
-            "BARRIER_WAIT_POLICY",
-            "auto",
-            "spin (spin, then yield), park (spin briefly, yield, then sleep on a futex), or auto \
-             (park when the job's ranks outnumber the cores).",
-        )
-        .kind(ParamKind::Choice(&["auto", "spin", "park"])),
-        ParamInfo::new(
-            "BARRIER_SPIN_COUNT",
-            "auto",
-            "Busy-wait rounds before yielding (auto: 2000 with spin, 0 with park).",
-        )
-        .kind(ParamKind::Int { min: 0, max: U32_MAX }),
-        ParamInfo::new(
-            crate::backend::NET_PUT_LATENCY,
-            "0",
-            "Simulated nodes (`barrier run --nodes M`): how long every put or atomic between nodes \
-             takes to land (the initiator waits it out), to see what saving network traffic is worth.",
-        )
-        .kind(ParamKind::Duration),
-        ParamInfo::new(
-            crate::backend::NET_ASYNC,
-            "0",
-            "Simulated nodes: 1 makes puts between nodes asynchronous: they land, once their latency \
-             has passed, on the initiator's next progress call or flush (the model of an MPI or RDMA \
-             transport whose puts need the initiator's help).",
-        )
-        .kind(ParamKind::Bool),
-        ParamInfo::new(
-            REBALANCE,
-            "1",
-            "`barrier run` with more ranks than cores and no pinning: the launcher moves a rank off \
-             a CPU that holds two or more ranks more than another for a lasting moment, within \
-             the job's CPU mask (0: leave placement to the kernel). MPI launchers place their own ranks.",
-        )
-        .kind(ParamKind::Bool),
-        ParamInfo::new(
-            crate::mmio::INLINE_LIBRARY_VAR,
-            "",
-            "The inline emulator library (libbarrier_emu_inline.so) that a program loads to drive \
-             an emulated device whose work runs in its ranks. `barrier run --emulate` sets it.",
-        ),
-        ParamInfo::new("BARRIER_YIELD_COUNT", "auto", "Yields before parking with the park policy (auto: 256).")
-            .kind(ParamKind::Int { min: 0, max: U32_MAX }),
-        ParamInfo::new(
-            "BARRIER_SHM_POOL_BYTES",
-            crate::shm::DEFAULT_POOL_BYTES.to_string(),
-            "Bytes of the job segment for communicators and shared windows beyond the world (sparse).",
-        )
-        .kind(ParamKind::Int { min: 0, max: i64::MAX }),
-    ]
-}
-
-/// The standard parameters of a backend named `name` with default priority `priority`.
-pub fn backend_params(name: &str, priority: i32) -> Vec<ParamInfo> {
-    let up = name.to_ascii_uppercase();
-    vec![
-        ParamInfo::new(
-            format!("BARRIER_{up}_PRIORITY"),
-            priority.to_string(),
-            format!("Priority of the {name} backend (highest usable wins)."),
-        )
-        .kind(ParamKind::Int { min: i32::MIN as i64, max: i32::MAX as i64 }),
-        ParamInfo::new(format!("BARRIER_{up}_DISABLE"), "0", format!("1: never use the {name} backend."))
-            .kind(ParamKind::Bool),
-        ParamInfo::new(
-            format!("BARRIER_{up}_MIN_COMM_SIZE"),
-            "1",
-            format!("The {name} backend declines communicators smaller than this."),
-        )
-        .kind(ParamKind::Int { min: 0, max: i64::MAX }),
-    ]
 }
 
 /// Parameter values: code overrides, then (optionally) the environment.
@@ -307,8 +199,7 @@ impl Params {
             ParamKind::Duration => self.duration(&info.name).is_ok(),
             ParamKind::DurationAtMost(max) => self.duration(&info.name).is_ok_and(|d| d.is_none_or(|d| d <= *max)),
             ParamKind::Choice(words) => words.iter().any(|w| w.eq_ignore_ascii_case(text)),
-            ParamKind::BackendList => {
-                let known: Vec<&str> = crate::selector::backends().iter().map(|b| b.name()).collect();
+            ParamKind::BackendList(known) => {
                 for name in text.split(',').map(str::trim).filter(|n| !n.is_empty()) {
                     if !known.iter().any(|k| k.eq_ignore_ascii_case(name)) {
                         return Err(Error::UnknownBackend { name: name.into(), known: known.join(", ") });
@@ -324,10 +215,10 @@ impl Params {
         }
     }
 
-    /// Checks every parameter this build knows ([`all_params`]); the first bad value, with its
-    /// index in that list.
-    pub fn check_all(&self) -> std::result::Result<(), Box<(usize, Error)>> {
-        for (i, info) in all_params().iter().enumerate() {
+    /// Checks these parameters (every one this build knows: `registry::check_all`); the first
+    /// bad value, with its index in `infos`.
+    pub fn check_each(&self, infos: &[ParamInfo]) -> std::result::Result<(), Box<(usize, Error)>> {
+        for (i, info) in infos.iter().enumerate() {
             self.check(info).map_err(|e| Box::new((i, e)))?;
         }
         Ok(())
@@ -344,60 +235,17 @@ impl Params {
     }
 }
 
-/// Every parameter this build knows: the core ones, then each backend's standard three and its
-/// own, in registry order (`barrier info` lists them in this order).
-pub fn all_params() -> Vec<ParamInfo> {
-    let mut all = core_params();
-    for b in crate::selector::backends() {
-        all.extend(backend_params(b.name(), b.default_priority()));
-        all.extend(b.params());
-    }
-    all.extend(mpi_params());
-    all
-}
-
 /// The stall report's default delay (`BARRIER_STALL_REPORT`).
 pub const DEFAULT_STALL_REPORT: Duration = Duration::from_secs(30);
 
-/// `BARRIER_REBALANCE`: see [`core_params`].
+/// `BARRIER_REBALANCE`: see `registry::core_params`.
 pub const REBALANCE: &str = "BARRIER_REBALANCE";
-/// `BARRIER_MPI_FAULT`: see [`mpi_params`].
+/// `BARRIER_MPI_FAULT`: see `registry::mpi_params`.
 pub const MPI_FAULT: &str = "BARRIER_MPI_FAULT";
-/// `BARRIER_MPI_NODE_BLOCK`: see [`mpi_params`].
+/// `BARRIER_MPI_NODE_BLOCK`: see `registry::mpi_params`.
 pub const MPI_NODE_BLOCK: &str = "BARRIER_MPI_NODE_BLOCK";
-/// `BARRIER_MPI_PROGRESS`: see [`mpi_params`].
+/// `BARRIER_MPI_PROGRESS`: see `registry::mpi_params`.
 pub const MPI_PROGRESS: &str = "BARRIER_MPI_PROGRESS";
-
-/// The parameters of communicators made over MPI (`barrier-mpi` and its interposer): described
-/// here so that `barrier info` lists them and every communicator checks them, read there.
-pub fn mpi_params() -> Vec<ParamInfo> {
-    vec![
-        ParamInfo::new(
-            MPI_NODE_BLOCK,
-            "0",
-            "MPI only: pretend that every K consecutive MPI_COMM_WORLD ranks of a machine are one node, so the \
-             internode path (MPI between node roots) runs on one machine. 0: nodes are the machines \
-             (MPI_COMM_TYPE_SHARED).",
-        )
-        .kind(ParamKind::Int { min: 0, max: i32::MAX as i64 }),
-        ParamInfo::new(
-            MPI_PROGRESS,
-            "1",
-            "MPI only: a rank waiting in a barrier keeps MPI's progress engine turning (one MPI_Iprobe every 16 \
-             yields and around every park, parks cut to 1 ms), so that a large send to it or a one-sided read of \
-             its window completes meanwhile, as MPI's progress rule promises. 0 turns it off (tests; programs \
-             that never rely on it).",
-        )
-        .kind(ParamKind::Bool),
-        ParamInfo::new(
-            MPI_FAULT,
-            "",
-            "MPI only, tests: make one set-up stage fail on one MPI_COMM_WORLD rank, STAGE:RANK with STAGE one of \
-             open (mapping the node's segment), join (joining it), internode (the internode set-up). Every rank \
-             must then fall back to MPI_Barrier together.",
-        ),
-    ]
-}
 
 /// A backend's selection settings.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -470,38 +318,6 @@ mod tests {
         assert_eq!(p.parse("X", 7u32, "a number").unwrap(), 12);
         let e = p.parse("Y", 7u32, "a non-negative integer").unwrap_err().to_string();
         assert!(e.contains("\"lots\"") && e.contains("Y") && e.contains("non-negative integer"), "{e}");
-    }
-
-    #[test]
-    fn every_known_parameter_is_checked_against_its_kind() {
-        let cases = [
-            ("BARRIER_TIMEOUT", "abc"),
-            ("BARRIER_GBA_DISABLE", "maybe"),
-            ("BARRIER_WAIT_POLICY", "bogus"),
-            ("BARRIER_SPIN_COUNT", "-1"),
-            ("BARRIER_YIELD_COUNT", "many"),
-            ("BARRIER_BACKEND", "dissemination,nonesuch"),
-            ("BARRIER_SW_ALGORITHM", "bubble"),
-            ("BARRIER_TREE_ARITY", "1"),
-            ("BARRIER_SW_TAIL_SPIN", "briefly"),
-            ("BARRIER_SW_TAIL_SPIN", "2s"),
-            ("BARRIER_SWITCH_WATCHDOG", "soon"),
-            ("BARRIER_STALL_REPORT", "-3s"),
-        ];
-        for (name, value) in cases {
-            let (i, err) = *Params::defaults_only().set(name, value).check_all().unwrap_err();
-            assert_eq!(all_params()[i].name, name);
-            let msg = err.to_string();
-            assert!(msg.contains(name) || msg.contains("nonesuch"), "{name}={value}: {msg}");
-        }
-        let good = Params::defaults_only()
-            .set("BARRIER_TIMEOUT", "2s")
-            .set("BARRIER_WAIT_POLICY", "PARK")
-            .set("BARRIER_SPIN_COUNT", "auto")
-            .set("BARRIER_BACKEND", "gba, dissemination")
-            .set("BARRIER_TREE_ARITY", "64")
-            .set("BARRIER_SW_TAIL_SPIN", "20us");
-        assert!(good.check_all().is_ok());
     }
 
     #[test]

@@ -15,21 +15,15 @@
 
 use std::fmt;
 
-use crate::backend::{Backend, EnableContext, Engine, QueryContext};
-use crate::backends::software::Software;
+use crate::backend::{Backend, EnableContext, QueryContext};
+use crate::engine::Engine;
 use crate::coll::Ctrl;
 use crate::error::{Error, Result};
 use crate::params::Params;
 use crate::region::Region;
 use crate::wait::WaitPolicy;
 
-static SOFTWARE: Software = Software;
-static HIERARCHICAL: crate::backends::hierarchical::Hierarchical = crate::backends::hierarchical::Hierarchical;
-
-/// Every backend this build knows, in registry order.
-pub fn backends() -> Vec<&'static dyn Backend> {
-    vec![&crate::backends::a64fx::A64FX, &crate::backends::offload::GBA, &crate::backends::offload::SWITCH, &HIERARCHICAL, &SOFTWARE]
-}
+use crate::registry::{backends, SOFTWARE};
 
 /// What happened to one backend during selection.
 #[derive(Clone, Debug, PartialEq, Eq)]
