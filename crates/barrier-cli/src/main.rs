@@ -497,7 +497,19 @@ fn main() -> ExitCode {
             }
         }
         Cmd::Model { nodes, ppn, network, devices, sweep, json, plot, calibrate, check, iters, calibration } => {
-            model(ModelArgs { nodes, ppn, network, devices, sweep, json, plot, calibrate, check, iters, calibration })
+            barrier_cli::model::cli::run(barrier_cli::model::cli::ModelArgs {
+                nodes,
+                ppn,
+                network,
+                devices,
+                sweep,
+                json,
+                plot,
+                calibrate,
+                check,
+                iters,
+                calibration,
+            })
         }
         Cmd::Info { ranks, nodes, .. } if ranks == 0 || nodes == 0 => {
             eprintln!("barrier info: {} 0: a job needs at least 1", if ranks == 0 { "-n" } else { "--nodes" });
@@ -565,182 +577,6 @@ fn main() -> ExitCode {
             bench_rank(iters, batch)
         }
     }
-}
-
-struct ModelArgs {
-    nodes: usize,
-    ppn: usize,
-    network: String,
-    devices: Option<Vec<String>>,
-    sweep: bool,
-    json: bool,
-    plot: Option<PathBuf>,
-    calibrate: bool,
-    check: bool,
-    iters: u64,
-    calibration: Option<PathBuf>,
-}
-
-fn model(a: ModelArgs) -> ExitCode {
-    use barrier_cli::model::{self, Machine, Network, Shape};
-    if a.nodes == 0 || a.ppn == 0 || a.iters == 0 {
-        let flag = if a.nodes == 0 {
-            "--nodes"
-        } else if a.ppn == 0 {
-            "--ppn"
-        } else {
-            "--iters"
-        };
-        eprintln!("barrier model: {flag} 0: {flag} must be at least 1");
-        return ExitCode::from(2);
-    }
-    if a.nodes.checked_mul(a.ppn).is_none_or(|n| n > model::MAX_RANKS) {
-        eprintln!(
-            "barrier model: --nodes {} x --ppn {} is more than the {} ranks the model prices",
-            a.nodes,
-            a.ppn,
-            model::MAX_RANKS
-        );
-        return ExitCode::from(2);
-    }
-    let path = a.calibration.clone().or_else(Machine::default_path);
-    if a.calibrate {
-        let Some(path) = path else {
-            eprintln!("barrier model --calibrate: no HOME or XDG_CACHE_HOME to store the calibration in: name a file with --calibration");
-            return ExitCode::from(2);
-        };
-        return match model::calibrate().and_then(|m| m.save(&path).map(|()| m)) {
-            Ok(m) => {
-                println!(
-                    "barrier model: flag hand-off {:.1} ns, futex wake {:.0} ns, yield hand-off {:.0} ns, emulated device {:.1} ns per barrier, {} cores; stored in {}",
-                    m.flag_ns, m.wake_ns, m.yield_ns, m.device_ns, m.cores, path.display()
-                );
-                ExitCode::SUCCESS
-            }
-            Err(e) => {
-                eprintln!("barrier model --calibrate: {e}");
-                ExitCode::FAILURE
-            }
-        };
-    }
-    if a.check {
-        // The check compares with this machine as it is now: its constants are measured first.
-        let machine = match model::calibrate() {
-            Ok(m) => m,
-            Err(e) => {
-                eprintln!("barrier model --check: {e}");
-                return ExitCode::FAILURE;
-            }
-        };
-        return match model::check(&machine, a.iters) {
-            Ok(checks) => {
-                println!(
-                    "barrier model --check: simulated nodes on this machine (flag hand-off {:.0} ns, yield hand-off {:.0} ns, {} cores), predicted against measured (median)",
-                    machine.flag_ns, machine.yield_ns, machine.cores
-                );
-                println!(
-                    "{:<14} {:>6} {:>4} {:>9} {:>12} {:>12} {:>7} {:>7}",
-                    "backend", "nodes", "ppn", "wire", "predicted", "measured", "error", "launch"
-                );
-                let mut off = 0;
-                for c in &checks {
-                    let bad = c.error().abs() > model::CHECK_TOLERANCE;
-                    off += usize::from(bad);
-                    println!(
-                        "{:<14} {:>6} {:>4} {:>7.0}us {:>10.1}us {:>10.1}us {:>+6.0}% {:>7}{}",
-                        c.backend,
-                        c.shape.nodes,
-                        c.shape.ppn,
-                        c.wire_ns / 1e3,
-                        c.predicted_ns / 1e3,
-                        c.measured_ns / 1e3,
-                        c.error() * 100.0,
-                        c.attempts,
-                        if bad { "  OFF" } else { "" }
-                    );
-                }
-                if off > 0 {
-                    eprintln!(
-                        "barrier model --check: {off} of {} outside ±{:.0}%",
-                        checks.len(),
-                        model::CHECK_TOLERANCE * 100.0
-                    );
-                    ExitCode::FAILURE
-                } else {
-                    println!("all within ±{:.0}%", model::CHECK_TOLERANCE * 100.0);
-                    ExitCode::SUCCESS
-                }
-            }
-            Err(e) => {
-                eprintln!("barrier model --check: {e}");
-                ExitCode::FAILURE
-            }
-        };
-    }
-    let machine = match path.as_deref().filter(|p| p.exists()) {
-        Some(p) => match Machine::load(p) {
-            Ok(m) => m,
-            Err(e) => {
-                eprintln!("barrier model: {e}; run `barrier model --calibrate` again");
-                return ExitCode::from(2);
-            }
-        },
-        None if a.calibration.is_some() => {
-            eprintln!(
-                "barrier model: no calibration at {}: run `barrier model --calibrate --calibration FILE`",
-                path.unwrap_or_default().display()
-            );
-            return ExitCode::from(2);
-        }
-        None => Machine::builtin(),
-    };
-    let mut net = match Network::parse(&a.network, &machine) {
-        Ok(n) => n,
-        Err(e) => {
-            eprintln!("barrier model: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    if let Some(devices) = &a.devices {
-        let mut chosen = Vec::new();
-        for d in devices {
-            match d.as_str() {
-                "switch" => chosen.push("switch"),
-                "gba" => chosen.push("gba"),
-                "a64fx" => chosen.push("a64fx"),
-                "none" => {}
-                other => {
-                    eprintln!("barrier model: --devices {other}: unknown; use switch, gba, a64fx or none");
-                    return ExitCode::from(2);
-                }
-            }
-        }
-        net.devices = chosen;
-    }
-    if a.sweep {
-        let (text, rows) = model::sweep(a.ppn, &net, &machine);
-        print!("{text}");
-        if let Some(file) = &a.plot {
-            let caption = format!(
-                "barrier model: {} ranks per node on {} (put {:.0} ns); this machine: {}",
-                a.ppn, net.name, net.put_ns, machine.source
-            );
-            let svg = barrier_cli::plot::svg_by_nodes(&rows, &caption);
-            if let Err(e) = std::fs::write(file, svg) {
-                eprintln!("barrier model: cannot write {}: {e}", file.display());
-                return ExitCode::FAILURE;
-            }
-            eprintln!("barrier model: plot written to {}", file.display());
-        }
-        return ExitCode::SUCCESS;
-    }
-    let shape = Shape { nodes: a.nodes, ppn: a.ppn };
-    if a.json {
-        print!("{}", model::json(shape, &net, &machine));
-    } else {
-        print!("{}", model::report(shape, &net, &machine));
-    }
-    ExitCode::SUCCESS
 }
 
 fn bench_rank(iters: u64, batch: u64) -> ExitCode {

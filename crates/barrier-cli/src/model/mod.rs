@@ -30,6 +30,7 @@
 
 mod calibrate;
 mod check;
+pub mod cli;
 mod report;
 #[cfg(test)]
 mod tests;
