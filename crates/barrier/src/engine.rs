@@ -10,7 +10,7 @@ use crate::error::Error;
 /// partner's epoch and storing ours is latency); any other module goes through the trait object.
 #[derive(Debug)]
 pub(crate) enum Engine {
-    Software(crate::backends::software::SoftwareModule),
+    Software(crate::algo::flag::SoftwareModule),
     Dyn(Box<dyn Module>),
 }
 

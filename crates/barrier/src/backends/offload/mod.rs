@@ -86,7 +86,7 @@ use barrier_hw::{
 
 use crate::backend::{Backend, Decline, EnableContext, Module, Poll, QueryContext};
 use crate::algo::tail::{self, TailSpin};
-use crate::backends::software::{Software, SoftwareModule};
+use crate::algo::flag::{self, SoftwareModule};
 use crate::error::Error;
 use crate::mmio::Mmio;
 use crate::params::{ParamInfo, ParamKind, Params};
@@ -240,7 +240,7 @@ impl Backend for HwBackend {
         let coll = |e: Error| Decline::new(e.to_string());
         // The software algorithm this communicator returns to after a device fault (agreed now,
         // while every rank is here: it is a collective).
-        let software = Software.enable_software(ctx)?;
+        let software = flag::enable(ctx)?;
         let dev = self.open(q.params);
         if !ctx.all_agree(dev.is_ok()).map_err(coll)? {
             return Err(Decline::new(
