@@ -60,7 +60,9 @@ use std::time::Instant;
 use barrier::mmio::InlineWork;
 use barrier_hw::{control, global, status, DeviceMap};
 
-use crate::{doorbell, Claim, Config, Dev, Engine, Group, Taken};
+use crate::config::{Claim, Config, Taken};
+use crate::dev::{doorbell, Dev};
+use crate::offload::{Engine, Group};
 
 /// One trap in this many (at random) is timed for ENGINE_BUSY_NS (and counted this many
 /// times). A power of two.

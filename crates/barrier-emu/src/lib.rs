@@ -38,130 +38,24 @@
 //! engine. Counters live in the global window (`barrier info` and tests read them).
 
 pub mod a64fx;
+mod config;
+mod dev;
 mod device;
 pub mod inline;
 mod offload;
 
-use std::sync::atomic::{fence, AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use barrier::wait::{Unwatched, WaitConfig, WaitPolicy};
-use barrier_hw::{
-    control, error_code, expand_sequence, global, status, DeviceMap, FLAG_BYTES, IOMMU_ENTRIES, IOMMU_FREE, IOMMU_IOVA,
-    IOMMU_STATE, IOMMU_STATE_CODE, IOMMU_VALID,
-};
+use barrier_hw::global;
 
+pub use config::{Config, Counters, Faults, Latency};
 pub use device::DeviceFile;
-use offload::*;
 
-/// Delays added by the device.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct Latency {
-    /// Per network hop of a release store (every member is one hop away here).
-    pub per_hop: Duration,
-    /// Per member released.
-    pub per_member: Duration,
-}
-
-/// Injected faults. Probabilities are per event (per arrival, per release store).
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct Faults {
-    /// Lose an arrival message.
-    pub drop_arrival: f64,
-    /// Lose a release store to one member.
-    pub drop_release: f64,
-    /// Write a release store twice (the second time after the next barrier starts).
-    pub duplicate_release: f64,
-    /// Set STATUS.ERROR for good after this many completed barriers (device-wide).
-    pub stick_error_after: Option<u64>,
-    /// Vanish (every register reads all ones, nothing is served) after this many barriers.
-    pub vanish_after: Option<u64>,
-    /// Sleep this long before serving each barrier.
-    pub slow_engine: Duration,
-    /// Seed of the fault model's random numbers.
-    pub seed: u64,
-}
-
-/// How a pass makes sure it alone takes a message.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Claim {
-    /// Swap the identity word for [`TAKEN`] (the engine thread's scan).
-    Swap,
-    /// Nobody else takes this message: mark it [`TAKEN`] with a plain store (an inline
-    /// device's trap of its own rank's message, see [`inline`]).
-    Own,
-}
-
-/// What one look at an arrival slot did.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Taken {
-    /// Nothing to take.
-    Nothing,
-    /// An arrival was taken (or a bad one failed the group), the epoch is not complete.
-    Arrival,
-    /// The arrival taken completed the epoch, and the group was released.
-    Completed,
-}
-
-/// How to run an emulated device.
-#[derive(Clone, Debug)]
-pub struct Config {
-    /// Which device.
-    pub map: &'static DeviceMap,
-    /// Delays.
-    pub latency: Latency,
-    /// Faults.
-    pub faults: Faults,
-    /// Run the device's work inline, in the ranks that ring it, instead of on an engine thread
-    /// (see [`inline`]; faults and latency need the thread).
-    pub inline: bool,
-}
-
-impl Config {
-    /// A fault-free, zero-latency device with an engine thread.
-    pub fn new(map: &'static DeviceMap) -> Self {
-        Config { map, latency: Latency::default(), faults: Faults::default(), inline: false }
-    }
-
-    /// The same device, emulated inline.
-    pub fn inline(self) -> Self {
-        Config { inline: true, ..self }
-    }
-}
-
-/// The device's counters.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Counters {
-    /// Arrival messages accepted.
-    pub arrivals: u64,
-    /// Release stores written.
-    pub releases: u64,
-    /// Errors raised.
-    pub errors: u64,
-    /// Groups allocated now.
-    pub groups_in_use: u64,
-    /// Barriers completed.
-    pub barriers: u64,
-    /// Engine time spent serving, ns.
-    pub busy_ns: u64,
-}
-
-impl Counters {
-    /// Reads the counters of a device file.
-    pub fn read(dev: &DeviceFile) -> Counters {
-        let r = |reg: &barrier_hw::Register| dev.word(reg.offset).load(Ordering::Relaxed);
-        Counters {
-            arrivals: r(&global::ARRIVALS),
-            releases: r(&global::RELEASES),
-            errors: r(&global::ERRORS),
-            groups_in_use: r(&global::GROUPS_IN_USE),
-            barriers: r(&global::BARRIERS),
-            busy_ns: r(&global::ENGINE_BUSY_NS),
-        }
-    }
-}
+use dev::{bump_doorbell, doorbell, Dev};
+use offload::Engine;
 
 /// A running emulated device. Dropping it stops the engine and removes the device.
 #[derive(Debug)]
@@ -257,44 +151,11 @@ impl Drop for Emulator {
     }
 }
 
-fn doorbell(dev: &barrier::mmio::Mmio) -> &barrier::wait::Flag {
-    dev.flag(global::DOORBELL.offset)
-}
-
-fn bump_doorbell(dev: &barrier::mmio::Mmio) {
-    doorbell(dev).bump(true);
-}
-
-/// The device memory an engine works on: its own device file (an engine with a thread), or a
-/// mapping of another process's device file (an inline engine in a rank). Registers are reached
-/// through `mmio` either way (a handle on the same mapping), without a branch per access.
-struct Dev {
-    mmio: barrier::mmio::Mmio,
-    /// The device file this engine serves, when it is the emulator's own.
-    own: Option<Arc<DeviceFile>>,
-}
-
-impl Dev {
-    fn own(file: Arc<DeviceFile>) -> Dev {
-        Dev { mmio: file.share(), own: Some(file) }
-    }
-
-    fn mapped(mmio: barrier::mmio::Mmio) -> Dev {
-        Dev { mmio, own: None }
-    }
-}
-
-impl std::ops::Deref for Dev {
-    type Target = barrier::mmio::Mmio;
-    #[inline]
-    fn deref(&self) -> &barrier::mmio::Mmio {
-        &self.mmio
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::{Claim, Taken};
+    use barrier_hw::{control, error_code, status, FLAG_BYTES, IOMMU_FREE, IOMMU_IOVA, IOMMU_STATE, IOMMU_VALID};
 
     #[test]
     fn a_crafted_iommu_entry_near_the_top_of_the_address_space_does_not_translate() {

@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::Machine;
+use super::predict::Machine;
 
 /// Measures this machine's constants (about a second).
 pub fn calibrate() -> Result<Machine, String> {

@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use super::{fastest, predict, selected, Machine, Network, Prediction, Shape};
+use super::predict::{fastest, predict, selected, Machine, Network, Prediction, Shape};
 
 fn us(ns: f64) -> String {
     if ns >= 100_000.0 {

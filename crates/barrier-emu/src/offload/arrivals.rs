@@ -1,25 +1,13 @@
 //! Arrival messages: what a slot holds, and taking a member's message (the engine thread's
 //! scans and an inline device's trapped stores run the same code).
 
-use super::*;
+use std::sync::atomic::Ordering;
 
-/// [`Group::index`] of an id that is not a member.
-pub(crate) const NOT_A_MEMBER: u32 = u32::MAX;
+use barrier_hw::{error_code, expand_sequence};
 
-/// The identity word of an arrival slot whose message the device has taken. Member ids stay
-/// below 2^32 - 1, so no message carries it: a message is taken once.
-pub(crate) const TAKEN: u64 = u64::MAX;
+use crate::config::{Claim, Taken};
 
-/// What an arrival slot holds, measured against the epoch its group expects.
-pub(crate) enum Slot {
-    /// Nothing to take: empty, still being written, taken, or a message for an epoch the
-    /// group completed already.
-    Nothing,
-    /// A complete message for the expected epoch: its identity word and the epoch.
-    Current { ident: u64, epoch: u64 },
-    /// A malformed message, or one for an epoch after the expected one.
-    Bad,
-}
+use super::state::*;
 
 impl Engine {
     /// Reads member `member`'s arrival slot in group `g`. The slot is read before the group's

@@ -1,11 +1,12 @@
 //! Faults: the device that vanishes, and the collector that frees the groups and IOMMU entries
 //! of jobs that died.
 
-use super::*;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
 
-/// OWNER (or an IOMMU entry's state) while the collector decides whether to free it (no driver
-/// id or entry state is all ones).
-pub(crate) const FREEING: u64 = u64::MAX;
+use barrier_hw::{global, status, IOMMU_ENTRIES, IOMMU_FREE, IOMMU_STATE};
+
+use super::state::*;
 
 impl Engine {
     /// Every register reads all ones from now on; nothing is served.

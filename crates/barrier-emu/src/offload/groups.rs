@@ -1,31 +1,14 @@
 //! Group configuration as the engine sees it: enable, reset, errors, member masks, and the
 //! IOMMU translation of every member's release flag.
 
-use super::*;
+use std::sync::atomic::{fence, Ordering};
 
-/// Per-group engine state: the group's configuration as this engine knows it. The barrier
-/// state itself (ARRIVED_MASK, ARRIVAL_COUNT, COMPLETED_EPOCH) lives in the registers, so that
-/// every engine of an inline device works on the same state.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct Group {
-    /// The owner id the group had when this engine configured or adopted it.
-    pub(crate) owner: u64,
-    pub(crate) enabled: bool,
-    /// ERROR was raised; the group stays failed until RESET or until it is freed.
-    pub(crate) failed: bool,
-    pub(crate) members: Vec<usize>,
-    /// Each member id's index in `members` (and `release`), [`NOT_A_MEMBER`] for the others;
-    /// empty for a group that is not running.
-    pub(crate) index: Vec<u32>,
-    pub(crate) mask: Vec<u64>,
-    /// The one MEMBER_MASK word that holds every member, if there is one: then the arrival
-    /// that fills that ARRIVED_MASK word completes the epoch; otherwise ARRIVAL_COUNT decides.
-    pub(crate) single_word: Option<usize>,
-    /// Each member's release target.
-    pub(crate) release: Vec<ReleaseTarget>,
-    /// Duplicate releases to send at the next release: (target, epoch).
-    pub(crate) duplicates: Vec<(ReleaseTarget, u64)>,
-}
+use barrier_hw::{
+    control, error_code, global, status, DeviceMap, FLAG_BYTES, IOMMU_ENTRIES, IOMMU_IOVA, IOMMU_STATE,
+    IOMMU_STATE_CODE, IOMMU_VALID,
+};
+
+use super::state::*;
 
 impl Group {
     /// A configured, running group (the threaded engine configured it, or an inline engine
@@ -50,41 +33,12 @@ impl Group {
     }
 }
 
-/// Where a member is released (the DMA offset of its flag), and the IOMMU mapping that allows
-/// it: the entry and its state word when the member's release address was translated. A VALID
-/// state word is drawn anew for every claim of an entry (VALID, a random tag, the pid; see
-/// [`barrier_hw::IOMMU_STATE`]), and a driver changes an entry only through FREE, so the state
-/// word alone says whether that mapping is still the one in place. Every release store checks
-/// it: no flag is written through a mapping found removed or replaced.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct ReleaseTarget {
-    pub(crate) flag: u64,
-    /// Device offset of the IOMMU entry.
-    pub(crate) entry: u64,
-    pub(crate) state: u64,
-}
-
 impl ReleaseTarget {
     /// Whether the mapping this target was translated through is still in place.
     #[inline]
     pub(crate) fn mapped(&self, dev: &barrier::mmio::Mmio) -> bool {
         dev.word(self.entry + IOMMU_STATE).load(Ordering::Acquire) == self.state
     }
-}
-
-/// Device offsets of a group's registers that every barrier touches, worked out once per
-/// engine (a trap would otherwise compute each from the map at every access).
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct RegsAt {
-    pub(crate) owner: u64,
-    pub(crate) control: u64,
-    pub(crate) status: u64,
-    pub(crate) completed_epoch: u64,
-    pub(crate) arrival_count: u64,
-    /// ARRIVED_MASK's first word.
-    pub(crate) arrived_mask: u64,
-    /// Member 0's arrival slot.
-    pub(crate) slots: u64,
 }
 
 impl RegsAt {
@@ -108,15 +62,6 @@ impl RegsAt {
     pub(crate) fn slot(&self, member: usize) -> u64 {
         self.slots + member as u64 * barrier_hw::ARRIVAL_SLOT_BYTES
     }
-}
-
-/// Whether a group whose CONTROL and STATUS read `ctl` and `st` is served: enabled and
-/// armed, READY, no ERROR.
-#[inline]
-pub(crate) fn served(ctl: u64, st: u64) -> bool {
-    ctl & (control::ENABLE | control::ARM) == control::ENABLE | control::ARM
-        && st & status::READY != 0
-        && st & status::ERROR == 0
 }
 
 impl Engine {

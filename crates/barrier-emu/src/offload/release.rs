@@ -1,7 +1,11 @@
 //! Completing an epoch: clearing the arrival state, then the release stores (with the latency
 //! and fault models when they are configured).
 
-use super::*;
+use std::sync::atomic::Ordering;
+
+use barrier_hw::{control, error_code, global, status};
+
+use super::state::*;
 
 impl Engine {
     /// Completes group `g`'s epoch `epoch`: clears the arrival state for the next epoch,

@@ -1,6 +1,24 @@
 //! The device: the register driver, group claims, member attachment and detachment.
 
-use super::*;
+use std::os::fd::AsRawFd;
+use std::path::PathBuf;
+use std::sync::atomic::{fence, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use barrier_hw::{
+    control, global, status, DeviceMap, FLAG_BYTES, IOMMU_CLAIMED, IOMMU_ENTRIES, IOMMU_FREE, IOMMU_HOST,
+    IOMMU_IOVA, IOMMU_LEN, IOMMU_STATE, IOMMU_TAG_BITS, IOMMU_TAG_SHIFT, IOMMU_VALID,
+    IOVA_BASE,
+};
+
+use crate::mmio::Mmio;
+
+/// How long the control plane waits for the device to answer RESET or ENABLE.
+pub(super) const DEVICE_ANSWER: Duration = Duration::from_secs(3);
+
+pub(super) const NO_GROUP: u64 = u64::MAX;
+
+pub(super) const NO_ANSWER: u64 = u64::MAX - 1;
 
 /// A device's counters (global window).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

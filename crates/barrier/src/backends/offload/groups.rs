@@ -1,6 +1,10 @@
 //! Trees of groups: a communicator past a device's member limit as chunks and a root group.
 
-use super::*;
+
+use barrier_hw::DeviceMap;
+
+
+use super::device::Device;
 
 /// For each step of `plan`, the number of arrivals sent up to and including it.
 pub(super) fn sends_through(plan: &[Step]) -> Vec<u64> {

@@ -68,40 +68,27 @@ pub use device::{Device, DeviceCounters};
 pub use groups::TreeShape;
 pub use module::HwModule;
 
-use device::*;
+use device::{owner_id, NO_ANSWER, NO_GROUP};
 use groups::*;
 use module::*;
 
-use std::os::fd::AsRawFd;
 use std::path::PathBuf;
-use std::sync::atomic::{fence, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use barrier_hw::{
-    control, global, status, DeviceMap, MessageType, FLAG_BYTES, IOMMU_CLAIMED, IOMMU_ENTRIES, IOMMU_FREE, IOMMU_HOST,
-    IOMMU_IOVA, IOMMU_LEN, IOMMU_STATE, IOMMU_TAG_BITS, IOMMU_TAG_SHIFT, IOMMU_VALID,
-    IOVA_BASE,
+    global, status, DeviceMap,
 };
 
-use crate::backend::{Backend, Decline, EnableContext, Module, Poll, QueryContext};
+use crate::backend::{Backend, Decline, EnableContext, Module, QueryContext};
 use crate::algo::tail::{self, TailSpin};
-use crate::algo::flag::{self, SoftwareModule};
+use crate::algo::flag::{self};
 use crate::error::Error;
 use crate::mmio::Mmio;
 use crate::params::{ParamInfo, ParamKind, Params};
-use crate::shm::Shared;
-use crate::wait::Flag;
 
-/// How often a waiting rank looks at the device and the fault flag.
-pub(super) const RECHECK: Duration = Duration::from_millis(5);
 
-/// How long the control plane waits for the device to answer RESET or ENABLE.
-pub(super) const DEVICE_ANSWER: Duration = Duration::from_secs(3);
-
-pub(super) const NO_GROUP: u64 = u64::MAX;
-
-pub(super) const NO_ANSWER: u64 = u64::MAX - 1;
 
 /// A hardware barrier backend over one register map.
 #[derive(Debug)]

@@ -1,6 +1,25 @@
 //! The data plane: arrivals, release waits, the watchdog, and the fall back to software.
 
-use super::*;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use barrier_hw::{
+    global, status, MessageType,
+};
+
+use crate::backend::{Module, Poll};
+use crate::algo::tail::TailSpin;
+use crate::algo::flag::SoftwareModule;
+use crate::error::Error;
+use crate::shm::Shared;
+use crate::wait::Flag;
+
+use super::device::{Attachment, Device};
+use super::groups::{Step, TreeShape};
+
+/// How often a waiting rank looks at the device and the fault flag.
+pub(super) const RECHECK: Duration = Duration::from_millis(5);
 
 /// One group this rank belongs to.
 #[derive(Debug, Clone, Copy)]
