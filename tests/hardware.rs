@@ -596,7 +596,12 @@ fn a_program_without_the_emulator_drives_an_inline_device_through_the_library_th
     spec.capture_stderr = true;
     let report = barrier_cli::launch::launch(&spec).unwrap();
     let first = report.failure.as_ref().expect("a library that cannot load fails the forced backend").rank;
-    assert!(report.stderr[first].contains("cannot load the inline emulator library"), "{}", report.stderr[first]);
+    // glibc 2.30 and later refuse to load an executable; older ones load it and find no symbol.
+    let why = &report.stderr[first];
+    assert!(
+        why.contains("cannot load the inline emulator library") || why.contains("it is not barrier-emu-inline"),
+        "{why}"
+    );
 }
 
 #[test]

@@ -91,6 +91,17 @@ impl JobSpec {
     }
 }
 
+/// Where this build's libraries are: beside this executable (a cargo build puts them in
+/// `target/<profile>/`), then in the build it came from (`cargo install --path` copies the
+/// executable to `~/.cargo/bin`, away from them; the build script records that directory).
+pub fn artifact_dirs() -> Vec<PathBuf> {
+    let exe_dir = std::env::current_exe().ok().and_then(|exe| exe.parent().map(PathBuf::from));
+    let build_dir = option_env!("BUILD_PROFILE_DIR").map(PathBuf::from);
+    let mut dirs: Vec<PathBuf> = [exe_dir, build_dir].into_iter().flatten().collect();
+    dirs.dedup();
+    dirs
+}
+
 /// The inline emulator library for the ranks of `barrier run --emulate` (see
 /// `barrier_emu_inline`): the one `BARRIER_EMU_INLINE_LIB` names, else the one beside this
 /// executable, else the one in the build this executable came from (`cargo install --path`
@@ -104,13 +115,10 @@ pub fn inline_emulator_library() -> Result<PathBuf, String> {
             .canonicalize()
             .map_err(|e| format!("{INLINE_LIBRARY_VAR}={}: {e}", PathBuf::from(&path).display()))?,
         None => {
-            let exe_dir = std::env::current_exe().ok().and_then(|exe| exe.parent().map(PathBuf::from));
-            let build_dir = option_env!("BUILD_PROFILE_DIR").map(PathBuf::from);
             // deps/ first: a build of the launcher always refreshes the library there, and copies
             // it up beside the executable only when the library's package is built by name.
-            let candidates: Vec<PathBuf> = [exe_dir, build_dir]
+            let candidates: Vec<PathBuf> = artifact_dirs()
                 .into_iter()
-                .flatten()
                 .flat_map(|dir| {
                     [
                         dir.join("deps").join(barrier_emu_inline::LIBRARY_FILE),

@@ -26,16 +26,10 @@ pub struct MpiBenchOptions {
     pub preload: Option<PathBuf>,
 }
 
-/// Where this command looks for the interposer when none is named: beside the executable (a
-/// cargo build puts both in `target/<profile>/`), then in the build the executable came from
-/// (`cargo install --path` copies it to `~/.cargo/bin`, away from the library).
+/// Where this command looks for the interposer when none is named: `libbarrier_pmpi.so` in
+/// each of [`crate::launch::artifact_dirs`].
 pub fn preload_candidates() -> Vec<PathBuf> {
-    let exe_dir = std::env::current_exe().ok().and_then(|exe| exe.parent().map(PathBuf::from));
-    let build_dir = option_env!("BUILD_PROFILE_DIR").map(PathBuf::from);
-    let mut candidates: Vec<PathBuf> =
-        [exe_dir, build_dir].into_iter().flatten().map(|dir| dir.join("libbarrier_pmpi.so")).collect();
-    candidates.dedup();
-    candidates
+    crate::launch::artifact_dirs().into_iter().map(|dir| dir.join("libbarrier_pmpi.so")).collect()
 }
 
 /// The interposer this command uses when none is named: the first of [`preload_candidates`]

