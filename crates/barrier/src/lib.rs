@@ -33,7 +33,7 @@ not_under_loom! {
     pub mod algo;
     pub mod backend;
     pub mod backends;
-    mod coll;
+    mod ctrl;
     mod engine;
     mod comm;
     mod error;

@@ -29,7 +29,7 @@ use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::pad::{CachePadded, CACHE_LINE};
-use crate::shm::{Segment, Shared};
+use crate::shm::{JobShape, Segment, Shared};
 use crate::wait::Flag;
 
 const REGION_MAGIC: u64 = u64::from_le_bytes(*b"BARREGN1");
@@ -141,6 +141,32 @@ pub(crate) struct Region {
     layout: RegionLayout,
 }
 
+/// The job segment's two constructors live here, beside the world communicator's region they
+/// lay out: `shm.rs` maps and allocates but knows nothing of regions (it imports nothing above
+/// it).
+impl Segment {
+    /// An anonymous segment for thread mode or a singleton program, with the world's region.
+    pub fn anonymous(shape: JobShape, pool: usize) -> Result<Arc<Segment>> {
+        let seg = Segment::map_anonymous(shape, pool, RegionLayout::new(shape.world_size).total)?;
+        Ok(with_world_region(seg, shape.world_size))
+    }
+
+    /// A named segment for a launched job: created 0600 and exclusive, then unlinked at once,
+    /// with the world's region. The returned segment keeps the descriptor (close-on-exec); the
+    /// launcher passes [`Segment::raw_fd`] to the ranks it starts, and to nothing else.
+    pub fn create_for_job(shape: JobShape, pool: usize) -> Result<Arc<Segment>> {
+        let seg = Segment::map_for_job(shape, pool, RegionLayout::new(shape.world_size).total)?;
+        Ok(with_world_region(seg, shape.world_size))
+    }
+}
+
+/// Shares a new segment and writes its world region's header.
+fn with_world_region(seg: Segment, world_size: usize) -> Arc<Segment> {
+    let seg = Arc::new(seg);
+    Region::init_at(&seg, seg.world_region(), world_size);
+    seg
+}
+
 #[repr(C)]
 struct RegionHeader {
     magic: AtomicU64,
@@ -160,7 +186,7 @@ impl Region {
     }
 
     /// Writes the header of a region whose memory is already allocated (the world region).
-    pub fn init_at(seg: &Arc<Segment>, base: usize, n: usize) -> Region {
+    fn init_at(seg: &Arc<Segment>, base: usize, n: usize) -> Region {
         let region = Region { seg: seg.clone(), base, layout: RegionLayout::new(n) };
         region.write_header();
         region

@@ -6,7 +6,7 @@
 
 use crate::backend::Backend;
 use crate::backends::hierarchical::Hierarchical;
-use crate::backends::software::Software;
+use crate::backends::dissemination::Software;
 use crate::error::Error;
 use crate::params::{ParamInfo, ParamKind, Params, MPI_FAULT, MPI_NODE_BLOCK, MPI_PROGRESS, REBALANCE};
 

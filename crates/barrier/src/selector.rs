@@ -17,7 +17,7 @@ use std::fmt;
 
 use crate::backend::{Backend, EnableContext, QueryContext};
 use crate::engine::Engine;
-use crate::coll::Ctrl;
+use crate::ctrl::Ctrl;
 use crate::error::{Error, Result};
 use crate::params::Params;
 use crate::region::Region;
@@ -180,7 +180,13 @@ pub(crate) fn select(input: SelectInput<'_>) -> Result<(Engine, Selection)> {
     let agreed_mask = all.iter().fold(u64::MAX, |m, w| m & w[0]);
     let agreed_order = unpack_order(all[0][1]);
 
-    let enable_ctx = EnableContext { query: input.query, policy: input.policy, ctrl: input.ctrl, region: input.region };
+    let enable_ctx = EnableContext {
+        query: input.query,
+        policy: input.policy,
+        ctrl: input.ctrl,
+        region: input.region,
+        backends: &registry,
+    };
     let mut chosen: Option<(usize, Engine)> = None;
     for &i in &agreed_order {
         let b = registry[i];

@@ -149,7 +149,7 @@ impl Universe {
         // backend so that it never holds one of a device's scarce groups.
         let base_params = params
             .clone()
-            .set("BARRIER_BACKEND", crate::backends::software::NAME)
+            .set("BARRIER_BACKEND", crate::backends::dissemination::NAME)
             .set("BARRIER_DISSEMINATION_DISABLE", "0")
             .set("BARRIER_DISSEMINATION_MIN_COMM_SIZE", "1");
         let mut base = Communicator::create(seg, region, rank, (0..size).collect(), base_params)?;

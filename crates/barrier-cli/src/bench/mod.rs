@@ -230,8 +230,8 @@ pub fn run(opts: &BenchOptions) -> Result<Vec<Row>, String> {
     let mut configs: Vec<(String, Vec<(String, String)>)> = Vec::new();
     for name in &names {
         configs.push((name.clone(), vec![("BARRIER_BACKEND".into(), name.clone())]));
-        if opts.algorithms && name == barrier::backends::software::NAME {
-            for a in barrier::backends::software::Algorithm::ALL {
+        if opts.algorithms && name == barrier::backends::dissemination::NAME {
+            for a in barrier::backends::dissemination::Algorithm::ALL {
                 configs.push((
                     format!("{name}/{}", a.name()),
                     vec![("BARRIER_BACKEND".into(), name.clone()), ("BARRIER_SW_ALGORITHM".into(), a.name().into())],

@@ -22,7 +22,7 @@ pub struct BenchOptions {
     /// Barriers per timed batch.
     pub batch: u64,
     /// Rounds each row's barriers are split into, the rows taking turns (`None`: as many as
-    /// [`DEFAULT_ROUNDS`] that leave [`MIN_SAMPLES`] batches per round).
+    /// [`super::DEFAULT_ROUNDS`] that leave [`super::MIN_SAMPLES`] batches per round).
     pub rounds: Option<u64>,
     /// One JSON object per line instead of the table.
     pub json: bool,

@@ -21,7 +21,7 @@ const DASHES: [&str; 4] = ["", "7 4", "2 3", "10 3 2 3"];
 fn series_name(r: &Row) -> String {
     let base = match r.label.as_str() {
         "" => r.backend.clone(),
-        l if l == r.backend && r.backend == barrier::backends::software::NAME => format!("{l} (auto)"),
+        l if l == r.backend && r.backend == barrier::backends::dissemination::NAME => format!("{l} (auto)"),
         l => l.to_string(),
     };
     if r.emulator_ns.is_some() {

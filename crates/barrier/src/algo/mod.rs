@@ -4,7 +4,7 @@
 //!
 //! * [`tree`]: the k-ary gather and fanout over cache-line-padded slots (loom-checked);
 //! * [`topology`]: nodes, their roots and a rank's node tree;
-//! * [`dissemination`]: put-based dissemination over the fabric among some ranks;
+//! * `dissemination`: put-based dissemination over the fabric among some ranks;
 //! * [`flag`]: the flag barriers (central, dissemination, tournament, tree) over shared memory,
 //!   which the software backend runs and an offload module falls back to;
 //! * [`tail`]: the tail spin of a central barrier (the waiter whose CPU holds no missing rank

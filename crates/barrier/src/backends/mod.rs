@@ -1,8 +1,14 @@
-//! The backends. Each hardware family gets its own module ([`hw`] drives the switch offload and
-//! the Global Barrier Accelerator, [`a64fx`] the A64FX's barrier blades); the software barrier that works everywhere is [`software`],
-//! named `dissemination` in parameters and reports.
+//! The backends, one folder each, none importing another (what two share lives in
+//! [`crate::algo`]; one runs another on a subset of ranks through [`crate::backend::subset`]):
+//!
+//! * [`offload`]: the switch offload and the Global Barrier Accelerator (registered as `switch`
+//!   and `gba`: one protocol, the two devices as data);
+//! * [`a64fx`]: the A64FX's barrier blades;
+//! * [`hierarchical`]: gather in each node, the node roots among themselves, fanout;
+//! * [`dissemination`]: the software barrier that works everywhere (its flag algorithms are in
+//!   [`crate::algo::flag`]; it chooses among them).
 
 pub mod a64fx;
+pub mod dissemination;
 pub mod hierarchical;
 pub mod offload;
-pub mod software;

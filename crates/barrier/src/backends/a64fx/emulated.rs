@@ -22,11 +22,12 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use barrier_hw::a64fx::{errno, node, write_bst};
+use barrier_hw::a64fx::{errno, node};
 
-use super::driver::{Driver, Errno, Window};
+use super::driver::{Driver, Errno};
+use super::window::{EmulatedWindow, Window};
 use crate::mmio::Mmio;
-use crate::wait::{Flag, Unwatched, WaitConfig, WaitPolicy};
+use crate::wait::{Unwatched, WaitConfig, WaitPolicy};
 
 /// How long a driver call waits for the node's agent.
 const ANSWER: Duration = Duration::from_secs(5);
@@ -202,52 +203,6 @@ impl Driver for EmulatedDriver {
         if barrier_hw::a64fx::assign_sync_w::blade(assign) != Some(bb as u8) {
             return Err(format!("window {window} of PE {ppe} (CMG {cmg}) is not connected to blade {bb}"));
         }
-        Ok(Window::emulated(EmulatedWindow {
-            mmio: Arc::clone(&self.mmio),
-            register: l.blade(cmg, bb),
-            flips: l.flips(cmg, bb),
-            ppe,
-        }))
-    }
-}
-
-/// A window of an emulated PE: the blade's register word and flips flag.
-#[derive(Debug)]
-pub(crate) struct EmulatedWindow {
-    mmio: Arc<Mmio>,
-    register: u64,
-    flips: u64,
-    ppe: usize,
-}
-
-impl EmulatedWindow {
-    #[inline]
-    pub fn lbsy(&self) -> bool {
-        barrier_hw::a64fx::init_sync_bb::lbsy(self.mmio.word(self.register).load(Ordering::Acquire))
-    }
-
-    #[inline]
-    pub fn write_bst(&self, bit: bool) {
-        let word = self.mmio.word(self.register);
-        let mut cur = word.load(Ordering::Relaxed);
-        loop {
-            let (next, flipped) = write_bst(cur, self.ppe, bit);
-            // AcqRel: the write publishes this PE's work to whoever sees LBSY flip, and the
-            // flipping write sees every other PE's.
-            match word.compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Relaxed) {
-                Ok(_) => {
-                    if flipped {
-                        self.flips().bump(true);
-                    }
-                    return;
-                }
-                Err(now) => cur = now,
-            }
-        }
-    }
-
-    #[inline]
-    pub fn flips(&self) -> &Flag {
-        self.mmio.flag(self.flips)
+        Ok(Window::emulated(EmulatedWindow::new(Arc::clone(&self.mmio), l.blade(cmg, bb), l.flips(cmg, bb), ppe)))
     }
 }

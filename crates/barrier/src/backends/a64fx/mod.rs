@@ -55,10 +55,12 @@
 //! error codes and implements the blade rule in the writer's context. `real.rs` is small,
 //! compile-gated to aarch64 for the registers, and untested on an A64FX.
 
+mod device;
 mod driver;
 mod emulated;
 mod real;
 mod sysfs;
+mod window;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -73,7 +75,8 @@ use crate::error::Error;
 use crate::params::{ParamInfo, ParamKind, Params};
 use crate::wait::Flag;
 
-use driver::{Assignment, BladeHold, Device, Window};
+use device::{Assignment, BladeHold, Device};
+use window::Window;
 
 pub use sysfs::{CmgInfo, NodeInfo};
 

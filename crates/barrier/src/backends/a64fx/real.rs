@@ -13,7 +13,10 @@ use std::path::Path;
 
 use barrier_hw::a64fx::{errno, ioctl};
 
-use super::driver::{Driver, Errno, Window};
+use super::driver::{Driver, Errno};
+#[cfg(target_arch = "aarch64")]
+use super::window::RealWindow;
+use super::window::Window;
 
 /// The driver's device file, open once per process (the driver ties blades to the fd).
 #[derive(Debug)]
@@ -106,76 +109,11 @@ impl Driver for RealDriver {
         if window > 3 {
             return Err(format!("window {window} does not exist (a PE has 4)"));
         }
-        Ok(Window::real(RealWindow { window }))
+        Ok(Window::real(RealWindow::new(window)))
     }
 
     #[cfg(not(target_arch = "aarch64"))]
     fn window(&self, _cmg: u8, _bb: u8, _ppe: u8, _window: u8) -> Result<Window, String> {
         Err("the A64FX window registers exist only on aarch64".into())
-    }
-}
-
-/// One of the calling PE's EL0 window registers (`IMP_BARRIER_BST_SYNC_W<n>` /
-/// `LBSY_SYNC_W<n>`, `S3_3_C15_C15_<n>`): bit 0 reads LBSY and writes BST. Accessible from EL0
-/// once the driver assigned the window (the driver sets `IMP_BARRIER_CTRL_EL1.EL0AE`); any
-/// other access raises SIGILL, which is why only an assigned window is ever built.
-#[cfg(target_arch = "aarch64")]
-#[derive(Debug)]
-pub(crate) struct RealWindow {
-    window: u8,
-}
-
-#[cfg(target_arch = "aarch64")]
-macro_rules! sync_register {
-    ($w:expr, read) => {{
-        let v: u64;
-        match $w {
-            // SAFETY: reading an assigned window register of the calling PE has no effect
-            // besides returning LBSY (driver-enabled EL0 access).
-            // (Not `nomem`: the read is a synchronisation point the compiler must not move
-            // memory accesses across.)
-            0 => unsafe { std::arch::asm!("mrs {}, S3_3_C15_C15_0", out(reg) v, options(nostack)) },
-            // SAFETY: as above.
-            1 => unsafe { std::arch::asm!("mrs {}, S3_3_C15_C15_1", out(reg) v, options(nostack)) },
-            // SAFETY: as above.
-            2 => unsafe { std::arch::asm!("mrs {}, S3_3_C15_C15_2", out(reg) v, options(nostack)) },
-            // SAFETY: as above.
-            _ => unsafe { std::arch::asm!("mrs {}, S3_3_C15_C15_3", out(reg) v, options(nostack)) },
-        }
-        v
-    }};
-    ($w:expr, write $v:expr) => {{
-        let v: u64 = $v;
-        match $w {
-            // SAFETY: writing bit 0 of an assigned window register sets this PE's BST bit in
-            // the window's blade; no memory is touched (the barrier orders memory: see below).
-            0 => unsafe { std::arch::asm!("msr S3_3_C15_C15_0, {}", in(reg) v, options(nostack)) },
-            // SAFETY: as above.
-            1 => unsafe { std::arch::asm!("msr S3_3_C15_C15_1, {}", in(reg) v, options(nostack)) },
-            // SAFETY: as above.
-            2 => unsafe { std::arch::asm!("msr S3_3_C15_C15_2, {}", in(reg) v, options(nostack)) },
-            // SAFETY: as above.
-            _ => unsafe { std::arch::asm!("msr S3_3_C15_C15_3, {}", in(reg) v, options(nostack)) },
-        }
-    }};
-}
-
-#[cfg(target_arch = "aarch64")]
-impl RealWindow {
-    /// Reads LBSY. Whether the hardware orders a system-register read against later memory
-    /// accesses is for the HPC extension specification to say (Fujitsu's `fhwb_sync` uses no
-    /// barrier); the fence keeps the compiler and the core from hoisting later loads above it.
-    #[inline]
-    pub fn lbsy(&self) -> bool {
-        let v = sync_register!(self.window, read);
-        std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
-        v & 1 == 1
-    }
-
-    #[inline]
-    pub fn write_bst(&self, bit: bool) {
-        // Writes before the arrival must be visible to every PE that sees the release.
-        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
-        sync_register!(self.window, write u64::from(bit));
     }
 }

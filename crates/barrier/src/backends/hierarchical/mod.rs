@@ -3,7 +3,7 @@
 //!
 //! 1. **Gather** within each node: the node's ranks signal up a k-ary tree
 //!    (`BARRIER_HIER_RADIX`), each storing the epoch into its own cache-line-padded up-slot,
-//!    which its parent reads ([`tree`]).
+//!    which its parent reads ([`crate::algo::tree`]).
 //! 2. **Among node roots** ([`internode`]): put-based dissemination over the transport,
 //!    ⌈log2 nodes⌉ rounds for any node count, one network put per round per root; or a switch
 //!    or GBA group whose members are the node roots only (`BARRIER_HIER_INTERNODE`).
@@ -42,15 +42,15 @@ pub mod internode;
 
 use std::time::{Duration, Instant};
 
+use crate::backend::subset::SubsetOutcome;
 use crate::backend::{Backend, Decline, EnableContext, Module, Poll, QueryContext};
-use crate::backends::offload::{HwBackend, GBA, SWITCH};
 use crate::error::Error;
 use crate::params::{ParamInfo, ParamKind, Params};
 use crate::shm::Shared;
 use crate::transport::Fabric;
 use crate::wait::Flag;
 
-use internode::{DeviceOutcome, RootsDevice};
+use internode::{RootsDevice, AUTO_DEVICES};
 
 use crate::algo::dissemination::FabricDissemination;
 use crate::algo::topology::Topology;
@@ -76,9 +76,8 @@ struct Settings {
     /// Index into `INTERNODE`.
     internode: usize,
     debug: bool,
-    /// `BARRIER_GBA_DISABLE`, `BARRIER_SWITCH_DISABLE` (auto skips a disabled device).
-    gba_disabled: bool,
-    switch_disabled: bool,
+    /// Bit `i`: `AUTO_DEVICES[i]`'s `BARRIER_<NAME>_DISABLE` is set (auto skips it).
+    disabled: u8,
 }
 
 impl Settings {
@@ -92,17 +91,20 @@ impl Settings {
                 expected: format!("one of {}", INTERNODE.join(", ")),
             })?;
         let debug = params.flag("BARRIER_HIER_DEBUG")?;
-        let gba_disabled = params.flag("BARRIER_GBA_DISABLE")?;
-        let switch_disabled = params.flag("BARRIER_SWITCH_DISABLE")?;
-        Ok(Settings { radix: radix.clamp(1, 64), internode, debug, gba_disabled, switch_disabled })
+        let mut disabled = 0;
+        for (i, name) in AUTO_DEVICES.iter().enumerate() {
+            if params.flag(&format!("BARRIER_{}_DISABLE", name.to_ascii_uppercase()))? {
+                disabled |= 1 << i;
+            }
+        }
+        Ok(Settings { radix: radix.clamp(1, 64), internode, debug, disabled })
     }
 
     fn pack(self) -> u64 {
         self.radix as u64
             | (self.internode as u64) << 8
             | (self.debug as u64) << 16
-            | (self.gba_disabled as u64) << 17
-            | (self.switch_disabled as u64) << 18
+            | (self.disabled as u64) << 17
     }
 
     fn unpack(word: u64) -> Settings {
@@ -110,23 +112,22 @@ impl Settings {
             radix: ((word & 0xff) as usize).clamp(1, 64),
             internode: ((word >> 8) & 0xff) as usize % INTERNODE.len(),
             debug: (word >> 16) & 1 == 1,
-            gba_disabled: (word >> 17) & 1 == 1,
-            switch_disabled: (word >> 18) & 1 == 1,
+            disabled: ((word >> 17) & ((1 << AUTO_DEVICES.len()) - 1)) as u8,
         }
     }
 
-    /// The devices to try among the roots, in order (the same on every rank: rank 0's settings).
-    fn devices(self) -> Vec<&'static HwBackend> {
+    /// The names of the devices to try among the roots, in order (the same on every rank:
+    /// rank 0's settings).
+    fn devices(self) -> Vec<&'static str> {
         match INTERNODE[self.internode] {
-            "switch" => vec![&SWITCH],
-            "gba" => vec![&GBA],
             "dissemination" => vec![],
-            // By the devices' own priorities, skipping any the user disabled.
-            _ => [(&GBA, self.gba_disabled), (&SWITCH, self.switch_disabled)]
-                .into_iter()
-                .filter(|(_, disabled)| !disabled)
-                .map(|(b, _)| b)
+            "auto" => AUTO_DEVICES
+                .iter()
+                .enumerate()
+                .filter(|&(i, _)| self.disabled & (1 << i) == 0)
+                .map(|(_, &name)| name)
                 .collect(),
+            device => vec![device],
         }
     }
 }
@@ -224,25 +225,25 @@ impl Backend for Hierarchical {
             let devices = settings.devices();
             let explicit = settings.internode >= 2;
             let mut why = Vec::new();
-            for backend in devices {
-                match internode::enable_device(ctx, backend, &topo)? {
-                    DeviceOutcome::Root(device) => {
-                        label = format!("{} {}", backend.name, device.module.algorithm());
+            for name in devices {
+                match internode::enable_device(ctx, name, &topo)? {
+                    SubsetOutcome::Member(device) => {
+                        label = format!("{name} {}", device.module().algorithm());
                         internode = Internode::Device(device);
                         break;
                     }
-                    DeviceOutcome::NotRoot => {
-                        label = format!("{} group of the node roots", backend.name);
+                    SubsetOutcome::NotMember => {
+                        label = format!("{name} group of the node roots");
                         internode = Internode::Remote;
                         break;
                     }
-                    DeviceOutcome::Declined(reason) if explicit => {
+                    SubsetOutcome::Declined(reason) if explicit => {
                         return Err(Decline::new(format!(
                             "BARRIER_HIER_INTERNODE={}: {reason}",
                             INTERNODE[settings.internode]
                         )))
                     }
-                    DeviceOutcome::Declined(reason) => why.push(format!("{}: {reason}", backend.name)),
+                    SubsetOutcome::Declined(reason) => why.push(format!("{name}: {reason}")),
                 }
             }
             if matches!(internode, Internode::None) {
@@ -386,7 +387,7 @@ fn start_internode(internode: &mut Internode, epoch: u64, wake: bool) -> Result<
     match internode {
         Internode::None | Internode::Remote => return Ok(Phase::Fanout),
         Internode::Dissemination(d) => d.start(epoch, wake)?,
-        Internode::Device(d) => d.module.arrive(epoch)?,
+        Internode::Device(d) => d.module_mut().arrive(epoch)?,
     }
     Ok(Phase::Internode)
 }
@@ -395,10 +396,10 @@ impl HierModule {
     /// Keeps the reported algorithm in step with the device's (which changes on a fault).
     fn note_device_algorithm(&mut self) {
         if let Internode::Device(d) = &self.internode {
-            let now = d.module.algorithm();
+            let now = d.module().algorithm();
             if now != self.inner_algorithm {
                 let base = self.algorithm.split("; roots: ").next().unwrap_or_default().to_string();
-                self.algorithm = format!("{base}; roots: {} {now}", d.kind);
+                self.algorithm = format!("{base}; roots: {} {now}", d.name());
                 self.inner_algorithm = now.to_string();
             }
         }
@@ -412,7 +413,7 @@ impl Module for HierModule {
 
     fn network_ops(&self) -> u64 {
         let device = match &self.internode {
-            Internode::Device(d) => d.module.network_ops(),
+            Internode::Device(d) => d.module().network_ops(),
             _ => 0,
         };
         self.fabric.network_ops() + device
@@ -462,7 +463,7 @@ impl Module for HierModule {
                     }
                 }
                 Internode::Device(d) => {
-                    if let Poll::Pending { flag, target, recheck, last, spin } = d.module.progress(epoch)? {
+                    if let Poll::Pending { flag, target, recheck, last, spin } = d.module_mut().progress(epoch)? {
                         return Ok(Poll::Pending { flag, target, recheck, last: last && leaf, spin });
                     }
                 }
@@ -505,8 +506,8 @@ mod tests {
     #[test]
     fn settings_survive_the_exchange() {
         for s in [
-            Settings { radix: 1, internode: 0, debug: false, gba_disabled: true, switch_disabled: false },
-            Settings { radix: 64, internode: 3, debug: true, gba_disabled: false, switch_disabled: true },
+            Settings { radix: 1, internode: 0, debug: false, disabled: 0b01 },
+            Settings { radix: 64, internode: 3, debug: true, disabled: 0b10 },
         ] {
             assert_eq!(Settings::unpack(s.pack()), s);
         }

@@ -1,83 +1,18 @@
-//! The backend (component) and module traits.
-//!
-//! A [`Backend`] is a way to do barriers (a device, an algorithm family). For each new
-//! communicator the selector asks every backend, by priority, whether it can serve it:
-//! [`Backend::query`] is a cheap local check that returns a reason a person can read when the
-//! answer is no; [`Backend::enable`] is collective and builds the per-communicator [`Module`].
-//!
-//! # The barrier contract
-//!
-//! A module's barrier at epoch `e` (arrive, then progress until [`Poll::Ready`]) guarantees:
-//!
-//! 1. **No early exit.** No rank sees `Ready` for `e` before every rank of the communicator has
-//!    called `arrive(e)`.
-//! 2. **Visibility.** Every write a rank made before `arrive(e)` happens-before every read any
-//!    rank makes after it sees `Ready` for `e`. Software modules get this from release stores
-//!    of epochs and acquire loads of them (a chain of release/acquire pairs across rounds);
-//!    hardware modules from the device's release store into host memory, read with acquire.
-//! 3. **Monotone epochs.** Epochs passed to `arrive` increase by one per barrier, starting at 1.
-//!    Every signal means "reached epoch e" and every wait is "until at least e", so state is
-//!    never reset and a module can take over at any epoch (how the fallback works).
-//! 4. **Progress without blocking.** `arrive` and `progress` never block; a module that cannot
-//!    finish yet returns [`Poll::Pending`] with the flag it waits on, and the communicator waits
-//!    on it with the agreed wait policy (spin, yield, park) and timeout.
+//! A backend (a component, in Open MPI's words): the [`Backend`] trait, why it declines
+//! ([`Decline`]), and what it sees when the selector asks it about a communicator
+//! ([`QueryContext`]) and when it builds a module ([`EnableContext`]: the query's facts plus
+//! collectives, the transports, and the other backends by name).
 
 use std::fmt::Debug;
 
-use crate::coll::Ctrl;
+use super::module::Module;
+use crate::ctrl::Ctrl;
 use crate::error::Error;
 use crate::params::{ParamInfo, Params};
 use crate::shm::JobShape;
 use crate::transport::segment::{local_fabric, NetModel};
 use crate::transport::{Fabric, Peer};
-use crate::wait::{Flag, WaitPolicy};
-
-/// What a module's `progress` returns.
-#[derive(Debug)]
-pub enum Poll<'a> {
-    /// Every rank has arrived at the epoch: the barrier is complete for this rank.
-    Ready,
-    /// Not yet; `flag` reaching `target` is the next thing that can change that.
-    Pending {
-        /// The flag to wait on.
-        flag: &'a Flag,
-        /// The value it must reach.
-        target: u64,
-        /// Call `progress` again after this long even if the flag has not moved (hardware
-        /// modules watch for device faults this way). `None`: only when the flag moves.
-        recheck: Option<std::time::Duration>,
-        /// Once `flag` reaches `target`, the barrier is complete for this rank and `progress`
-        /// need not be called again for this epoch (the next `arrive` starts afresh). Saves a
-        /// call on the critical path between seeing the last signal and the next barrier.
-        last: bool,
-        /// Spin on `flag` (no yield, no clock read but every few dozen checks) for up to this
-        /// long before the communicator's wait policy takes over: the module expects the flag
-        /// to move soon, set by a rank that runs on another CPU, and a yield now would only
-        /// hand this core to ranks with nothing to do (the tail spin). Honoured once per
-        /// barrier, by the first blocking wait that offers one: a spin that ended without the
-        /// flag means the hint was wrong. `None` for every other wait.
-        spin: Option<std::time::Duration>,
-    },
-}
-
-/// A per-communicator barrier module. See the module docs for the contract.
-pub trait Module: Send + Debug {
-    /// The algorithm or device mode in use, for reports (e.g. "central", "dissemination").
-    fn algorithm(&self) -> &str;
-
-    /// Announces this rank's arrival at `epoch`. Never blocks.
-    fn arrive(&mut self, epoch: u64) -> Result<(), Error>;
-
-    /// Advances the barrier at `epoch` as far as possible without blocking.
-    fn progress(&mut self, epoch: u64) -> Result<Poll<'_>, Error>;
-
-    /// Operations this rank has sent across the network so far: transport puts and atomics to
-    /// other nodes, and arrival messages to a barrier device (the switch or GBA is reached over
-    /// the network). Counters for tests and `barrier bench`.
-    fn network_ops(&self) -> u64 {
-        0
-    }
-}
+use crate::wait::WaitPolicy;
 
 /// Why a backend cannot serve a communicator, in words a person can act on.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -130,9 +65,18 @@ pub struct EnableContext<'a> {
     pub policy: WaitPolicy,
     pub(crate) ctrl: &'a Ctrl<'a>,
     pub(crate) region: &'a crate::region::Region,
+    /// The backends the selector knows (the registry's list), for [`EnableContext::backend`].
+    pub(crate) backends: &'a [&'static dyn Backend],
 }
 
 impl EnableContext<'_> {
+    /// The backend called `name` (case-insensitive) among those the selector knows, to run on
+    /// a subset of the ranks ([`super::subset::enable_on_subset`]); `None` when this build has
+    /// no such backend. A backend composes another this way, by name, never by importing it.
+    pub fn backend(&self, name: &str) -> Option<&'static dyn Backend> {
+        self.backends.iter().copied().find(|b| b.name().eq_ignore_ascii_case(name))
+    }
+
     /// Rank `root`'s `value`, on every rank (collective).
     pub fn broadcast(&self, root: usize, value: u64) -> Result<u64, Error> {
         Ok(self.ctrl.allgather(&[value])?[root][0])
@@ -195,4 +139,3 @@ pub trait Backend: Send + Sync + Debug {
     /// context's collectives. A decline here must be the same on all ranks (agree first).
     fn enable(&self, ctx: &EnableContext<'_>) -> Result<Box<dyn Module>, Decline>;
 }
-

@@ -1,0 +1,54 @@
+//! A module: one communicator's barrier, as a backend built it, and what its `progress`
+//! returns. The contract every module keeps is in the [folder's docs](super).
+
+use std::fmt::Debug;
+
+use crate::error::Error;
+use crate::wait::Flag;
+
+/// What a module's `progress` returns.
+#[derive(Debug)]
+pub enum Poll<'a> {
+    /// Every rank has arrived at the epoch: the barrier is complete for this rank.
+    Ready,
+    /// Not yet; `flag` reaching `target` is the next thing that can change that.
+    Pending {
+        /// The flag to wait on.
+        flag: &'a Flag,
+        /// The value it must reach.
+        target: u64,
+        /// Call `progress` again after this long even if the flag has not moved (hardware
+        /// modules watch for device faults this way). `None`: only when the flag moves.
+        recheck: Option<std::time::Duration>,
+        /// Once `flag` reaches `target`, the barrier is complete for this rank and `progress`
+        /// need not be called again for this epoch (the next `arrive` starts afresh). Saves a
+        /// call on the critical path between seeing the last signal and the next barrier.
+        last: bool,
+        /// Spin on `flag` (no yield, no clock read but every few dozen checks) for up to this
+        /// long before the communicator's wait policy takes over: the module expects the flag
+        /// to move soon, set by a rank that runs on another CPU, and a yield now would only
+        /// hand this core to ranks with nothing to do (the tail spin). Honoured once per
+        /// barrier, by the first blocking wait that offers one: a spin that ended without the
+        /// flag means the hint was wrong. `None` for every other wait.
+        spin: Option<std::time::Duration>,
+    },
+}
+
+/// A per-communicator barrier module. See the module docs for the contract.
+pub trait Module: Send + Debug {
+    /// The algorithm or device mode in use, for reports (e.g. "central", "dissemination").
+    fn algorithm(&self) -> &str;
+
+    /// Announces this rank's arrival at `epoch`. Never blocks.
+    fn arrive(&mut self, epoch: u64) -> Result<(), Error>;
+
+    /// Advances the barrier at `epoch` as far as possible without blocking.
+    fn progress(&mut self, epoch: u64) -> Result<Poll<'_>, Error>;
+
+    /// Operations this rank has sent across the network so far: transport puts and atomics to
+    /// other nodes, and arrival messages to a barrier device (the switch or GBA is reached over
+    /// the network). Counters for tests and `barrier bench`.
+    fn network_ops(&self) -> u64 {
+        0
+    }
+}

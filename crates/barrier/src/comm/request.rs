@@ -1,0 +1,145 @@
+//! The split-phase barrier: [`Communicator::ibarrier`] and the [`Request`] it returns.
+
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::wait::{WaitError, Watch};
+use crate::watch::{Need, PeerWatch};
+
+use super::communicator::*;
+
+impl Communicator {
+    /// Starts a barrier and returns at once (split phase, MPI_Ibarrier): this rank's arrival is
+    /// announced now; [`Request::test`] or [`Request::wait`] completes it later. Several may be
+    /// outstanding; they complete in the order they were started (a later one is announced to
+    /// the module once the one before it completes). See [`Request::wait_all`] and
+    /// [`Request::test_any`].
+    pub fn ibarrier(&self) -> Result<Request<'_>> {
+        self.check_usable()?;
+        let epoch = self.epoch.get() + 1;
+        self.epoch.set(epoch);
+        // The arrival record is made when the module gets the barrier: now if nothing is
+        // outstanding, else by `drive` once the barriers before it complete (see `barrier`).
+        // Waking: the hardware module's flat fallback parks on this flag.
+        if self.armed.get() == self.done.get() && self.done.get() + 1 == epoch {
+            self.arrival.signal(epoch, self.wait.policy.wakes());
+            self.engine.borrow_mut().arrive(epoch).map_err(|e| self.fail(e))?;
+            self.armed.set(epoch);
+            self.note_armed();
+        }
+        Ok(Request { comm: self, watch: self.watch(self.done.get() + 1), epoch, polls: 0 })
+    }
+}
+
+/// A pending split-phase barrier. Dropping an incomplete request waits for it, except while
+/// the thread panics: then the communicator is marked broken instead (waiting could deadlock a
+/// rank that is unwinding).
+#[derive(Debug)]
+pub struct Request<'c> {
+    comm: &'c Communicator,
+    /// Looks for departed or exited peers and reports stalls while the request is polled.
+    watch: PeerWatch<'c>,
+    epoch: u64,
+    /// Calls to `test` so far (the watch runs on every 64th).
+    polls: u32,
+}
+
+impl<'c> Request<'c> {
+    /// The barrier epoch this request completes.
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    fn is_done(&self) -> bool {
+        self.comm.done.get() >= self.epoch
+    }
+
+    /// Makes progress; `Ok(true)` once every rank has arrived. Never blocks. Once the request
+    /// has been pending longer than `BARRIER_TIMEOUT`, returns the timeout error naming the
+    /// ranks that have not arrived, and once a rank has left without arriving, the error that
+    /// says so (polling for ever would otherwise hang silently).
+    pub fn test(&mut self) -> Result<bool> {
+        if self.is_done() {
+            return Ok(true);
+        }
+        if self.comm.drive(self.epoch, false)? {
+            return Ok(true);
+        }
+        // The barrier in flight: this one, or an earlier one it is queued behind.
+        let flight = self.comm.done.get() + 1;
+        if self.watch.need != Need::Barrier(flight) {
+            self.watch = self.comm.watch(flight);
+        }
+        self.polls = self.polls.wrapping_add(1);
+        let verdict = match (self.comm.armed_at.get(), self.comm.wait.timeout) {
+            (Some(t0), Some(limit)) if t0.elapsed() >= limit => Err(WaitError::Timeout(t0.elapsed())),
+            _ if self.polls.is_multiple_of(64) => self.watch.check(Duration::ZERO),
+            _ => Ok(()),
+        };
+        match verdict {
+            Ok(()) => Ok(false),
+            Err(w) => Err(self.comm.wait_error(&self.watch, w)),
+        }
+    }
+
+    /// Blocks until the barrier completes (and every barrier started before it).
+    pub fn wait(self) -> Result<()> {
+        self.comm.drive(self.epoch, true).map(|_| ())
+    }
+
+    /// Completes every request (MPI_Waitall), of one communicator or several, progressing all
+    /// of them in turn so that none waits on another rank that waits on this one elsewhere.
+    /// Returns the first error; the other requests are still completed (or fail) first.
+    pub fn wait_all(requests: Vec<Request<'c>>) -> Result<()> {
+        let mut pending = requests;
+        let mut first_error = None;
+        while !pending.is_empty() {
+            let mut still = Vec::with_capacity(pending.len());
+            for mut r in pending {
+                match r.test() {
+                    Ok(true) => {}
+                    Ok(false) => still.push(r),
+                    Err(e) => {
+                        first_error.get_or_insert(e);
+                    }
+                }
+            }
+            pending = still;
+            if !pending.is_empty() {
+                std::thread::yield_now();
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// Tests the requests in order (MPI_Testany): the index of the first complete one, or
+    /// `None` if none is complete yet. Never blocks.
+    pub fn test_any(requests: &mut [Request<'c>]) -> Result<Option<usize>> {
+        for (i, r) in requests.iter_mut().enumerate() {
+            if r.test()? {
+                return Ok(Some(i));
+            }
+        }
+        Ok(None)
+    }
+}
+
+impl Drop for Request<'_> {
+    fn drop(&mut self) {
+        if self.is_done() || self.comm.state.get() == BROKEN {
+            return;
+        }
+        if std::thread::panicking() {
+            // Waiting here could wait for ranks that are themselves waiting for this one (in
+            // another collective); the panic must reach the job instead.
+            self.comm.fail(Error::Broken(format!(
+                "an ibarrier() request for barrier {} was dropped while the thread panicked",
+                self.epoch
+            )));
+            return;
+        }
+        if let Err(e) = self.comm.drive(self.epoch, true) {
+            tracing::warn!(error = %e, "ibarrier request dropped and its completion failed");
+        }
+    }
+}

@@ -1,0 +1,78 @@
+//! Waiting: spin, then yield, then park on a futex in shared memory.
+//!
+//! # The flag
+//!
+//! Every wait in this crate is "until this [`Flag`]'s value is at least `e`", and every signal
+//! is "set this flag to `e`", where `e` is a 64-bit epoch that only grows. Values are never
+//! reset, so a late reader never misses a signal and a stale one can never satisfy a newer wait.
+//!
+//! # The parking protocol (no lost wake-ups)
+//!
+//! A flag is one cache line holding `value` (the epoch; the kernel's 32-bit futex word is its
+//! low half) and `waiters` (how many ranks are parked or about to park).
+//!
+//! ```text
+//! signaller                         waiter
+//! value.store(e, Release)           waiters.fetch_add(1)
+//! fence(SeqCst)              (F1)   fence(SeqCst)                     (F2)
+//! if waiters.load() > 0             v = value.load(Acquire)
+//!     futex_wake_all(low(value))    if v < e { futex_wait(low(value), v as u32) }
+//!                                   waiters.fetch_sub(1)
+//! ```
+//!
+//! F1 and F2 are sequentially consistent fences, so one of them comes first in their single
+//! total order. If F1 comes first, the waiter's load after F2 sees `value >= e` and never
+//! sleeps. If F2 comes first, the signaller's load after F1 sees `waiters > 0` and wakes the
+//! futex; if the wake happens before the waiter reaches `futex_wait`, the low half of `value`
+//! already differs from `v as u32` and the kernel returns at once (`EAGAIN`). Either way the waiter
+//! cannot sleep through the signal. (The low 32 bits of two epochs 2^32 apart are equal; a
+//! waiter that sleeps through such a coincidence wakes at the next time slice, see
+//! [`PARK_SLICE`], and re-checks the full 64-bit value.)
+//!
+//! Signallers skip F1 and the `waiters` load when the communicator's policy never parks
+//! ([`WaitPolicy::Spin`]): that is the 2-rank, not-oversubscribed fast path, where one extra
+//! fence would cost about as much as the whole barrier. All ranks of a communicator agree on the
+//! policy when it is created, so a waiter never parks on a flag whose signaller will not wake it.
+//!
+//! # Layers
+//!
+//! The fast check is inline; everything else is in a `#[cold]` function. Spinning uses
+//! `spin_loop` (PAUSE on x86); after [`WaitConfig::spin`] rounds it yields, after
+//! [`WaitConfig::yields`] more it parks (if the policy allows). Time is read only on the slow
+//! path: a wait starts its clock at its eighth yield or when it parks, whichever comes first (most
+//! oversubscribed waits end after a yield or two and never read it), and then reads it every 64
+//! yields (8 with a recheck interval) and once per park slice, to
+//! check the timeout and to ask the caller's [`Watch`] whether the wait can still complete (the
+//! job was aborted, a peer left, the launcher is gone) and whether it is time to report a stall.
+//! A timeout therefore counts from that start, not from the first yield. A rank that parks
+//! checks its flag once inline, with no PAUSE after the check.
+//!
+//! # Progress of an outside engine
+//!
+//! A communicator served under MPI must keep MPI's progress engine turning while it waits: MPI's
+//! progress rule lets a program count on a rank blocked in `MPI_Barrier` to complete other MPI
+//! operations (a rendezvous send to it, a one-sided read of its window), and a rank that never
+//! calls into MPI would deadlock such a program. [`WaitConfig::progress`] is that engine's call
+//! (`barrier-mpi` sets it on its node segments: one `MPI_Iprobe`). It runs on the slow path only,
+//! never while spinning: once every [`PROGRESS_EVERY`] yields (most oversubscribed waits end
+//! after a yield or two and never call it: MPI's progress may yield the CPU itself), once before
+//! and after every park, and parks are cut to [`PROGRESS_PARK_SLICE`] so that a parked rank still
+//! progresses MPI about a thousand times a second. A release found while spinning costs nothing.
+//!
+//! # The folder
+//!
+//! `primitive.rs` (the atomics and futex calls, real or loom's) ← `timing.rs` (slices, the
+//! progress call) ← `flag.rs` (the [`Flag`] and its signalling half) ← `policy.rs` (the wait
+//! loop). Under `--cfg loom` the same files are built on loom's primitives.
+
+mod flag;
+mod policy;
+mod primitive;
+mod timing;
+
+pub use flag::Flag;
+pub use policy::{Unwatched, WaitConfig, WaitError, WaitPolicy, Watch};
+pub use timing::{Progress, PARK_SLICE, PROGRESS_EVERY, PROGRESS_PARK_SLICE};
+
+#[cfg(all(test, not(loom)))]
+mod tests;
