@@ -1,0 +1,525 @@
+//! The rule that keeps the house (docs/architecture.md), read from the sources themselves:
+//!
+//! * no file in `crates/*/src` imports a file that imports it back, directly or around a cycle;
+//! * in `barrier`, no backend imports another (what two share lives in `algo/`; one runs another
+//!   through `backend::subset`, by name), and every import points down the layers of the
+//!   diagram (or sideways within a layer, without a cycle).
+//!
+//! Each crate is parsed with `syn` from its root (`lib.rs`, and `main.rs` as a crate of its
+//! own), following `mod` declarations into files and into inline modules. What a file imports
+//! is every path it names in a `use` item or in code that leads into the crate (`crate::…`,
+//! `super::…`, `self::…`, a child module, or a name an earlier `use` brought in), resolved
+//! through re-exports (`pub use`) to the file that defines the item. Items under a `cfg` that
+//! is off in a normal build (`test`, `loom`) are left out; other `cfg`s (features, target
+//! architectures) are read, since some build compiles them. Paths inside macro invocations are
+//! not read, but an item macro whose body is items (`not_under_loom! { pub mod shm; }`) is.
+//! `ARCH_DEBUG=1` prints every import found and the path behind it.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use syn::visit::Visit;
+
+/// `barrier`'s top-level modules, lowest layer first (docs/architecture.md's diagram).
+const LAYERS: &[&[&str]] = &[
+    &["sys", "pad", "error"],
+    &["wait", "params"],
+    &["shm", "mmio"],
+    &["region", "transport"],
+    &["watch", "ctrl"],
+    &["backend"],
+    &["algo"],
+    &["backends"],
+    &["registry", "engine"],
+    &["selector"],
+    &["comm", "universe"],
+];
+
+/// A module's path below its crate root.
+type Module = Vec<String>;
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// A `use` item: its last segment may be a module.
+    Use,
+    /// A path in code: its last segment names an item (a value or a type), never a module.
+    Code,
+}
+
+/// What one crate declares and names.
+#[derive(Default)]
+struct Crate {
+    name: String,
+    /// Every module (file or inline) and the file module that holds it.
+    file_of: BTreeMap<Module, Module>,
+    /// Names brought into a module by its `use` items: name -> (the module, the path as written).
+    uses: BTreeMap<Module, BTreeMap<String, Vec<String>>>,
+    /// Every path named: (the module it is written in, the path as written, how).
+    refs: Vec<(Module, Vec<String>, Kind)>,
+}
+
+/// Three-valued `cfg` evaluation: `test` and `loom` are off; anything else may be on in some
+/// build.
+fn cfg_value(meta: &syn::Meta) -> Option<bool> {
+    match meta {
+        syn::Meta::Path(p) if p.is_ident("test") || p.is_ident("loom") => Some(false),
+        syn::Meta::List(list) => {
+            let inner: Vec<syn::Meta> = list
+                .parse_args_with(syn::punctuated::Punctuated::<syn::Meta, syn::Token![,]>::parse_terminated)
+                .map(|p| p.into_iter().collect())
+                .unwrap_or_default();
+            let values: Vec<Option<bool>> = inner.iter().map(cfg_value).collect();
+            if list.path.is_ident("not") {
+                values.first().copied().flatten().map(|v| !v)
+            } else if list.path.is_ident("all") {
+                if values.contains(&Some(false)) {
+                    Some(false)
+                } else {
+                    values.iter().all(|v| *v == Some(true)).then_some(true)
+                }
+            } else if list.path.is_ident("any") {
+                if values.contains(&Some(true)) {
+                    Some(true)
+                } else {
+                    values.iter().all(|v| *v == Some(false)).then_some(false)
+                }
+            } else {
+                None
+            }
+        }
+        _ => None,
+    }
+}
+
+/// False when a `cfg` attribute turns the item off in every normal build.
+fn included(attrs: &[syn::Attribute]) -> bool {
+    attrs
+        .iter()
+        .filter(|a| a.path().is_ident("cfg"))
+        .all(|a| a.parse_args::<syn::Meta>().ok().and_then(|m| cfg_value(&m)) != Some(false))
+}
+
+fn item_attrs(item: &syn::Item) -> &[syn::Attribute] {
+    use syn::Item::*;
+    match item {
+        Const(i) => &i.attrs,
+        Enum(i) => &i.attrs,
+        ExternCrate(i) => &i.attrs,
+        Fn(i) => &i.attrs,
+        ForeignMod(i) => &i.attrs,
+        Impl(i) => &i.attrs,
+        Macro(i) => &i.attrs,
+        Mod(i) => &i.attrs,
+        Static(i) => &i.attrs,
+        Struct(i) => &i.attrs,
+        Trait(i) => &i.attrs,
+        TraitAlias(i) => &i.attrs,
+        Type(i) => &i.attrs,
+        Union(i) => &i.attrs,
+        Use(i) => &i.attrs,
+        _ => &[],
+    }
+}
+
+/// A macro body as items, if it is one.
+fn parse_items(input: syn::parse::ParseStream<'_>) -> syn::Result<Vec<syn::Item>> {
+    let mut items = Vec::new();
+    while !input.is_empty() {
+        items.push(input.parse()?);
+    }
+    Ok(items)
+}
+
+/// Collects the paths of code (and of `use` items inside functions) in one module.
+struct Paths<'a> {
+    module: &'a Module,
+    found: Vec<(Module, Vec<String>, Kind)>,
+}
+
+impl<'ast> Visit<'ast> for Paths<'_> {
+    fn visit_item(&mut self, item: &'ast syn::Item) {
+        if included(item_attrs(item)) {
+            syn::visit::visit_item(self, item);
+        }
+    }
+
+    fn visit_item_mod(&mut self, _: &'ast syn::ItemMod) {
+        // Modules are read on their own, with their own path.
+    }
+
+    fn visit_item_use(&mut self, item: &'ast syn::ItemUse) {
+        let mut leaves = Vec::new();
+        use_leaves(&item.tree, Vec::new(), &mut leaves);
+        self.found.extend(leaves.into_iter().map(|(_, path)| (self.module.clone(), path, Kind::Use)));
+    }
+
+    fn visit_impl_item(&mut self, item: &'ast syn::ImplItem) {
+        let attrs: &[syn::Attribute] = match item {
+            syn::ImplItem::Fn(f) => &f.attrs,
+            syn::ImplItem::Const(c) => &c.attrs,
+            syn::ImplItem::Type(t) => &t.attrs,
+            _ => &[],
+        };
+        if included(attrs) {
+            syn::visit::visit_impl_item(self, item);
+        }
+    }
+
+    fn visit_visibility(&mut self, _: &'ast syn::Visibility) {
+        // `pub(crate)`, `pub(super)`: who may see an item, not what it uses.
+    }
+
+    fn visit_path(&mut self, path: &'ast syn::Path) {
+        if path.leading_colon.is_none() {
+            let segments = path.segments.iter().map(|s| s.ident.to_string()).collect();
+            self.found.push((self.module.clone(), segments, Kind::Code));
+        }
+        syn::visit::visit_path(self, path);
+    }
+}
+
+/// The leaves of a use tree: (the name it binds, the full path as written). A glob binds no
+/// name (`*`).
+fn use_leaves(tree: &syn::UseTree, prefix: Vec<String>, out: &mut Vec<(String, Vec<String>)>) {
+    let with = |name: String| {
+        let mut p = prefix.clone();
+        p.push(name);
+        p
+    };
+    match tree {
+        syn::UseTree::Path(p) => use_leaves(&p.tree, with(p.ident.to_string()), out),
+        syn::UseTree::Name(n) if n.ident == "self" => {
+            out.push((prefix.last().cloned().unwrap_or_default(), prefix.clone()));
+        }
+        syn::UseTree::Name(n) => out.push((n.ident.to_string(), with(n.ident.to_string()))),
+        syn::UseTree::Rename(r) if r.ident == "self" => out.push((r.rename.to_string(), prefix.clone())),
+        syn::UseTree::Rename(r) => out.push((r.rename.to_string(), with(r.ident.to_string()))),
+        syn::UseTree::Glob(_) => out.push(("*".into(), prefix.clone())),
+        syn::UseTree::Group(g) => g.items.iter().for_each(|t| use_leaves(t, prefix.clone(), out)),
+    }
+}
+
+impl Crate {
+    /// Reads the crate whose root file is `root`; `read` gives a file's text (`None`: no file).
+    fn read(name: &str, root: &Path, read: &dyn Fn(&Path) -> Option<String>) -> Crate {
+        let mut krate = Crate { name: name.into(), ..Crate::default() };
+        krate.load_file(Vec::new(), root, read);
+        krate
+    }
+
+    fn load_file(&mut self, module: Module, path: &Path, read: &dyn Fn(&Path) -> Option<String>) {
+        let text = read(path).unwrap_or_else(|| panic!("cannot read {}", path.display()));
+        let file = syn::parse_file(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let is_root = matches!(path.file_name().and_then(|n| n.to_str()), Some("mod.rs" | "lib.rs" | "main.rs"));
+        let dir = if is_root { path.parent().unwrap().to_path_buf() } else { path.with_extension("") };
+        self.load_items(&module.clone(), module, &file.items, &dir, read);
+    }
+
+    fn load_items(
+        &mut self,
+        file: &Module,
+        module: Module,
+        items: &[syn::Item],
+        dir: &Path,
+        read: &dyn Fn(&Path) -> Option<String>,
+    ) {
+        self.file_of.insert(module.clone(), file.clone());
+        // Items an item macro wraps (`not_under_loom! { pub mod shm; … }`) are items too.
+        let expanded: Vec<Option<Vec<syn::Item>>> = items
+            .iter()
+            .map(|item| match item {
+                syn::Item::Macro(m) if m.mac.path.segments.len() == 1 => m.mac.parse_body_with(parse_items).ok(),
+                _ => None,
+            })
+            .collect();
+        let all: Vec<&syn::Item> = items
+            .iter()
+            .zip(&expanded)
+            .flat_map(|(item, inner)| match inner {
+                Some(inner) => inner.iter().collect::<Vec<_>>(),
+                None => vec![item],
+            })
+            .collect();
+        let mut paths = Paths { module: &module, found: Vec::new() };
+        for &item in all.iter().filter(|i| included(item_attrs(i))) {
+            match item {
+                syn::Item::Mod(m) => {
+                    let name = m.ident.to_string();
+                    let mut child = module.clone();
+                    child.push(name.clone());
+                    match &m.content {
+                        Some((_, inner)) => self.load_items(file, child, inner, &dir.join(&name), read),
+                        None => {
+                            let flat = dir.join(format!("{name}.rs"));
+                            let path = if read(&flat).is_some() { flat } else { dir.join(&name).join("mod.rs") };
+                            self.load_file(child, &path, read);
+                        }
+                    }
+                }
+                syn::Item::Use(u) => {
+                    let mut leaves = Vec::new();
+                    use_leaves(&u.tree, Vec::new(), &mut leaves);
+                    for (name, path) in leaves {
+                        if name != "*" {
+                            self.uses.entry(module.clone()).or_default().insert(name, path.clone());
+                        }
+                        self.refs.push((module.clone(), path, Kind::Use));
+                    }
+                }
+                other => paths.visit_item(other),
+            }
+        }
+        self.refs.extend(paths.found);
+    }
+
+    /// `path`, written in `from`, as a path from the crate root; `None` when it leads out of the
+    /// crate (another crate, a local name, a generic).
+    fn absolute(&self, from: &Module, path: &[String], depth: usize) -> Option<Module> {
+        let first = path.first()?;
+        let mut base = match first.as_str() {
+            "crate" => return Some(path[1..].to_vec()),
+            "super" | "self" => from.clone(),
+            _ => {
+                let mut child = from.clone();
+                child.push(first.clone());
+                if self.file_of.contains_key(&child) && !self.uses.get(from).is_some_and(|u| u.contains_key(first)) {
+                    from.clone()
+                } else {
+                    let written = self.uses.get(from)?.get(first)?;
+                    if depth > 16 || written.first() == Some(first) && written.len() == 1 {
+                        return None;
+                    }
+                    let mut target = self.absolute(from, written, depth + 1)?;
+                    target.extend(path[1..].iter().cloned());
+                    return Some(target);
+                }
+            }
+        };
+        let mut rest = path.iter().peekable();
+        while let Some(s) = rest.peek() {
+            match s.as_str() {
+                "super" => {
+                    base.pop();
+                }
+                "self" => {}
+                _ => break,
+            }
+            rest.next();
+        }
+        base.extend(rest.cloned());
+        Some(base)
+    }
+
+    /// The file that defines what the absolute `path` names, following re-exports.
+    fn resolve(&self, path: &Module, kind: Kind, depth: usize) -> Option<Module> {
+        let mut here: Module = Vec::new();
+        for (i, segment) in path.iter().enumerate() {
+            let last = i + 1 == path.len();
+            let mut child = here.clone();
+            child.push(segment.clone());
+            let reexport = self.uses.get(&here).and_then(|u| u.get(segment));
+            let is_module = self.file_of.contains_key(&child);
+            if is_module && !(kind == Kind::Code && last && reexport.is_some()) {
+                here = child;
+                continue;
+            }
+            if let (Some(written), true) = (reexport, depth < 16) {
+                if let Some(mut target) = self.absolute(&here, written, 0) {
+                    target.extend(path[i + 1..].iter().cloned());
+                    return self.resolve(&target, kind, depth + 1);
+                }
+            }
+            break;
+        }
+        self.file_of.get(&here).cloned()
+    }
+
+    /// File module -> the file modules it imports.
+    fn imports(&self) -> BTreeMap<Module, BTreeSet<Module>> {
+        let mut graph: BTreeMap<Module, BTreeSet<Module>> =
+            self.file_of.values().map(|f| (f.clone(), BTreeSet::new())).collect();
+        for (from, path, kind) in &self.refs {
+            let Some(absolute) = self.absolute(from, path, 0) else { continue };
+            let Some(target) = self.resolve(&absolute, *kind, 0) else { continue };
+            let file = &self.file_of[from];
+            if &target != file {
+                if std::env::var_os("ARCH_DEBUG").is_some() {
+                    eprintln!("{}: {} -> {} via {:?} in {}", self.name, show(file), show(&target), path, show(from));
+                }
+                graph.get_mut(file).unwrap().insert(target);
+            }
+        }
+        graph
+    }
+}
+
+fn from_disk(path: &Path) -> Option<String> {
+    std::fs::read_to_string(path).ok()
+}
+
+/// Every crate of the workspace: each `crates/*/src/lib.rs` and `main.rs`.
+fn workspace() -> Vec<Crate> {
+    let crates_dir = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf();
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(&crates_dir).unwrap().map(|e| e.unwrap().path()).collect();
+    dirs.sort();
+    let mut out = Vec::new();
+    for dir in dirs {
+        let name = dir.file_name().unwrap().to_string_lossy().into_owned();
+        for root in ["lib.rs", "main.rs"] {
+            let path = dir.join("src").join(root);
+            if path.exists() {
+                out.push(Crate::read(&format!("{name} ({root})"), &path, &from_disk));
+            }
+        }
+    }
+    out
+}
+
+fn show(m: &Module) -> String {
+    if m.is_empty() {
+        "<root>".into()
+    } else {
+        m.join("/")
+    }
+}
+
+/// A cycle through `start`, if there is one (depth-first search).
+fn cycle_from(graph: &BTreeMap<Module, BTreeSet<Module>>, start: &Module) -> Option<Vec<Module>> {
+    fn walk(
+        graph: &BTreeMap<Module, BTreeSet<Module>>,
+        at: &Module,
+        start: &Module,
+        path: &mut Vec<Module>,
+        seen: &mut BTreeSet<Module>,
+    ) -> bool {
+        for next in graph.get(at).into_iter().flatten() {
+            if next == start {
+                return true;
+            }
+            if seen.insert(next.clone()) {
+                path.push(next.clone());
+                if walk(graph, next, start, path, seen) {
+                    return true;
+                }
+                path.pop();
+            }
+        }
+        false
+    }
+    let mut path = vec![start.clone()];
+    walk(graph, start, start, &mut path, &mut BTreeSet::new()).then_some(path)
+}
+
+fn cycles(krate: &Crate) -> Vec<String> {
+    let graph = krate.imports();
+    let mut found = Vec::new();
+    for m in graph.keys() {
+        if let Some(cycle) = cycle_from(&graph, m) {
+            let shown: Vec<String> = cycle.iter().map(show).collect();
+            found.push(format!("{}: {} -> {}", krate.name, shown.join(" -> "), show(m)));
+        }
+    }
+    found
+}
+
+/// Imports against `barrier`'s layers, and backends that import another backend.
+fn layer_faults(krate: &Crate) -> Vec<String> {
+    let layer = |m: &Module| m.first().and_then(|top| LAYERS.iter().position(|l| l.contains(&top.as_str())));
+    let mut wrong = Vec::new();
+    for (m, targets) in &krate.imports() {
+        if m.is_empty() {
+            continue;
+        }
+        let Some(mine) = layer(m) else {
+            wrong.push(format!("{}: its top-level module is in no layer of LAYERS", show(m)));
+            continue;
+        };
+        for t in targets {
+            if layer(t).is_some_and(|theirs| theirs > mine) {
+                wrong.push(format!("{} imports {}, a higher layer", show(m), show(t)));
+            }
+            let backend = |x: &Module| (x.first().map(String::as_str) == Some("backends")).then(|| x.get(1).cloned());
+            if let (Some(Some(a)), Some(Some(b))) = (backend(m), backend(t)) {
+                if a != b {
+                    wrong.push(format!("{} imports {}: no backend imports another", show(m), show(t)));
+                }
+            }
+        }
+    }
+    wrong
+}
+
+#[test]
+fn no_file_imports_a_file_that_imports_it_back() {
+    let found: Vec<String> = workspace().iter().flat_map(cycles).collect();
+    assert!(found.is_empty(), "import cycles between files (move what both need below them):\n{}", found.join("\n"));
+}
+
+#[test]
+fn imports_in_barrier_point_down_and_no_backend_imports_another() {
+    let barrier = workspace().into_iter().find(|c| c.name == "barrier (lib.rs)").expect("crates/barrier");
+    let wrong = layer_faults(&barrier);
+    assert!(wrong.is_empty(), "imports against the layers:\n{}", wrong.join("\n"));
+}
+
+/// A small crate in memory, to plant what the checks must find.
+fn planted(files: &[(&str, &str)]) -> Crate {
+    let files: BTreeMap<PathBuf, String> =
+        files.iter().map(|(p, t)| (Path::new("/planted").join(p), t.to_string())).collect();
+    Crate::read("planted", Path::new("/planted/lib.rs"), &|p: &Path| files.get(p).cloned())
+}
+
+fn m(s: &str) -> Module {
+    s.split('/').map(String::from).collect()
+}
+
+#[test]
+fn the_reader_sees_what_it_must() {
+    // The real tree: a known import, a `super::` path, a folder's re-export, tests left out.
+    let barrier = workspace().into_iter().find(|c| c.name == "barrier (lib.rs)").expect("crates/barrier");
+    let graph = barrier.imports();
+    let of = |s: &str| graph.get(&m(s)).unwrap_or_else(|| panic!("{s} was read"));
+    assert!(of("backends/hierarchical").contains(&m("algo/topology")));
+    assert!(of("backend/subset").contains(&m("backend/component")), "super:: paths resolve");
+    assert!(of("wait").contains(&m("wait/flag")), "a folder's re-exports are read");
+    assert!(of("comm/communicator").contains(&m("wait/flag")), "re-exports are followed to the definer");
+    assert!(!graph.contains_key(&m("wait/tests")), "unit tests are left out");
+
+    // Planted: every way of writing an import that the rules must see.
+    let base = [
+        ("lib.rs", "pub mod backends; pub mod registry; pub mod low; pub use registry::backends; pub use low::Thing;"),
+        ("registry.rs", "pub fn backends() {}"),
+        ("low.rs", "pub struct Thing; pub struct Other;"),
+        ("backends/mod.rs", "pub mod one; pub mod two;"),
+        ("backends/one.rs", "pub struct Z; pub fn g() {}"),
+    ];
+    let with = |two: &str| {
+        let mut files = base.to_vec();
+        files.push(("backends/two.rs", two));
+        let krate = planted(&files);
+        let graph = krate.imports();
+        graph[&m("backends/two")].clone()
+    };
+    let one = m("backends/one");
+    assert!(with("use crate::{low::{Other}, backends::one::Z};").contains(&one), "nested braces");
+    assert!(with("use crate::backends; fn f() { backends::one::g(); }").contains(&one), "a module alias");
+    assert!(with("use super::one;").contains(&one), "super");
+    assert!(with("mod inner { use super::super::one::Z; }").contains(&one), "super from an inline module");
+    assert!(with("fn f() { use crate::backends::one::g; g(); }").contains(&one), "a use inside a function");
+    assert!(with("fn f() { crate::backends::one::g(); }").contains(&one), "a path in code");
+    assert!(with("use crate::Thing;").contains(&m("low")), "a root re-export");
+    assert!(with("fn f() { crate::backends(); }").contains(&m("registry")), "a function named like a module");
+    assert!(!with("#[cfg(all(test, not(loom)))] mod tests { use crate::low::Other; } fn f() {}").contains(&m("low")));
+    assert!(!with(r#"fn f() -> &'static str { "crate::low::Other" }"#).contains(&m("low")), "strings are not code");
+    assert!(with("#[cfg(test)] mod tests {} use crate::low::Other;").contains(&m("low")), "code after tests");
+
+    // And the checks fail on them.
+    let mut files = base.to_vec();
+    files.push(("backends/two.rs", "use crate::backends::one::Z;"));
+    files[3] = ("backends/mod.rs", "pub mod one; pub mod two; pub struct Shared;");
+    files[4] = ("backends/one.rs", "use super::two::*; pub struct Z;");
+    let krate = planted(&files);
+    assert!(!cycles(&krate).is_empty(), "a planted cycle is found");
+    let faults = layer_faults(&krate);
+    assert!(faults.iter().any(|f| f.contains("no backend imports another")), "{faults:?}");
+}
