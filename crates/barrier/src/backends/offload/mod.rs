@@ -59,6 +59,7 @@
 //! `module.rs` the data plane, the watchdog and the fall back to software.
 
 mod device;
+mod fault;
 mod groups;
 mod module;
 #[cfg(test)]
