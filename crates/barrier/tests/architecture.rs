@@ -54,15 +54,19 @@ struct Crate {
     file_of: BTreeMap<Module, Module>,
     /// Names brought into a module by its `use` items: name -> (the module, the path as written).
     uses: BTreeMap<Module, BTreeMap<String, Vec<String>>>,
+    /// Glob imports of a module (`use x::*`), as written.
+    globs: BTreeMap<Module, Vec<Vec<String>>>,
+    /// The names of the items each module defines.
+    defined: BTreeMap<Module, BTreeSet<String>>,
     /// Every path named: (the module it is written in, the path as written, how).
     refs: Vec<(Module, Vec<String>, Kind)>,
 }
 
-/// Three-valued `cfg` evaluation: `test` and `loom` are off; anything else may be on in some
-/// build.
+/// Three-valued `cfg` evaluation: `test`, `loom` and `doc` are off; anything else may be on in
+/// some build.
 fn cfg_value(meta: &syn::Meta) -> Option<bool> {
     match meta {
-        syn::Meta::Path(p) if p.is_ident("test") || p.is_ident("loom") => Some(false),
+        syn::Meta::Path(p) if p.is_ident("test") || p.is_ident("loom") || p.is_ident("doc") => Some(false),
         syn::Meta::List(list) => {
             let inner: Vec<syn::Meta> = list
                 .parse_args_with(syn::punctuated::Punctuated::<syn::Meta, syn::Token![,]>::parse_terminated)
@@ -121,6 +125,26 @@ fn item_attrs(item: &syn::Item) -> &[syn::Attribute] {
     }
 }
 
+/// The name an item defines in its module's namespace, if any.
+fn defined_name(item: &syn::Item) -> Option<String> {
+    use syn::Item::*;
+    let ident = match item {
+        Const(i) => &i.ident,
+        Enum(i) => &i.ident,
+        Fn(i) => &i.sig.ident,
+        Mod(i) => &i.ident,
+        Static(i) => &i.ident,
+        Struct(i) => &i.ident,
+        Trait(i) => &i.ident,
+        TraitAlias(i) => &i.ident,
+        Type(i) => &i.ident,
+        Union(i) => &i.ident,
+        Macro(i) => i.ident.as_ref()?,
+        _ => return None,
+    };
+    Some(ident.to_string())
+}
+
 /// A macro body as items, if it is one.
 fn parse_items(input: syn::parse::ParseStream<'_>) -> syn::Result<Vec<syn::Item>> {
     let mut items = Vec::new();
@@ -134,6 +158,8 @@ fn parse_items(input: syn::parse::ParseStream<'_>) -> syn::Result<Vec<syn::Item>
 struct Paths<'a> {
     module: &'a Module,
     found: Vec<(Module, Vec<String>, Kind)>,
+    /// Names bound by `use` items inside functions and blocks, and glob sources there.
+    bindings: Vec<(String, Vec<String>)>,
 }
 
 impl<'ast> Visit<'ast> for Paths<'_> {
@@ -150,7 +176,58 @@ impl<'ast> Visit<'ast> for Paths<'_> {
     fn visit_item_use(&mut self, item: &'ast syn::ItemUse) {
         let mut leaves = Vec::new();
         use_leaves(&item.tree, Vec::new(), &mut leaves);
-        self.found.extend(leaves.into_iter().map(|(_, path)| (self.module.clone(), path, Kind::Use)));
+        for (name, path) in leaves {
+            self.found.push((self.module.clone(), path.clone(), Kind::Use));
+            self.bindings.push((name, path));
+        }
+    }
+
+    fn visit_macro(&mut self, mac: &'ast syn::Macro) {
+        // A macro's body read as what it most often is: expressions separated by commas
+        // (`vec!`, `format!`, `assert!`), or statements. Anything else is not read.
+        type Exprs = syn::punctuated::Punctuated<syn::Expr, syn::Token![,]>;
+        if let Ok(exprs) = mac.parse_body_with(Exprs::parse_terminated) {
+            exprs.iter().for_each(|e| self.visit_expr(e));
+        } else if let Ok(stmts) = mac.parse_body_with(syn::Block::parse_within) {
+            stmts.iter().for_each(|st| self.visit_stmt(st));
+        }
+        syn::visit::visit_macro(self, mac);
+    }
+
+    fn visit_local(&mut self, local: &'ast syn::Local) {
+        if included(&local.attrs) {
+            syn::visit::visit_local(self, local);
+        }
+    }
+
+    fn visit_field(&mut self, field: &'ast syn::Field) {
+        if included(&field.attrs) {
+            syn::visit::visit_field(self, field);
+        }
+    }
+
+    fn visit_variant(&mut self, variant: &'ast syn::Variant) {
+        if included(&variant.attrs) {
+            syn::visit::visit_variant(self, variant);
+        }
+    }
+
+    fn visit_arm(&mut self, arm: &'ast syn::Arm) {
+        if included(&arm.attrs) {
+            syn::visit::visit_arm(self, arm);
+        }
+    }
+
+    fn visit_trait_item(&mut self, item: &'ast syn::TraitItem) {
+        let attrs: &[syn::Attribute] = match item {
+            syn::TraitItem::Fn(f) => &f.attrs,
+            syn::TraitItem::Const(c) => &c.attrs,
+            syn::TraitItem::Type(t) => &t.attrs,
+            _ => &[],
+        };
+        if included(attrs) {
+            syn::visit::visit_trait_item(self, item);
+        }
     }
 
     fn visit_impl_item(&mut self, item: &'ast syn::ImplItem) {
@@ -228,7 +305,9 @@ impl Crate {
         let expanded: Vec<Option<Vec<syn::Item>>> = items
             .iter()
             .map(|item| match item {
-                syn::Item::Macro(m) if m.mac.path.segments.len() == 1 => m.mac.parse_body_with(parse_items).ok(),
+                syn::Item::Macro(m) if m.ident.is_none() && included(&m.attrs) => {
+                    m.mac.parse_body_with(parse_items).ok()
+                }
                 _ => None,
             })
             .collect();
@@ -240,8 +319,11 @@ impl Crate {
                 None => vec![item],
             })
             .collect();
-        let mut paths = Paths { module: &module, found: Vec::new() };
+        let mut paths = Paths { module: &module, found: Vec::new(), bindings: Vec::new() };
         for &item in all.iter().filter(|i| included(item_attrs(i))) {
+            if let Some(name) = defined_name(item) {
+                self.defined.entry(module.clone()).or_default().insert(name);
+            }
             match item {
                 syn::Item::Mod(m) => {
                     let name = m.ident.to_string();
@@ -260,7 +342,9 @@ impl Crate {
                     let mut leaves = Vec::new();
                     use_leaves(&u.tree, Vec::new(), &mut leaves);
                     for (name, path) in leaves {
-                        if name != "*" {
+                        if name == "*" {
+                            self.globs.entry(module.clone()).or_default().push(path.clone());
+                        } else {
                             self.uses.entry(module.clone()).or_default().insert(name, path.clone());
                         }
                         self.refs.push((module.clone(), path, Kind::Use));
@@ -270,6 +354,41 @@ impl Crate {
             }
         }
         self.refs.extend(paths.found);
+        // A `use` inside a function binds its name there; read it as the module's, unless the
+        // module binds the name itself.
+        for (name, path) in paths.bindings {
+            if name == "*" {
+                self.globs.entry(module.clone()).or_default().push(path);
+            } else {
+                self.uses.entry(module.clone()).or_default().entry(name).or_insert(path);
+            }
+        }
+    }
+
+    /// Where a name that `module` neither defines nor binds comes from through one of its
+    /// globs: the glob's source, if that defines or binds the name.
+    fn through_glob(&self, module: &Module, name: &str, depth: usize) -> Option<Module> {
+        if depth > 16 {
+            return None;
+        }
+        for written in self.globs.get(module).into_iter().flatten() {
+            let Some(source) = self.absolute(module, written, depth + 1) else { continue };
+            if !self.file_of.contains_key(&source) {
+                continue;
+            }
+            let mut child = source.clone();
+            child.push(name.to_string());
+            if self.file_of.contains_key(&child)
+                || self.defined.get(&source).is_some_and(|d| d.contains(name))
+                || self.uses.get(&source).is_some_and(|u| u.contains_key(name))
+            {
+                return Some(source);
+            }
+            if let Some(deeper) = self.through_glob(&source, name, depth + 1) {
+                return Some(deeper);
+            }
+        }
+        None
     }
 
     /// `path`, written in `from`, as a path from the crate root; `None` when it leads out of the
@@ -282,15 +401,21 @@ impl Crate {
             _ => {
                 let mut child = from.clone();
                 child.push(first.clone());
-                if self.file_of.contains_key(&child) && !self.uses.get(from).is_some_and(|u| u.contains_key(first)) {
+                let alias = self.uses.get(from).and_then(|u| u.get(first));
+                // A `use` that shares a child module's name binds a value (`pub use
+                // check::check`), which has no `::` below it: a longer path means the module.
+                if self.file_of.contains_key(&child) && (path.len() > 1 || alias.is_none()) {
                     from.clone()
-                } else {
-                    let written = self.uses.get(from)?.get(first)?;
+                } else if let Some(written) = alias {
                     if depth > 16 || written.first() == Some(first) && written.len() == 1 {
                         return None;
                     }
                     let mut target = self.absolute(from, written, depth + 1)?;
                     target.extend(path[1..].iter().cloned());
+                    return Some(target);
+                } else {
+                    let mut target = self.through_glob(from, first, depth)?;
+                    target.extend(path.iter().cloned());
                     return Some(target);
                 }
             }
@@ -313,6 +438,7 @@ impl Crate {
     /// The file that defines what the absolute `path` names, following re-exports.
     fn resolve(&self, path: &Module, kind: Kind, depth: usize) -> Option<Module> {
         let mut here: Module = Vec::new();
+        let mut all_modules = true;
         for (i, segment) in path.iter().enumerate() {
             let last = i + 1 == path.len();
             let mut child = here.clone();
@@ -329,7 +455,17 @@ impl Crate {
                     return self.resolve(&target, kind, depth + 1);
                 }
             }
+            if let (Some(mut source), true) = (self.through_glob(&here, segment, 0), depth < 16) {
+                source.extend(path[i..].iter().cloned());
+                return self.resolve(&source, kind, depth + 1);
+            }
+            all_modules = false;
             break;
+        }
+        // A path in code never ends at a module: one that seems to is a local name (a variable,
+        // a generic, `self`) that happens to share a module's.
+        if kind == Kind::Code && all_modules {
+            return None;
         }
         self.file_of.get(&here).cloned()
     }
@@ -512,6 +648,24 @@ fn the_reader_sees_what_it_must() {
     assert!(!with("#[cfg(all(test, not(loom)))] mod tests { use crate::low::Other; } fn f() {}").contains(&m("low")));
     assert!(!with(r#"fn f() -> &'static str { "crate::low::Other" }"#).contains(&m("low")), "strings are not code");
     assert!(with("#[cfg(test)] mod tests {} use crate::low::Other;").contains(&m("low")), "code after tests");
+
+    assert!(with("fn f() { use crate::backends; backends::one::g(); }").contains(&one), "an alias in a function");
+    assert!(with(r#"fn f() -> String { format!("{:?}", crate::backends::one::g()) }"#).contains(&one), "a macro");
+    assert!(with("fn f() { let _ = vec![crate::backends::one::Z]; }").contains(&one), "vec!");
+    assert!(!with("fn f() { #[cfg(test)] let _x = crate::low::Other; }").contains(&m("low")), "a cfg(test) statement");
+    assert!(!with("fn f(one: u8) -> u8 { one }").contains(&one), "a local named like a module");
+    // A function re-exported under its own module's name, and a glob re-export.
+    let krate = planted(&[
+        ("lib.rs", "pub mod backends; pub mod m;"),
+        ("m/mod.rs", "pub mod c; pub use c::c;"),
+        ("m/c.rs", "pub fn c() {} pub struct C;"),
+        ("backends/mod.rs", "pub mod one; pub mod two; pub use one::*;"),
+        ("backends/one.rs", "pub struct Z;"),
+        ("backends/two.rs", "use super::Z; fn f() { let _ = crate::m::c::C; }"),
+    ]);
+    let graph = krate.imports();
+    assert!(graph[&m("backends/two")].contains(&m("m/c")), "a module beside a function of its name");
+    assert!(graph[&m("backends/two")].contains(&one), "a name through a glob re-export");
 
     // And the checks fail on them.
     let mut files = base.to_vec();

@@ -56,7 +56,8 @@
 //!
 //! `mod.rs` the backend (parameters, query, enable); `device.rs` the device: claim, attach,
 //! detach, the register driver; `groups.rs` the trees of groups past a device's member limit;
-//! `module.rs` the data plane, the watchdog and the fall back to software.
+//! `module.rs` the data plane; `fault.rs` the watchdog and the fall back to software (methods of
+//! the module: `module.rs` calls them, `fault.rs` imports `module.rs`).
 
 mod device;
 mod fault;
@@ -78,18 +79,14 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use barrier_hw::{
-    global, status, DeviceMap,
-};
+use barrier_hw::{global, status, DeviceMap};
 
-use crate::backend::{Backend, Decline, EnableContext, Module, QueryContext};
-use crate::algo::tail::{self, TailSpin};
 use crate::algo::flag::{self};
+use crate::algo::tail::{self, TailSpin};
+use crate::backend::{Backend, Decline, EnableContext, Module, QueryContext};
 use crate::error::Error;
 use crate::mmio::Mmio;
 use crate::params::{ParamInfo, ParamKind, Params};
-
-
 
 /// A hardware barrier backend over one register map.
 #[derive(Debug)]
