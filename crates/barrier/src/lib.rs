@@ -22,43 +22,60 @@
 //! See `docs/architecture.md` in the repository for the design, and `barrier info` for every
 //! parameter.
 
-/// Items that need real shared memory and system calls: everything but the wait layer. Under
-/// `--cfg loom` only the wait layer is built, on loom's primitives, for model checking
-/// (tests/loom.rs).
-macro_rules! not_under_loom {
-    ($($item:item)*) => { $( #[cfg(not(loom))] $item )* };
-}
-
-not_under_loom! {
-    pub mod algo;
-    pub mod backend;
-    pub mod backends;
-    mod ctrl;
-    mod engine;
-    mod comm;
-    mod error;
-    pub mod mmio;
-    pub mod params;
-    mod region;
-    pub mod registry;
-    pub mod selector;
-    pub mod shm;
-    pub mod sys;
-    pub mod transport;
-    mod universe;
-    mod watch;
-
-    pub use backend::{Backend, Decline, EnableContext, Module, Poll, QueryContext};
-    pub use comm::{BackendName, Color, Communicator, Key, Request, SharedWindow};
-    pub use error::{Error, Report, Result};
-    pub use params::{ParamInfo, Params, DEFAULT_STALL_REPORT};
-    pub use region::rounds;
-    pub use registry::backends;
-    pub use selector::{Candidate, Outcome, Selection};
-    pub use universe::{
-        init, init_with, threads, Universe, ENV_LIFELINE_FD, ENV_NODES, ENV_RANK, ENV_SHM_FD, ENV_SIZE,
-    };
-}
+// Everything but the wait layer (and `pad`) needs real shared memory and system calls: under
+// `--cfg loom` only the wait layer is built, on loom's primitives, for model checking
+// (tests/loom.rs). Each item carries its own `cfg` (rather than one macro around them all) so
+// that rustfmt and the architecture test read every module.
+#[cfg(not(loom))]
+pub mod algo;
+#[cfg(not(loom))]
+pub mod backend;
+#[cfg(not(loom))]
+pub mod backends;
+#[cfg(not(loom))]
+mod comm;
+#[cfg(not(loom))]
+mod ctrl;
+#[cfg(not(loom))]
+mod engine;
+#[cfg(not(loom))]
+mod error;
+#[cfg(not(loom))]
+pub mod mmio;
+#[cfg(not(loom))]
+pub mod params;
+#[cfg(not(loom))]
+mod region;
+#[cfg(not(loom))]
+pub mod registry;
+#[cfg(not(loom))]
+pub mod selector;
+#[cfg(not(loom))]
+pub mod shm;
+#[cfg(not(loom))]
+pub mod sys;
+#[cfg(not(loom))]
+pub mod transport;
+#[cfg(not(loom))]
+mod universe;
+#[cfg(not(loom))]
+mod watch;
+#[cfg(not(loom))]
+pub use backend::{Backend, Decline, EnableContext, Module, Poll, QueryContext};
+#[cfg(not(loom))]
+pub use comm::{BackendName, Color, Communicator, Key, Request, SharedWindow};
+#[cfg(not(loom))]
+pub use error::{Error, Report, Result};
+#[cfg(not(loom))]
+pub use params::{ParamInfo, Params, DEFAULT_STALL_REPORT};
+#[cfg(not(loom))]
+pub use region::rounds;
+#[cfg(not(loom))]
+pub use registry::backends;
+#[cfg(not(loom))]
+pub use selector::{Candidate, Outcome, Selection};
+#[cfg(not(loom))]
+pub use universe::{init, init_with, threads, Universe, ENV_LIFELINE_FD, ENV_NODES, ENV_RANK, ENV_SHM_FD, ENV_SIZE};
 pub mod pad;
 pub mod wait;
 pub use wait::WaitPolicy;

@@ -100,8 +100,7 @@ pub const INLINE_ABI_SYMBOL: &std::ffi::CStr = c"barrier_emu_inline_abi";
 /// (FNV-1a). A library built from other sources of the driver side than this program is
 /// refused, because the two sides read the same registers and flags.
 pub const INLINE_ABI: u64 = {
-    let version =
-        concat!(env!("CARGO_PKG_VERSION"), "/inline-entry-1/", env!("BARRIER_SOURCE_HASH")).as_bytes();
+    let version = concat!(env!("CARGO_PKG_VERSION"), "/inline-entry-1/", env!("BARRIER_SOURCE_HASH")).as_bytes();
     let mut hash = 0xcbf2_9ce4_8422_2325_u64;
     let mut i = 0;
     while i < version.len() {
@@ -195,9 +194,8 @@ fn loaded_inline_device(path: &Path, instance: u64, map: &'static barrier_hw::De
     let (work_code, a, b) = work.encode();
     // SAFETY: the pointers and lengths describe live byte strings for the call; the entry point
     // checks its arguments and catches the device's panics.
-    let status = unsafe {
-        entry(path.as_ptr(), path.len(), instance, map.kind.as_ptr(), map.kind.len(), work_code, a, b)
-    };
+    let status =
+        unsafe { entry(path.as_ptr(), path.len(), instance, map.kind.as_ptr(), map.kind.len(), work_code, a, b) };
     match status {
         0 => {}
         -2 => panic!("the inline {} emulator panicked doing {work:?} (its message is above)", map.kind),
@@ -387,7 +385,13 @@ impl Mmio {
 
     /// The `index`-th 64-bit word of register (or table) `r` of group `g`.
     #[inline]
-    pub fn group_word(&self, map: &barrier_hw::DeviceMap, g: usize, r: &barrier_hw::Register, index: usize) -> &AtomicU64 {
+    pub fn group_word(
+        &self,
+        map: &barrier_hw::DeviceMap,
+        g: usize,
+        r: &barrier_hw::Register,
+        index: usize,
+    ) -> &AtomicU64 {
         self.word(map.group_reg(g, r) + 8 * index as u64)
     }
 

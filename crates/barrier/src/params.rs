@@ -188,7 +188,8 @@ impl Params {
     /// Checks the value of `info` (if set) against its kind.
     pub fn check(&self, info: &ParamInfo) -> Result<()> {
         let Some(value) = self.get(&info.name) else { return Ok(()) };
-        let bad = || Error::InvalidParam { name: info.name.clone(), value: value.clone(), expected: info.kind.expected() };
+        let bad =
+            || Error::InvalidParam { name: info.name.clone(), value: value.clone(), expected: info.kind.expected() };
         let text = value.trim();
         let ok = match &info.kind {
             ParamKind::Text => true,

@@ -3,10 +3,9 @@
 //! them) and beneath the selector, the communicator and the tools, which read it; `params.rs`
 //! below it is only the mechanism (values, kinds, checks).
 
-
 use crate::backend::Backend;
-use crate::backends::hierarchical::Hierarchical;
 use crate::backends::dissemination::Software;
+use crate::backends::hierarchical::Hierarchical;
 use crate::error::Error;
 use crate::params::{ParamInfo, ParamKind, Params, MPI_FAULT, MPI_NODE_BLOCK, MPI_PROGRESS, REBALANCE};
 

@@ -16,8 +16,8 @@
 use std::fmt;
 
 use crate::backend::{Backend, EnableContext, QueryContext};
-use crate::engine::Engine;
 use crate::ctrl::Ctrl;
+use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::params::Params;
 use crate::region::Region;
@@ -254,7 +254,8 @@ pub(crate) fn select(input: SelectInput<'_>) -> Result<(Engine, Selection)> {
 
 /// A hash of a backend list that ignores case and spaces (FNV-1a: the same in every build).
 fn list_hash(list: &str) -> u64 {
-    let norm: String = list.split(',').map(|s| s.trim().to_ascii_lowercase()).filter(|s| !s.is_empty()).collect::<Vec<_>>().join(",");
+    let norm: String =
+        list.split(',').map(|s| s.trim().to_ascii_lowercase()).filter(|s| !s.is_empty()).collect::<Vec<_>>().join(",");
     norm.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3))
 }
 

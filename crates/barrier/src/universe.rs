@@ -261,32 +261,29 @@ pub mod threads {
                     let params = self.params.clone();
                     let f = &f;
                     let cpu = self.cpus.as_ref().map(|c| c[rank]);
-                    let spawned = std::thread::Builder::new()
-                            .name(format!("rank-{rank}"))
-                            .spawn_scoped(s, move || {
-                                let abort_seg = rank_seg.clone();
-                                let out = catch_unwind(AssertUnwindSafe(|| {
-                                    if let Some(cpu) = cpu {
-                                        crate::sys::bind_thread_to_cpu(cpu).map_err(|e| {
-                                            Error::io(format!("binding rank {rank} to CPU {cpu}"), e)
-                                        })?;
-                                    }
-                                    let world = Universe::attach(rank_seg, rank, params)?.into_world();
-                                    Ok(f(world))
-                                }));
-                                if matches!(out, Ok(Ok(_))) {
-                                    // Ranks still waiting for this one learn that it returned,
-                                    // unless a communicator of this rank lives on (moved to
-                                    // another thread: a `Communicator` is `Send`); that one
-                                    // records its departure when it is dropped.
-                                    if abort_seg.live_communicators(rank) == 0 {
-                                        abort_seg.mark_exited(rank, RankExit::Returned);
-                                    }
-                                } else {
-                                    abort_seg.set_abort(rank);
-                                }
-                                out
-                            });
+                    let spawned = std::thread::Builder::new().name(format!("rank-{rank}")).spawn_scoped(s, move || {
+                        let abort_seg = rank_seg.clone();
+                        let out = catch_unwind(AssertUnwindSafe(|| {
+                            if let Some(cpu) = cpu {
+                                crate::sys::bind_thread_to_cpu(cpu)
+                                    .map_err(|e| Error::io(format!("binding rank {rank} to CPU {cpu}"), e))?;
+                            }
+                            let world = Universe::attach(rank_seg, rank, params)?.into_world();
+                            Ok(f(world))
+                        }));
+                        if matches!(out, Ok(Ok(_))) {
+                            // Ranks still waiting for this one learn that it returned,
+                            // unless a communicator of this rank lives on (moved to
+                            // another thread: a `Communicator` is `Send`); that one
+                            // records its departure when it is dropped.
+                            if abort_seg.live_communicators(rank) == 0 {
+                                abort_seg.mark_exited(rank, RankExit::Returned);
+                            }
+                        } else {
+                            abort_seg.set_abort(rank);
+                        }
+                        out
+                    });
                     match spawned {
                         Ok(h) => handles.push(h),
                         Err(e) => {

@@ -51,10 +51,12 @@ impl FabricDissemination {
             (Err(e), _) => Err(Error::Transport(e.to_string())),
         };
         if !ctx.all_agree(outbox.is_ok()).map_err(decline)? {
-            return Err(Decline::new(outbox.err().map_or_else(
-                || "another rank could not reach its dissemination partners".into(),
-                |e| e.to_string(),
-            )));
+            return Err(Decline::new(
+                outbox.err().map_or_else(
+                    || "another rank could not reach its dissemination partners".into(),
+                    |e| e.to_string(),
+                ),
+            ));
         }
         let outbox = outbox.map_err(decline)?;
         Ok(me.map(|_| FabricDissemination {

@@ -145,8 +145,7 @@ fn multi_node_algorithm(requested: Algorithm) -> Algorithm {
 /// module keeps one to fall back to after a device fault.
 pub fn enable(ctx: &EnableContext<'_>) -> Result<SoftwareModule, Decline> {
     let params = ctx.query.params;
-    let local_algo =
-        params.get("BARRIER_SW_ALGORITHM").and_then(|a| Algorithm::parse(&a)).unwrap_or(Algorithm::Auto);
+    let local_algo = params.get("BARRIER_SW_ALGORITHM").and_then(|a| Algorithm::parse(&a)).unwrap_or(Algorithm::Auto);
     let local_arity = params.parse::<u64>("BARRIER_TREE_ARITY", 4, "").unwrap_or(4).clamp(2, 64);
     // In nanoseconds (at most a millisecond: 20 bits), so that `500ns` is not rounded to 0.
     let local_tail = tail_spin(params).unwrap_or(tail::DEFAULT_TAIL_SPIN).as_nanos() as u64;
@@ -327,7 +326,13 @@ impl SoftwareModule {
                 // The put this call just queued goes out now, not a slice later.
                 fabric.progress();
                 let flag = &self.inbox[self.step];
-                return Ok(Poll::Pending { flag, target: epoch, recheck: Some(PROGRESS_SLICE), last: false, spin: None });
+                return Ok(Poll::Pending {
+                    flag,
+                    target: epoch,
+                    recheck: Some(PROGRESS_SLICE),
+                    last: false,
+                    spin: None,
+                });
             }
             self.step += 1;
             if let Some(next) = self.outbox.get(self.step) {
@@ -400,7 +405,13 @@ impl Module for SoftwareModule {
                 if !self.inbox[self.step].reached(epoch) {
                     // After the last round there is nothing left to signal.
                     let last = self.step + 1 == self.inbox.len();
-                    return Ok(Poll::Pending { flag: &self.inbox[self.step], target: epoch, recheck: None, last, spin: None });
+                    return Ok(Poll::Pending {
+                        flag: &self.inbox[self.step],
+                        target: epoch,
+                        recheck: None,
+                        last,
+                        spin: None,
+                    });
                 }
                 self.step += 1;
                 if let Some(next) = self.outbox.get(self.step) {

@@ -37,6 +37,6 @@ mod component;
 mod module;
 pub mod subset;
 
-pub use component::{Backend, Decline, EnableContext, QueryContext, NET_ASYNC, NET_PUT_LATENCY};
 pub(crate) use component::net_model;
+pub use component::{Backend, Decline, EnableContext, QueryContext, NET_ASYNC, NET_PUT_LATENCY};
 pub use module::{Module, Poll};

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::backend::Poll;
-use crate::engine::Engine;
 use crate::ctrl::Ctrl;
+use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::params::Params;
 use crate::region::Region;
@@ -38,7 +38,6 @@ pub(super) struct LocalSettings {
     pub(super) timeout: Option<Duration>,
     pub(super) stall: Option<Duration>,
 }
-
 
 impl LocalSettings {
     pub(super) fn load(params: &Params, shape: crate::shm::JobShape) -> Self {

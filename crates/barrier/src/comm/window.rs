@@ -59,7 +59,8 @@ impl Communicator {
         self.drive(self.epoch.get(), true)?;
         let ctrl = self.ctrl("shared_window");
         // One header line (the count of handles) before the words.
-        let bytes = len.max(1).checked_mul(8).and_then(|b| b.checked_add(WINDOW_HEADER)).filter(|&b| b <= isize::MAX as usize);
+        let bytes =
+            len.max(1).checked_mul(8).and_then(|b| b.checked_add(WINDOW_HEADER)).filter(|&b| b <= isize::MAX as usize);
         let mut offer = NO_REGION;
         let mut err = None;
         if self.rank == 0 {

@@ -171,7 +171,13 @@ impl Segment {
     pub(crate) fn map_anonymous(shape: JobShape, pool: usize, world_region: usize) -> Result<Segment> {
         let len = Self::total_len(&shape, pool, world_region);
         let map = Mapping::anonymous(len).map_err(|e| Error::io(format!("mapping {len} bytes of shared memory"), e))?;
-        let seg = Segment { map, fd: None, progress: std::sync::OnceLock::new(), names: std::sync::OnceLock::new(), live: std::sync::OnceLock::new() };
+        let seg = Segment {
+            map,
+            fd: None,
+            progress: std::sync::OnceLock::new(),
+            names: std::sync::OnceLock::new(),
+            live: std::sync::OnceLock::new(),
+        };
         seg.init(&shape, world_region)?;
         Ok(seg)
     }
@@ -188,7 +194,13 @@ impl Segment {
         sys::shm_unlink(&name).map_err(|e| Error::io(format!("unlinking {name}"), e))?;
         let map =
             Mapping::map_fd(fd.as_raw_fd(), len).map_err(|e| Error::io(format!("mapping shared segment {name}"), e))?;
-        let seg = Segment { map, fd: Some(fd), progress: std::sync::OnceLock::new(), names: std::sync::OnceLock::new(), live: std::sync::OnceLock::new() };
+        let seg = Segment {
+            map,
+            fd: Some(fd),
+            progress: std::sync::OnceLock::new(),
+            names: std::sync::OnceLock::new(),
+            live: std::sync::OnceLock::new(),
+        };
         seg.init(&shape, world_region)?;
         Ok(seg)
     }
@@ -240,7 +252,13 @@ impl Segment {
             return Err(error(format!("{what} is {len} bytes, too small for a job segment ({hint})")));
         }
         let map = Mapping::map_fd(fd, len).map_err(|e| Error::io(format!("mapping {what}"), e))?;
-        let seg = Segment { map, fd: None, progress: std::sync::OnceLock::new(), names: std::sync::OnceLock::new(), live: std::sync::OnceLock::new() };
+        let seg = Segment {
+            map,
+            fd: None,
+            progress: std::sync::OnceLock::new(),
+            names: std::sync::OnceLock::new(),
+            live: std::sync::OnceLock::new(),
+        };
         if seg.header().magic.load(Ordering::Acquire) != MAGIC {
             return Err(error(format!("{what} is not a barrier job segment ({hint})")));
         }

@@ -2,7 +2,6 @@
 
 use std::sync::Arc;
 
-
 use super::plain::SharedPlain;
 use super::segment::Segment;
 

@@ -343,7 +343,12 @@ mod tests {
         let owner_fabric = local_fabric(&seg, owner, false, NetModel::default());
         let handle = owner_fabric.register(slots).unwrap();
         assert_eq!(MemHandle::from_words(handle.to_words()), handle);
-        let me = local_fabric(&seg, Peer { world_rank: 0, node: 0 }, false, NetModel { latency: Some(Duration::from_micros(1)), asynchronous: false });
+        let me = local_fabric(
+            &seg,
+            Peer { world_rank: 0, node: 0 },
+            false,
+            NetModel { latency: Some(Duration::from_micros(1)), asynchronous: false },
+        );
         let signal = me.signal_to(owner, handle, 2).unwrap();
         assert!(signal.is_network());
         signal.signal(7, false).unwrap();

@@ -54,8 +54,12 @@ impl EmulatedDriver {
             return Err(format!("{shown} has node layout version {version}, this driver {}", node::VERSION));
         }
         let word = |o| head.word(o).load(Ordering::Relaxed) as usize;
-        let layout =
-            node::Layout { cmgs: word(node::H_CMGS), pes: word(node::H_PES), bbs: word(node::H_BBS), windows: word(node::H_WINDOWS) };
+        let layout = node::Layout {
+            cmgs: word(node::H_CMGS),
+            pes: word(node::H_PES),
+            bbs: word(node::H_BBS),
+            windows: word(node::H_WINDOWS),
+        };
         layout.validate().map_err(|e| format!("{shown}: {e}"))?;
         let mmio = Mmio::open(path, layout.size()).map_err(|e| format!("cannot map {shown}: {e}"))?;
         let fd = mmio.file().expect("opened from a path").as_raw_fd();
@@ -66,7 +70,8 @@ impl EmulatedDriver {
         let file = (0..node::OPEN_SLOTS)
             .find(|&i| {
                 let entry = mmio.word(layout.file(i));
-                if entry.load(Ordering::Acquire) != 0 || !crate::sys::ofd_lock(fd, layout.file_lock(i)).unwrap_or(false) {
+                if entry.load(Ordering::Acquire) != 0 || !crate::sys::ofd_lock(fd, layout.file_lock(i)).unwrap_or(false)
+                {
                     return false;
                 }
                 // The lock first, then the pid: the node frees an entry only when it sees a
@@ -78,7 +83,9 @@ impl EmulatedDriver {
                     false
                 }
             })
-            .ok_or_else(|| format!("the emulated A64FX node at {shown} has {} processes open already", node::OPEN_SLOTS))?;
+            .ok_or_else(|| {
+                format!("the emulated A64FX node at {shown} has {} processes open already", node::OPEN_SLOTS)
+            })?;
         Ok(EmulatedDriver { mmio: Arc::new(mmio), layout, file, path: shown })
     }
 
@@ -86,7 +93,8 @@ impl EmulatedDriver {
     fn call(&self, op: u64, arg0: u64, arg1: u64) -> Result<(u64, u64), Errno> {
         let l = &self.layout;
         let cpu = crate::sys::bound_cpu().map_or(node::NOT_BOUND, |c| c as u64);
-        let waiter = WaitConfig { policy: WaitPolicy::Park, spin: 64, yields: 16, timeout: Some(ANSWER), progress: None };
+        let waiter =
+            WaitConfig { policy: WaitPolicy::Park, spin: 64, yields: 16, timeout: Some(ANSWER), progress: None };
         let deadline = std::time::Instant::now() + ANSWER;
         let slot = loop {
             let free = (0..node::MAILBOX_SLOTS).find(|&i| {

@@ -68,9 +68,9 @@ use std::time::Duration;
 
 use barrier_hw::a64fx::errno;
 
-use crate::backend::{Backend, Decline, EnableContext, Module, Poll, QueryContext};
 use crate::algo::dissemination::FabricDissemination;
 use crate::algo::topology::Topology;
+use crate::backend::{Backend, Decline, EnableContext, Module, Poll, QueryContext};
 use crate::error::Error;
 use crate::params::{ParamInfo, ParamKind, Params};
 use crate::wait::Flag;
@@ -127,9 +127,17 @@ impl Backend for A64fx {
     fn params(&self) -> Vec<ParamInfo> {
         vec![
             ParamInfo::new(DEVICE_PATH, barrier_hw::a64fx::DEVICE_PATH, "The hardware-barrier driver's device file."),
-            ParamInfo::new(SYSFS, barrier_hw::a64fx::SYSFS_PATH, "The driver's sysfs tree (node shape, CPUs, free blades)."),
-            ParamInfo::new(EMU_CMGS, "4", "CMGs of an emulated node started by `barrier run --emulate a64fx` or `barrier bench`.")
-                .kind(ParamKind::Int { min: 1, max: 8 }),
+            ParamInfo::new(
+                SYSFS,
+                barrier_hw::a64fx::SYSFS_PATH,
+                "The driver's sysfs tree (node shape, CPUs, free blades).",
+            ),
+            ParamInfo::new(
+                EMU_CMGS,
+                "4",
+                "CMGs of an emulated node started by `barrier run --emulate a64fx` or `barrier bench`.",
+            )
+            .kind(ParamKind::Int { min: 1, max: 8 }),
             ParamInfo::new(EMU_PES, "12", "PEs per CMG of an emulated node.").kind(ParamKind::Int { min: 2, max: 13 }),
         ]
     }
@@ -259,7 +267,9 @@ fn enable(ctx: &EnableContext<'_>) -> Result<A64fxModule, Decline> {
                 "PE {p} of CMG {c} (rank {r}) has no free barrier window (fhwb_assign: -EBUSY): all of its windows \
                  are in use"
             ),
-            e => format!("connecting a window of PE {p} in CMG {c} (rank {r}) failed (fhwb_assign: {})", driver_error(e)),
+            e => {
+                format!("connecting a window of PE {p} in CMG {c} (rank {r}) failed (fhwb_assign: {})", driver_error(e))
+            }
         }));
     }
     let assignment = assignment.map_err(|_| Decline::new("window assignment failed"))?;
@@ -449,7 +459,8 @@ impl Module for A64fxModule {
                     if let Some((flag, _)) = leaders.progress(epoch, self.wake)? {
                         let flag: *const Flag = flag;
                         // SAFETY: the slot belongs to `self.leaders`, alive as long as `self`.
-                        return Ok(Poll::Pending { flag: unsafe { &*flag }, target: epoch, recheck: None, last: false, spin: None });
+                        let flag = unsafe { &*flag };
+                        return Ok(Poll::Pending { flag, target: epoch, recheck: None, last: false, spin: None });
                     }
                     self.sync_start();
                     self.phase = Phase::Release;

@@ -62,9 +62,7 @@ impl NodeInfo {
 
     /// Free blades of CMG `cmg`.
     pub fn free_blades(&self, cmg: usize) -> usize {
-        self.cmgs
-            .get(cmg)
-            .map_or(0, |c| self.blades_per_cmg.saturating_sub(c.used_blades.count_ones() as usize))
+        self.cmgs.get(cmg).map_or(0, |c| self.blades_per_cmg.saturating_sub(c.used_blades.count_ones() as usize))
     }
 
     /// Free windows of CMG `cmg`, summed over its PEs.

@@ -3,9 +3,9 @@
 //! of [`crate::algo::flag`], beneath the backends; this backend offers them, with their
 //! parameters, to the selector.
 
-use crate::algo::flag::{self, tail_spin, SoftwareModule};
 /// The algorithms this backend offers (`BARRIER_SW_ALGORITHM`).
 pub use crate::algo::flag::Algorithm;
+use crate::algo::flag::{self, tail_spin, SoftwareModule};
 use crate::algo::tail;
 use crate::backend::{Backend, Decline, EnableContext, Module, QueryContext};
 use crate::params::{ParamInfo, ParamKind};
@@ -75,4 +75,3 @@ impl Software {
         flag::enable(ctx)
     }
 }
-

@@ -27,11 +27,7 @@ pub(super) type RootsDevice = SubsetModule;
 /// Tries to enable the backend called `name` on a group of the node roots. Collective over the
 /// whole communicator; every rank returns the same variant (`Member` on roots, `NotMember`
 /// elsewhere) or the same decline.
-pub(super) fn enable_device(
-    ctx: &EnableContext<'_>,
-    name: &str,
-    topo: &Topology,
-) -> Result<SubsetOutcome, Decline> {
+pub(super) fn enable_device(ctx: &EnableContext<'_>, name: &str, topo: &Topology) -> Result<SubsetOutcome, Decline> {
     match ctx.backend(name) {
         Some(backend) => enable_on_subset(ctx, backend, topo.roots()),
         // The registry is the same on every rank (one build), so is this answer.

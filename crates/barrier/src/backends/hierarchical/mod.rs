@@ -101,10 +101,7 @@ impl Settings {
     }
 
     fn pack(self) -> u64 {
-        self.radix as u64
-            | (self.internode as u64) << 8
-            | (self.debug as u64) << 16
-            | (self.disabled as u64) << 17
+        self.radix as u64 | (self.internode as u64) << 8 | (self.debug as u64) << 16 | (self.disabled as u64) << 17
     }
 
     fn unpack(word: u64) -> Settings {
@@ -170,8 +167,12 @@ impl Backend for Hierarchical {
                  else dissemination), dissemination, switch or gba.",
             )
             .kind(ParamKind::Choice(&INTERNODE)),
-            ParamInfo::new("BARRIER_HIER_DEBUG", "0", "1: print each rank's time per phase when a communicator is freed.")
-                .kind(ParamKind::Bool),
+            ParamInfo::new(
+                "BARRIER_HIER_DEBUG",
+                "0",
+                "1: print each rank's time per phase when a communicator is freed.",
+            )
+            .kind(ParamKind::Bool),
         ]
     }
 
@@ -213,7 +214,9 @@ impl Backend for Hierarchical {
         let topo = Topology::new(q.node_of, q.rank, settings.radix);
         let fabric = ctx.fabric();
         if !ctx.all_agree(fabric.is_ok()).map_err(coll)? {
-            return Err(Decline::new(fabric.err().map_or("the transports could not be set up on another rank".into(), |e| e.to_string())));
+            return Err(Decline::new(
+                fabric.err().map_or("the transports could not be set up on another rank".into(), |e| e.to_string()),
+            ));
         }
         let fabric = fabric.map_err(coll)?;
 

@@ -6,9 +6,8 @@ use std::sync::atomic::{fence, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use barrier_hw::{
-    control, global, status, DeviceMap, FLAG_BYTES, IOMMU_CLAIMED, IOMMU_ENTRIES, IOMMU_FREE, IOMMU_HOST,
-    IOMMU_IOVA, IOMMU_LEN, IOMMU_STATE, IOMMU_TAG_BITS, IOMMU_TAG_SHIFT, IOMMU_VALID,
-    IOVA_BASE,
+    control, global, status, DeviceMap, FLAG_BYTES, IOMMU_CLAIMED, IOMMU_ENTRIES, IOMMU_FREE, IOMMU_HOST, IOMMU_IOVA,
+    IOMMU_LEN, IOMMU_STATE, IOMMU_TAG_BITS, IOMMU_TAG_SHIFT, IOMMU_VALID, IOVA_BASE,
 };
 
 use crate::mmio::Mmio;

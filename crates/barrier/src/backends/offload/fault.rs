@@ -47,7 +47,13 @@ impl HwModule {
         while self.flat_next < self.n {
             if !self.arrivals[self.flat_next].reached(epoch) {
                 let last = self.flat_next + 1 == self.n;
-                return Poll::Pending { flag: &self.arrivals[self.flat_next], target: epoch, recheck: None, last, spin: None };
+                return Poll::Pending {
+                    flag: &self.arrivals[self.flat_next],
+                    target: epoch,
+                    recheck: None,
+                    last,
+                    spin: None,
+                };
             }
             self.flat_next += 1;
         }
@@ -107,7 +113,10 @@ impl HwModule {
         let finding = if completed >= target {
             // The device stores COMPLETED_EPOCH before it writes the release flags: look again.
             (!self.dev.mmio.flag(a.flag_off).reached(target)).then(|| {
-                format!("the device completed epoch {epoch} in group {} but its release never reached this rank", a.group)
+                format!(
+                    "the device completed epoch {epoch} in group {} but its release never reached this rank",
+                    a.group
+                )
             })
         } else if completed + 1 == target {
             let members = self.shape.members_of(group_index);

@@ -1,8 +1,6 @@
 //! Trees of groups: a communicator past a device's member limit as chunks and a root group.
 
-
 use barrier_hw::DeviceMap;
-
 
 use super::device::Device;
 

@@ -5,13 +5,11 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use barrier_hw::{
-    global, status, MessageType,
-};
+use barrier_hw::{global, status, MessageType};
 
-use crate::backend::{Module, Poll};
-use crate::algo::tail::TailSpin;
 use crate::algo::flag::SoftwareModule;
+use crate::algo::tail::TailSpin;
+use crate::backend::{Module, Poll};
 use crate::error::Error;
 use crate::shm::Shared;
 use crate::wait::Flag;
@@ -127,7 +125,6 @@ impl HwModule {
         // arrivals (in plan order) it has sent for this epoch.
         self.sent[self.rank].signal(epoch << 2 | self.sends_through[self.step], false);
     }
-
 }
 
 impl Module for HwModule {
@@ -209,7 +206,13 @@ impl Module for HwModule {
                         self.degrade(epoch, reason, true);
                     } else {
                         let flag = self.dev.mmio.flag(a.flag_off);
-                        return Ok(Poll::Pending { flag, target: base + epoch, recheck: Some(RECHECK), last: false, spin: None });
+                        return Ok(Poll::Pending {
+                            flag,
+                            target: base + epoch,
+                            recheck: Some(RECHECK),
+                            last: false,
+                            spin: None,
+                        });
                     }
                 }
             }
