@@ -226,11 +226,16 @@ impl Params {
     }
 
     /// The priority, disable and min-size settings of backend `name`.
+    /// Whether the backend called `name` is turned off (`BARRIER_<NAME>_DISABLE`).
+    pub fn backend_disabled(&self, name: &str) -> Result<bool> {
+        self.flag(&format!("BARRIER_{}_DISABLE", name.to_ascii_uppercase()))
+    }
+
     pub fn backend_settings(&self, name: &str, default_priority: i32) -> Result<BackendSettings> {
         let up = name.to_ascii_uppercase();
         Ok(BackendSettings {
             priority: self.parse(&format!("BARRIER_{up}_PRIORITY"), default_priority, "an integer")?,
-            disabled: self.flag(&format!("BARRIER_{up}_DISABLE"))?,
+            disabled: self.backend_disabled(name)?,
             min_comm_size: self.parse(&format!("BARRIER_{up}_MIN_COMM_SIZE"), 1usize, "a non-negative integer")?,
         })
     }

@@ -135,6 +135,18 @@ pub struct RankNames {
 }
 
 impl Segment {
+    /// A segment over a fresh mapping (and the descriptor behind it, if it keeps one), with
+    /// nothing set yet: what every constructor starts from.
+    fn over(map: Mapping, fd: Option<OwnedFd>) -> Segment {
+        Segment {
+            map,
+            fd,
+            progress: std::sync::OnceLock::new(),
+            names: std::sync::OnceLock::new(),
+            live: std::sync::OnceLock::new(),
+        }
+    }
+
     pub(super) fn header(&self) -> &Header {
         // SAFETY: every constructor maps at least HEADER_BYTES, the base is page aligned, and the
         // header consists of atomics, for which any bit pattern (zero included) is valid.
@@ -171,13 +183,7 @@ impl Segment {
     pub(crate) fn map_anonymous(shape: JobShape, pool: usize, world_region: usize) -> Result<Segment> {
         let len = Self::total_len(&shape, pool, world_region);
         let map = Mapping::anonymous(len).map_err(|e| Error::io(format!("mapping {len} bytes of shared memory"), e))?;
-        let seg = Segment {
-            map,
-            fd: None,
-            progress: std::sync::OnceLock::new(),
-            names: std::sync::OnceLock::new(),
-            live: std::sync::OnceLock::new(),
-        };
+        let seg = Segment::over(map, None);
         seg.init(&shape, world_region)?;
         Ok(seg)
     }
@@ -194,13 +200,7 @@ impl Segment {
         sys::shm_unlink(&name).map_err(|e| Error::io(format!("unlinking {name}"), e))?;
         let map =
             Mapping::map_fd(fd.as_raw_fd(), len).map_err(|e| Error::io(format!("mapping shared segment {name}"), e))?;
-        let seg = Segment {
-            map,
-            fd: Some(fd),
-            progress: std::sync::OnceLock::new(),
-            names: std::sync::OnceLock::new(),
-            live: std::sync::OnceLock::new(),
-        };
+        let seg = Segment::over(map, Some(fd));
         seg.init(&shape, world_region)?;
         Ok(seg)
     }
@@ -252,13 +252,7 @@ impl Segment {
             return Err(error(format!("{what} is {len} bytes, too small for a job segment ({hint})")));
         }
         let map = Mapping::map_fd(fd, len).map_err(|e| Error::io(format!("mapping {what}"), e))?;
-        let seg = Segment {
-            map,
-            fd: None,
-            progress: std::sync::OnceLock::new(),
-            names: std::sync::OnceLock::new(),
-            live: std::sync::OnceLock::new(),
-        };
+        let seg = Segment::over(map, None);
         if seg.header().magic.load(Ordering::Acquire) != MAGIC {
             return Err(error(format!("{what} is not a barrier job segment ({hint})")));
         }

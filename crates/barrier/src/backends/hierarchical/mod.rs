@@ -93,7 +93,7 @@ impl Settings {
         let debug = params.flag("BARRIER_HIER_DEBUG")?;
         let mut disabled = 0;
         for (i, name) in AUTO_DEVICES.iter().enumerate() {
-            if params.flag(&format!("BARRIER_{}_DISABLE", name.to_ascii_uppercase()))? {
+            if params.backend_disabled(name)? {
                 disabled |= 1 << i;
             }
         }
