@@ -1,6 +1,7 @@
-//! Hashes the sources of this crate and of `barrier-hw` (the driver side of every emulated
-//! device's protocol) into `BARRIER_SOURCE_HASH`, which `mmio::INLINE_ABI` folds in: a program
-//! refuses an inline emulator library built from other sources, even at the same version.
+//! Hashes the sources of this crate (the driver side of every emulated device's protocol) into
+//! `BARRIER_SOURCE_HASH`, which `mmio::INLINE_ABI` folds in with `barrier_hw::SOURCE_HASH`: a
+//! program refuses an inline emulator library built from other sources, even at the same
+//! version. Only this package's own files are read (a packaged crate has no siblings).
 
 use std::path::{Path, PathBuf};
 
@@ -18,7 +19,7 @@ fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
 
 fn main() {
     let root = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
-    let dirs = [root.join("src"), root.join("../barrier-hw/src")];
+    let dirs = [root.join("src")];
     let mut files = Vec::new();
     for dir in &dirs {
         println!("cargo:rerun-if-changed={}", dir.display());

@@ -1,6 +1,6 @@
 //! `barrier bench --mpi`: the MPI library's barrier against the interposer's, in one run.
 //!
-//! Builds `examples/mpi/barrier_bench.c` (embedded in this binary) with the machine's `mpicc`
+//! Builds `crates/barrier-cli/c/barrier_bench.c` (embedded in this binary) with the machine's `mpicc`
 //! and runs it under `mpirun` with `libbarrier_pmpi.so` preloaded. The program times
 //! `PMPI_Barrier` (the MPI library's own) and `MPI_Barrier` (the interposer's) in alternating
 //! chunks in the same processes, so both see the same phases of the machine, and prints both
@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// The benchmark program's source.
-const SOURCE: &str = include_str!("../../../examples/mpi/barrier_bench.c");
+const SOURCE: &str = include_str!("../c/barrier_bench.c");
 
 /// Chunks per variant (odd, for a true median).
 pub const CHUNKS: u64 = 21;

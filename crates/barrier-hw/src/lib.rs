@@ -46,3 +46,21 @@ pub use layout::{ARRIVAL_SLOT_BYTES, FLAG_BYTES, GLOBAL_BYTES, MAX_FLAG_BYTES};
 pub use map::{mask_words, DeviceMap, GroupRegs, MapError, SWITCH_GROUP_NETWORK_ADDR};
 pub use message::{expand_sequence, ArrivalEncoding, Message, MessageType};
 pub use register::{control, error_code, status, Access, Register};
+
+/// A hash of this crate's sources (made by its build script): `barrier` folds it into the
+/// interface version of the inline emulator library, since both sides read these tables.
+pub const SOURCE_HASH: u64 = {
+    let hex = env!("BARRIER_HW_SOURCE_HASH").as_bytes();
+    let mut value = 0u64;
+    let mut i = 0;
+    while i < hex.len() {
+        let digit = match hex[i] {
+            b'0'..=b'9' => hex[i] - b'0',
+            b'a'..=b'f' => hex[i] - b'a' + 10,
+            _ => panic!("the build script writes lowercase hex"),
+        };
+        value = value << 4 | digit as u64;
+        i += 1;
+    }
+    value
+};

@@ -21,12 +21,21 @@
 //!
 //! See `docs/architecture.md` in the repository for the design, and `barrier info` for every
 //! parameter.
+//!
+//! # The public surface
+//!
+//! What this documentation shows is the API for users and for backends written outside the
+//! crate ([`backend`], [`wait`], [`params`]), and it follows semver. The modules `algo`,
+//! `mmio`, `registry`, `shm`, `sys` and `transport` are public only because the workspace's
+//! sibling crates (the launcher, the emulator, barrier-mpi) build on them: they are
+//! `#[doc(hidden)]`, not part of the API, and may change in any release.
 
 // Everything but the wait layer (and `pad`) needs real shared memory and system calls: under
 // `--cfg loom` only the wait layer is built, on loom's primitives, for model checking
 // (tests/loom.rs). Each item carries its own `cfg` (rather than one macro around them all) so
 // that rustfmt and the architecture test read every module.
 #[cfg(not(loom))]
+#[doc(hidden)]
 pub mod algo;
 #[cfg(not(loom))]
 pub mod backend;
@@ -41,20 +50,25 @@ mod engine;
 #[cfg(not(loom))]
 mod error;
 #[cfg(not(loom))]
+#[doc(hidden)]
 pub mod mmio;
 #[cfg(not(loom))]
 pub mod params;
 #[cfg(not(loom))]
 mod region;
 #[cfg(not(loom))]
+#[doc(hidden)]
 pub mod registry;
 #[cfg(not(loom))]
-pub mod selector;
+mod selector;
 #[cfg(not(loom))]
+#[doc(hidden)]
 pub mod shm;
 #[cfg(not(loom))]
+#[doc(hidden)]
 pub mod sys;
 #[cfg(not(loom))]
+#[doc(hidden)]
 pub mod transport;
 #[cfg(not(loom))]
 mod universe;

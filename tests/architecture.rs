@@ -495,7 +495,9 @@ fn from_disk(path: &Path) -> Option<String> {
 
 /// Every crate of the workspace: each `crates/*/src/lib.rs` and `main.rs`.
 fn workspace() -> Vec<Crate> {
-    let crates_dir = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf();
+    // This test lives in the workspace's own package (not in a crate that is published), so it
+    // reads the sibling crates from the workspace root.
+    let crates_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("crates");
     let mut dirs: Vec<PathBuf> = std::fs::read_dir(&crates_dir).unwrap().map(|e| e.unwrap().path()).collect();
     dirs.sort();
     let mut out = Vec::new();
