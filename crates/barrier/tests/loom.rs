@@ -1,7 +1,7 @@
 //! Model checks of the parking protocol with loom: every interleaving of a signaller and
 //! parked waiters, with the futex emulated under loom (see `wait::primitive`).
 //!
-//! Run: `RUSTFLAGS="--cfg loom" cargo test -p barrier --test loom --release`
+//! Run: `RUSTFLAGS="--cfg loom" cargo test -p hpc-barrier --test loom --release`
 //!
 //! These checks can fail: with `flag.signal(1, false)` (the spin policy's signal, which skips
 //! the wake-up) in place of `signal(1, true)`, loom reports

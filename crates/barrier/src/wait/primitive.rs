@@ -7,7 +7,7 @@ pub(super) use self::model::*;
 pub(super) use self::real::*;
 
 /// The primitives the protocol is built from: the real ones, or loom's for model checking
-/// (`RUSTFLAGS="--cfg loom" cargo test -p barrier --test loom --release`).
+/// (`RUSTFLAGS="--cfg loom" cargo test -p hpc-barrier --test loom --release`).
 #[cfg(not(loom))]
 mod real {
     pub use crate::sys::{futex_wait, futex_wake_all, yield_now};
