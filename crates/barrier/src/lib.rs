@@ -30,6 +30,12 @@
 //! sibling crates (the launcher, the emulator, barrier-mpi) build on them: they are
 //! `#[doc(hidden)]`, not part of the API, and may change in any release.
 
+#[cfg(not(target_os = "linux"))]
+compile_error!(
+    "barrier runs on Linux only: it waits on futexes, maps POSIX shared memory and memfds, and reads \
+     /proc and /sys for the job's placement; build it for a Linux target"
+);
+
 // Everything but the wait layer (and `pad`) needs real shared memory and system calls: under
 // `--cfg loom` only the wait layer is built, on loom's primitives, for model checking
 // (tests/loom.rs). Each item carries its own `cfg` (rather than one macro around them all) so

@@ -107,7 +107,9 @@ pub const INLINE_ABI: u64 = {
         hash = (hash ^ version[i] as u64).wrapping_mul(0x100_0000_01b3);
         i += 1;
     }
-    hash ^ barrier_hw::SWITCH.version.rotate_left(32) ^ barrier_hw::GBA.version ^ barrier_hw::SOURCE_HASH.rotate_left(17)
+    hash ^ barrier_hw::SWITCH.version.rotate_left(32)
+        ^ barrier_hw::GBA.version
+        ^ barrier_hw::SOURCE_HASH.rotate_left(17)
 };
 
 impl InlineWork {

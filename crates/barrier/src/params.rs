@@ -20,6 +20,7 @@ use crate::error::{Error, Result};
 /// communicator is created, on every rank, and the outcome is agreed: a bad value on one rank
 /// fails the creation on all of them instead of leaving the others waiting.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ParamKind {
     /// Free text (a path).
     Text,
@@ -38,8 +39,8 @@ pub enum ParamKind {
     DurationAtMost(std::time::Duration),
     /// One of these words (case-insensitive).
     Choice(&'static [&'static str]),
-    /// A comma-separated list of these backend names (the registry's).
-    BackendList(&'static [&'static str]),
+    /// A comma-separated list of these backend names (the registry's, registered ones included).
+    BackendList(Vec<&'static str>),
 }
 
 impl ParamKind {

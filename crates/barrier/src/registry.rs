@@ -45,7 +45,7 @@ pub fn core_params() -> Vec<ParamInfo> {
              the communicator fails with every reason (explicit choices fail loudly). Empty: all \
              backends by priority, falling back automatically.",
         )
-        .kind(ParamKind::BackendList(BACKEND_NAMES)),
+        .kind(ParamKind::BackendList(BACKEND_NAMES.to_vec())),
         ParamInfo::new(
             "BARRIER_TIMEOUT",
             "0",

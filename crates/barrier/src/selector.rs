@@ -27,6 +27,7 @@ use crate::registry::{backends, SOFTWARE};
 
 /// What happened to one backend during selection.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Outcome {
     /// This backend runs the communicator's barriers.
     Chosen,

@@ -53,6 +53,16 @@ pub struct Universe {
 
 /// Joins the job the launcher started, or makes a world of one rank when started alone.
 /// Collective: every rank calls it once.
+///
+/// ```
+/// # fn main() -> Result<(), barrier::Report> {
+/// let universe = barrier::init()?; // under `barrier run -n 4 -- prog`: rank r of 4
+/// let world = universe.world();
+/// println!("rank {} of {} uses {}", world.rank(), world.size(), world.backend());
+/// world.barrier()?;
+/// # Ok(())
+/// # }
+/// ```
 pub fn init() -> Result<Universe> {
     init_with(Params::from_env())
 }
@@ -188,6 +198,19 @@ pub mod threads {
     use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 
     /// A thread-mode job: `n` ranks, each a thread with its own [`Communicator`].
+    ///
+    /// ```
+    /// use barrier::threads::Job;
+    ///
+    /// // 6 ranks on 2 simulated nodes: the hierarchical backend's internode phase runs over
+    /// // the simulated network between them.
+    /// let nodes = Job::new(6).nodes(2).run(|world| {
+    ///     world.barrier().unwrap();
+    ///     world.node()
+    /// })
+    /// .unwrap();
+    /// assert_eq!(nodes, vec![0, 0, 0, 1, 1, 1]);
+    /// ```
     #[derive(Debug, Clone)]
     pub struct Job {
         ranks: usize,

@@ -8,10 +8,13 @@ use crate::wait::Flag;
 
 /// What a module's `progress` returns.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum Poll<'a> {
     /// Every rank has arrived at the epoch: the barrier is complete for this rank.
     Ready,
-    /// Not yet; `flag` reaching `target` is the next thing that can change that.
+    /// Not yet; `flag` reaching `target` is the next thing that can change that. Outside this
+    /// crate, build it with [`Poll::pending`] (the variant may gain fields).
+    #[non_exhaustive]
     Pending {
         /// The flag to wait on.
         flag: &'a Flag,
@@ -32,6 +35,41 @@ pub enum Poll<'a> {
         /// flag means the hint was wrong. `None` for every other wait.
         spin: Option<std::time::Duration>,
     },
+}
+
+impl<'a> Poll<'a> {
+    /// Not yet: wait until `flag` reaches `target`, then call `progress` again. The other
+    /// fields start at their plain values (no recheck, not the last wait, no tail spin); the
+    /// methods below set them. (The variant may gain fields: a backend outside this crate
+    /// builds it here.)
+    pub fn pending(flag: &'a Flag, target: u64) -> Self {
+        Poll::Pending { flag, target, recheck: None, last: false, spin: None }
+    }
+
+    /// Also call `progress` again after `every` even if the flag has not moved.
+    pub fn recheck(mut self, every: std::time::Duration) -> Self {
+        if let Poll::Pending { recheck, .. } = &mut self {
+            *recheck = Some(every);
+        }
+        self
+    }
+
+    /// Once the flag reaches the target the barrier is complete for this rank (no further
+    /// `progress` call for this epoch).
+    pub fn last(mut self) -> Self {
+        if let Poll::Pending { last, .. } = &mut self {
+            *last = true;
+        }
+        self
+    }
+
+    /// Spin on the flag for up to `limit` before the wait policy takes over (see the field).
+    pub fn spin(mut self, limit: std::time::Duration) -> Self {
+        if let Poll::Pending { spin, .. } = &mut self {
+            *spin = Some(limit);
+        }
+        self
+    }
 }
 
 /// A per-communicator barrier module. See the module docs for the contract.

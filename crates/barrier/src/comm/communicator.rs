@@ -353,6 +353,19 @@ impl Communicator {
     /// because another rank died, a rank that left. After any of them the communicator is
     /// broken and every later call fails. With `ibarrier()` requests outstanding, they complete
     /// first (barriers complete in the order they were started).
+    ///
+    /// ```
+    /// use std::sync::atomic::{AtomicUsize, Ordering};
+    ///
+    /// let arrived = AtomicUsize::new(0);
+    /// barrier::threads::run(4, |world| {
+    ///     arrived.fetch_add(1, Ordering::Relaxed);
+    ///     world.barrier().unwrap();
+    ///     // No rank gets here before every rank has counted itself.
+    ///     assert_eq!(arrived.load(Ordering::Relaxed), 4);
+    /// })
+    /// .unwrap();
+    /// ```
     #[inline]
     pub fn barrier(&self) -> Result<()> {
         self.check_usable()?;

@@ -125,6 +125,17 @@ impl Communicator {
 
     /// Splits into disjoint communicators, one per color, ordered by `key` then by rank
     /// (MPI_Comm_split). Collective; returns `None` for [`Color::Undefined`].
+    ///
+    /// ```
+    /// let sizes = barrier::threads::run(5, |world| {
+    ///     // Even and odd ranks: communicators of 3 and 2 ranks.
+    ///     let half = world.split(world.rank() % 2, world.rank()).unwrap().expect("every rank has a color");
+    ///     half.barrier().unwrap();
+    ///     half.size()
+    /// })
+    /// .unwrap();
+    /// assert_eq!(sizes, vec![3, 2, 3, 2, 3]);
+    /// ```
     pub fn split(&self, color: impl Into<Color>, key: impl Into<Key>) -> Result<Option<Communicator>> {
         self.split_as("split", color.into(), key.into())
     }

@@ -14,6 +14,16 @@ impl Communicator {
     /// outstanding; they complete in the order they were started (a later one is announced to
     /// the module once the one before it completes). See [`Request::wait_all`] and
     /// [`Request::test_any`].
+    ///
+    /// ```
+    /// barrier::threads::run(4, |world| {
+    ///     let request = world.ibarrier().unwrap(); // arrive now...
+    ///     let local = (0..1000u64).sum::<u64>(); // ...overlap independent work...
+    ///     request.wait().unwrap(); // ...and complete it
+    ///     local
+    /// })
+    /// .unwrap();
+    /// ```
     pub fn ibarrier(&self) -> Result<Request<'_>> {
         self.check_usable()?;
         let epoch = self.epoch.get() + 1;
@@ -31,10 +41,47 @@ impl Communicator {
     }
 }
 
-/// A pending split-phase barrier. Dropping an incomplete request waits for it, except while
-/// the thread panics: then the communicator is marked broken instead (waiting could deadlock a
-/// rank that is unwinding).
+/// A pending split-phase barrier: complete it with [`test`](Request::test) or
+/// [`wait`](Request::wait).
+///
+/// Dropping an incomplete request *waits* for it (a blocking barrier, since the communicator
+/// cannot start the next barrier before this one completes), except while the thread panics:
+/// then the communicator is marked broken instead (waiting could deadlock a rank that is
+/// unwinding). So `world.ibarrier()?;` alone is a blocking barrier, and the compiler warns.
+///
+/// ```
+/// barrier::threads::run(3, |world| {
+///     let mut request = world.ibarrier().unwrap();
+///     // ... work that overlaps the barrier ...
+///     while !request.test().unwrap() {
+///         std::hint::spin_loop();
+///     }
+///     assert_eq!(request.epoch(), 1);
+/// })
+/// .unwrap();
+/// ```
+///
+/// Discarding one is caught at compile time (`unused_must_use`, denied here):
+///
+/// ```compile_fail
+/// #![deny(unused_must_use)]
+/// barrier::threads::run(2, |world| {
+///     world.ibarrier().unwrap(); // a blocking barrier in disguise
+/// })
+/// .unwrap();
+/// ```
+///
+/// while the same program that completes its request compiles:
+///
+/// ```
+/// #![deny(unused_must_use)]
+/// barrier::threads::run(2, |world| {
+///     world.ibarrier().unwrap().wait().unwrap();
+/// })
+/// .unwrap();
+/// ```
 #[derive(Debug)]
+#[must_use = "a dropped Request waits for its barrier (a blocking barrier): call wait() or test() on it"]
 pub struct Request<'c> {
     comm: &'c Communicator,
     /// Looks for departed or exited peers and reports stalls while the request is polled.

@@ -23,6 +23,7 @@ const INLINE_SPINS: u32 = 1;
 
 /// How ranks wait.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum WaitPolicy {
     /// Spin, then yield; never park. Signallers skip the wake-up check. Right when every rank
     /// has a core of its own.
