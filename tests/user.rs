@@ -237,3 +237,31 @@ fn a_window_of_half_the_pool_fits() {
         assert_eq!(r.unwrap(), 1 << 22);
     }
 }
+
+#[test]
+fn init_under_an_mpi_launcher_says_what_to_use_instead_of_running_worlds_of_one() {
+    let hello = common::example("hello");
+    let run = |env: &[(&str, &str)]| {
+        let mut cmd = std::process::Command::new(&hello);
+        for var in ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "MV2_COMM_WORLD_SIZE", "SLURM_STEP_NUM_TASKS", "BARRIER_SHM_FD"]
+        {
+            cmd.env_remove(var);
+        }
+        cmd.envs(env.iter().copied());
+        cmd.output().expect("running the hello example")
+    };
+    // What `mpirun -np 2` and Hydra's `mpiexec -n 2` put in each process's environment.
+    for (var, who) in [("OMPI_COMM_WORLD_SIZE", "Open MPI"), ("PMI_SIZE", "PMI launcher")] {
+        let out = run(&[(var, "2")]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{var}=2: hello ran as a world of 1: {err}");
+        assert!(err.contains(who) && err.contains("barrier-mpi") && err.contains("libbarrier_pmpi.so"), "{err}");
+        assert!(!String::from_utf8_lossy(&out.stdout).contains("rank 0 of 1"));
+    }
+    // Alone, or asked for on purpose: a world of 1.
+    for env in [&[][..], &[("OMPI_COMM_WORLD_SIZE", "2"), ("BARRIER_SINGLETON", "1")][..]] {
+        let out = run(env);
+        assert!(out.status.success(), "{env:?}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(String::from_utf8_lossy(&out.stdout).contains("rank 0 of 1"));
+    }
+}

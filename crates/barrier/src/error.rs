@@ -124,6 +124,23 @@ pub enum Error {
     /// The launcher's environment is present but inconsistent.
     #[error("bad launcher environment: {0}; start the program with `barrier run -n N -- PROGRAM`")]
     Bootstrap(String),
+    /// `init()` in one process of a job that an MPI launcher (or Slurm) started with several:
+    /// each would otherwise be a world of one, silently.
+    #[error(
+        "this process is one of {size} started by {launcher} ({var}={size}), but barrier::init() joins only jobs \
+         that `barrier run` starts, so each process would be a world of 1: in an MPI program use barrier-mpi \
+         (`use barrier_mpi::FastBarrier;` then `world.fast_barrier()`) or preload the interposer \
+         (libbarrier_pmpi.so); to run under `barrier run`, start it with `barrier run -n N -- PROGRAM`; to \
+         mean a world of 1 in each process, set BARRIER_SINGLETON=1"
+    )]
+    LaunchedByMpi {
+        /// The launcher the environment names.
+        launcher: &'static str,
+        /// The variable that says so.
+        var: &'static str,
+        /// The processes it started.
+        size: usize,
+    },
     /// The job's shared segment has no room for another communicator or window.
     #[error("the job's shared segment is full ({needed} bytes needed, {free} free); free communicators or start the job with a larger BARRIER_SHM_POOL_BYTES")]
     SegmentFull {

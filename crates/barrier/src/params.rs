@@ -245,6 +245,8 @@ impl Params {
 /// The stall report's default delay (`BARRIER_STALL_REPORT`).
 pub const DEFAULT_STALL_REPORT: Duration = Duration::from_secs(30);
 
+/// `BARRIER_SINGLETON`: `init()` makes a world of one in each process of an MPI launcher's job.
+pub const SINGLETON: &str = "BARRIER_SINGLETON";
 /// `BARRIER_REBALANCE`: see `registry::core_params`.
 pub const REBALANCE: &str = "BARRIER_REBALANCE";
 /// `BARRIER_MPI_FAULT`: see `registry::mpi_params`.

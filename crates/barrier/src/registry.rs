@@ -109,6 +109,13 @@ pub fn core_params() -> Vec<ParamInfo> {
             "The inline emulator library (libbarrier_emu_inline.so) that a program loads to drive \
              an emulated device whose work runs in its ranks. `barrier run --emulate` sets it.",
         ),
+        ParamInfo::new(
+            crate::params::SINGLETON,
+            "0",
+            "barrier::init() in a process that an MPI launcher or srun started with others fails (each would be \
+             a world of 1; use barrier-mpi or the interposer). 1: make that world of 1 in each process anyway.",
+        )
+        .kind(ParamKind::Bool),
         ParamInfo::new("BARRIER_YIELD_COUNT", "auto", "Yields before parking with the park policy (auto: 256).")
             .kind(ParamKind::Int { min: 0, max: U32_MAX }),
         ParamInfo::new(

@@ -67,10 +67,38 @@ pub fn init() -> Result<Universe> {
     init_with(Params::from_env())
 }
 
+/// The variables by which MPI launchers (and Slurm's `srun`) tell a process how many they
+/// started: Open MPI's `mpirun`/`prterun`, MPICH's Hydra and other PMI launchers, MVAPICH's,
+/// Slurm's job steps.
+const LAUNCHER_SIZE_VARS: &[(&str, &str)] = &[
+    ("OMPI_COMM_WORLD_SIZE", "Open MPI's launcher"),
+    ("PMI_SIZE", "a PMI launcher (MPICH's Hydra, Intel MPI)"),
+    ("MV2_COMM_WORLD_SIZE", "MVAPICH's launcher"),
+    ("SLURM_STEP_NUM_TASKS", "Slurm (srun)"),
+];
+
+/// An MPI launcher's job of more than one process, as `lookup` (the environment) describes it.
+fn launched_by_mpi(lookup: impl Fn(&str) -> Option<String>) -> Option<Error> {
+    LAUNCHER_SIZE_VARS.iter().find_map(|&(var, launcher)| {
+        let size = lookup(var)?.trim().parse::<usize>().ok()?;
+        (size > 1).then_some(Error::LaunchedByMpi { launcher, var, size })
+    })
+}
+
 /// [`init`] with explicit parameters.
+///
+/// Started alone it makes a world of one rank; but in one process of a job that an MPI launcher
+/// started with several (`mpirun -np 4 prog`), it fails with [`Error::LaunchedByMpi`], which
+/// says to use barrier-mpi or the interposer, unless `BARRIER_SINGLETON=1` asks for a world of
+/// one in each process.
 pub fn init_with(params: Params) -> Result<Universe> {
     match std::env::var(ENV_SHM_FD) {
         Err(_) => {
+            if !params.flag(crate::params::SINGLETON)? {
+                if let Some(e) = launched_by_mpi(|var| std::env::var(var).ok()) {
+                    return Err(e);
+                }
+            }
             let seg = Segment::anonymous(JobShape::local(1, 1), pool_bytes(&params)?)?;
             Universe::attach(seg, 0, params)
         }
@@ -356,5 +384,39 @@ pub mod threads {
         F: Fn(Communicator) -> T + Sync,
     {
         Job::new(ranks).run(f)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let pairs: Vec<(String, String)> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        move |var| pairs.iter().find(|(k, _)| k == var).map(|(_, v)| v.clone())
+    }
+
+    #[test]
+    fn an_mpi_launchers_job_of_several_is_recognised() {
+        for (var, who) in [
+            ("OMPI_COMM_WORLD_SIZE", "Open MPI"),
+            ("PMI_SIZE", "PMI"),
+            ("MV2_COMM_WORLD_SIZE", "MVAPICH"),
+            ("SLURM_STEP_NUM_TASKS", "Slurm"),
+        ] {
+            let e = launched_by_mpi(env(&[(var, "4")])).expect(var);
+            let text = e.to_string();
+            assert!(text.contains(who) && text.contains(&format!("{var}=4")), "{text}");
+            assert!(text.contains("barrier-mpi") && text.contains("libbarrier_pmpi.so"), "{text}");
+            assert!(text.contains("BARRIER_SINGLETON=1"), "{text}");
+        }
+    }
+
+    #[test]
+    fn one_process_or_no_launcher_is_a_world_of_one() {
+        assert!(launched_by_mpi(env(&[])).is_none());
+        assert!(launched_by_mpi(env(&[("OMPI_COMM_WORLD_SIZE", "1")])).is_none());
+        assert!(launched_by_mpi(env(&[("PMI_SIZE", "1"), ("SLURM_STEP_NUM_TASKS", "1")])).is_none());
+        assert!(launched_by_mpi(env(&[("PMI_SIZE", "garbage")])).is_none());
     }
 }
