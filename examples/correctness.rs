@@ -1,4 +1,4 @@
-//! The correctness check as a program, for runs under the launcher:
+//! The correctness check as a program, for runs under the launcher (`barrier_suite::program`):
 //!
 //! ```text
 //! barrier run -n 13 -- target/release/examples/correctness [ITERATIONS] [--split] [--seed S]
@@ -11,85 +11,6 @@
 
 use std::process::ExitCode;
 
-use barrier_suite::{stress, StressOptions};
-
 fn main() -> ExitCode {
-    let mut opts = StressOptions::default();
-    let mut split = false;
-    let mut die: Option<(usize, u64)> = None;
-    let mut skip: Option<usize> = None;
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        match a.as_str() {
-            "--split" => split = true,
-            "--seed" => opts.seed = args.next().and_then(|v| v.parse().ok()).expect("--seed N"),
-            "--die" => {
-                let v = args.next().expect("--die RANK:ITER");
-                let (r, i) = v.split_once(':').expect("--die RANK:ITER");
-                die = Some((r.parse().expect("rank"), i.parse().expect("iteration")));
-            }
-            "--skip" => skip = Some(args.next().and_then(|v| v.parse().ok()).expect("--skip RANK")),
-            n => opts.iterations = n.parse().expect("iterations must be a number"),
-        }
-    }
-    let universe = match barrier::init() {
-        Ok(u) => u,
-        Err(e) => {
-            eprintln!("correctness: init failed: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    let world = universe.world();
-    let me = world.rank();
-    opts.die_before = die;
-    if let Some(rank) = skip {
-        let result = world.barrier();
-        if rank == me {
-            std::thread::sleep(std::time::Duration::from_secs(3));
-            return ExitCode::SUCCESS;
-        }
-        return match result.and_then(|_| world.barrier()) {
-            Ok(()) => {
-                eprintln!("rank {me}: the barrier completed although rank {rank} never arrived");
-                ExitCode::from(4)
-            }
-            Err(e) => {
-                eprintln!("rank {me}: {e}");
-                ExitCode::from(5)
-            }
-        };
-    }
-    let result = if split {
-        let sub = world.split(me % 3, me).map(|s| s.expect("every rank has a color"));
-        match sub {
-            Err(e) => Err(e.into()),
-            Ok(sub) => {
-                // Interleave the sub-communicator's check with the world's.
-                stress(&sub, &opts)
-                    .and_then(|_| stress(world, &StressOptions { iterations: opts.iterations / 4, ..opts }))
-                    .and_then(|n| {
-                        stress(&sub, &StressOptions { iterations: opts.iterations / 4, ..opts }).map(|m| n + m)
-                    })
-            }
-        }
-    } else {
-        stress(world, &opts)
-    };
-    match result {
-        Ok(n) => {
-            if me == 0 {
-                println!(
-                    "correctness: {} ranks passed {n} barriers ({}, {})",
-                    world.size(),
-                    world.backend(),
-                    world.algorithm()
-                );
-            }
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("rank {me}: {e}");
-            ExitCode::from(3)
-        }
-    }
+    barrier_suite::program::main()
 }

@@ -12,6 +12,8 @@ use std::time::Duration;
 
 use barrier::{Communicator, Error};
 
+pub mod program;
+
 /// Words between two ranks' counters: one 128-byte line.
 const STRIDE: usize = 16;
 
