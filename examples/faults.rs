@@ -52,7 +52,7 @@ fn main() -> ExitCode {
         say(format!("rank {rank}: {what}: {e}"));
         // A program that handles its own error and goes on living: the others must not wait.
         if mode == "linger-on-error" {
-            let own = !matches!(e, barrier::Error::PeerInvalidParam { .. });
+            let own = !matches!(e, barrier::Error::PeerInvalidParam { .. } | barrier::Error::MismatchedParam { .. });
             // Peers linger briefly too, so that each prints before the launcher stops the job.
             std::thread::sleep(if own { Duration::from_secs(3) } else { Duration::from_millis(200) });
         }

@@ -32,7 +32,6 @@ fn a_bad_setting_on_one_rank_fails_every_rank_at_once() {
         ("BARRIER_TIMEOUT", "abc"),
         ("BARRIER_WAIT_POLICY", "bogus"),
         ("BARRIER_SPIN_COUNT", "lots"),
-        ("BARRIER_BACKEND", "nonesuch"),
     ] {
         let script = format!("[ \"$BARRIER_RANK\" = 1 ] && export {name}={value}; exec \"$@\"");
         let report = faults(3, Some(&script), &["linger-on-error"], &[]);
@@ -46,6 +45,29 @@ fn a_bad_setting_on_one_rank_fails_every_rank_at_once() {
             );
         }
     }
+}
+
+#[test]
+fn a_backend_list_on_one_rank_fails_every_rank_at_once() {
+    // BARRIER_BACKEND's names are checked by the selector, which agrees on backends by name (a
+    // program may register its own on some ranks only): a list set on one rank is a mismatch
+    // that every rank reports at once, whether or not the name exists.
+    for value in ["nonesuch", "gba"] {
+        let script = format!("[ \"$BARRIER_RANK\" = 1 ] && export BARRIER_BACKEND={value}; exec \"$@\"");
+        let report = faults(3, Some(&script), &["linger-on-error"], &[]);
+        assert!(report.elapsed < Duration::from_millis(2500), "{value}: the job took {:?}", report.elapsed);
+        for r in [0, 2] {
+            let err = &report.stderr[r];
+            assert!(
+                err.contains("BARRIER_BACKEND is not the same on every rank: world ranks [1]"),
+                "{value}: rank {r}: {err}"
+            );
+        }
+    }
+    // The same unknown name on every rank: refused on every rank, with the names it knows.
+    let report = faults(3, None, &["linger-on-error"], &[("BARRIER_BACKEND", "nonesuch")]);
+    assert!(!report.success());
+    assert!(report.stderr.iter().any(|e| e.contains("nonesuch") && e.contains("dissemination")), "{:?}", report.stderr);
 }
 
 #[test]

@@ -246,8 +246,8 @@ fn warn_unknown_settings(who: &str) {
         }
         let nearest = known.iter().min_by_key(|k| edit_distance(&name, k)).cloned().unwrap_or_default();
         eprintln!(
-            "{who}: warning: {name} is not a setting this build reads, and is ignored (did you mean {nearest}? \
-             `barrier info` lists every setting)"
+            "{who}: warning: {name} is not a setting this build reads, and is ignored unless a backend the \
+             program registers reads it (did you mean {nearest}? `barrier info` lists every setting)"
         );
     }
 }
@@ -268,9 +268,29 @@ fn edit_distance(a: &str, b: &str) -> usize {
     row[b.len()]
 }
 
-fn check_settings(timeout: Option<&str>) -> Result<(), String> {
-    barrier::registry::check_all(&barrier::Params::from_env())
-        .map_err(|bad| format!("{} (in the environment: every rank would refuse to start)", bad.1))?;
+/// Refuses a setting every rank would refuse. `program`: the command starts a program of the
+/// user's, which may register backends of its own: `BARRIER_BACKEND` may then name backends
+/// this build does not have (the ranks agree on them by name), and gets a warning, not a refusal.
+fn check_settings(timeout: Option<&str>, program: bool) -> Result<(), String> {
+    let params = barrier::Params::from_env();
+    let checked = if program {
+        barrier::registry::check_all_but_backend_names(&params)
+    } else {
+        barrier::registry::check_all(&params)
+    };
+    checked.map_err(|bad| format!("{} (in the environment: every rank would refuse to start)", bad.1))?;
+    if program {
+        let known = barrier::registry::backend_names();
+        for name in params.get("BARRIER_BACKEND").unwrap_or_default().split(',').map(str::trim) {
+            if !name.is_empty() && !known.iter().any(|k| k.eq_ignore_ascii_case(name)) {
+                eprintln!(
+                    "barrier run: warning: BARRIER_BACKEND names {name}, which is not a backend of this build ({}): \
+                     the ranks fail unless the program registers it (barrier::register_backend)",
+                    known.join(", ")
+                );
+            }
+        }
+    }
     if let Some(t) = timeout {
         let p = barrier::Params::defaults_only().set("BARRIER_TIMEOUT", t);
         if let Some(info) = barrier::registry::all_params().into_iter().find(|i| i.name == "BARRIER_TIMEOUT") {
@@ -332,7 +352,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Cmd::Run { ranks, nodes, timeout, pin, emulate, counters, threaded_emulator, tag_output, program } => {
-            if let Err(e) = check_settings(timeout.as_deref()) {
+            if let Err(e) = check_settings(timeout.as_deref(), true) {
                 eprintln!("barrier run: {e}");
                 return ExitCode::from(2);
             }
@@ -442,7 +462,7 @@ fn main() -> ExitCode {
                 return ExitCode::from(2);
             }
             // A setting every rank would refuse is refused before anything is measured.
-            if let Err(e) = check_settings(None) {
+            if let Err(e) = check_settings(None, false) {
                 eprintln!("barrier bench: {e}");
                 return ExitCode::from(2);
             }
@@ -517,7 +537,7 @@ fn main() -> ExitCode {
         }
         Cmd::Info { ranks, nodes, emulate } => {
             // A setting every rank would refuse is refused as the other commands refuse it.
-            if let Err(e) = check_settings(None) {
+            if let Err(e) = check_settings(None, false) {
                 eprintln!("barrier info: {e}");
                 return ExitCode::from(2);
             }

@@ -91,7 +91,7 @@ pub use params::{ParamInfo, Params, DEFAULT_STALL_REPORT};
 #[cfg(not(loom))]
 pub use region::rounds;
 #[cfg(not(loom))]
-pub use registry::backends;
+pub use registry::{backends, register_backend};
 #[cfg(not(loom))]
 pub use selector::{Candidate, Outcome, Selection};
 #[cfg(not(loom))]

@@ -1,7 +1,16 @@
-//! The registry: every backend this build knows, in registry order, and the catalogue of every
+//! The registry: every backend this process knows, in registry order (the built-in ones, then
+//! those the program registered with [`register_backend`]), and the catalogue of every
 //! parameter (the core ones, each backend's, MPI's). It sits above the backends (it names
 //! them) and beneath the selector, the communicator and the tools, which read it; `params.rs`
 //! below it is only the mechanism (values, kinds, checks).
+//!
+//! Registration is explicit and happens in one place, like `tracing`'s global subscriber: a
+//! program (or a vendor crate on its behalf) calls [`register_backend`] before it creates the
+//! communicators the backend should serve. A name may be registered once; the registry holds
+//! at most [`MAX_BACKENDS`]. Ranks agree on backends by name while a communicator is created
+//! (see `selector.rs`), so a rank that did not register a backend makes every rank decline it.
+
+use std::sync::RwLock;
 
 use crate::backend::Backend;
 use crate::backends::dissemination::Software;
@@ -13,9 +22,28 @@ use crate::params::{ParamInfo, ParamKind, Params, MPI_FAULT, MPI_NODE_BLOCK, MPI
 pub(crate) static SOFTWARE: Software = Software;
 static HIERARCHICAL: Hierarchical = Hierarchical;
 
-/// Every backend this build knows, in registry order.
-pub fn backends() -> Vec<&'static dyn Backend> {
-    vec![
+/// The backends this process registered, in the order they were registered.
+static REGISTERED: RwLock<Vec<&'static dyn Backend>> = RwLock::new(Vec::new());
+
+/// The most backends a process can know, the built-in ones included: the selector agrees on
+/// them by name in one exchange line (a word each) and orders them in 4-bit fields.
+pub const MAX_BACKENDS: usize = {
+    // One word of the exchange line is the control epoch, one `BARRIER_BACKEND`'s hash.
+    let words = crate::region::EXCHANGE_WORDS - 2;
+    if words < 15 {
+        words
+    } else {
+        15
+    }
+};
+
+/// Names that are not backends of the core registry but mean something in `BARRIER_BACKEND`
+/// elsewhere (barrier-mpi's `mpi`, its `MPI_Barrier` fallback).
+const RESERVED_NAMES: &[&str] = &["mpi"];
+
+/// The built-in backends, in registry order.
+fn builtin() -> [&'static dyn Backend; 5] {
+    [
         &crate::backends::a64fx::A64FX,
         &crate::backends::offload::GBA,
         &crate::backends::offload::SWITCH,
@@ -24,13 +52,97 @@ pub fn backends() -> Vec<&'static dyn Backend> {
     ]
 }
 
+/// Every backend this process knows, in registry order: the built-in ones, then the registered
+/// ones in the order they were registered.
+pub fn backends() -> Vec<&'static dyn Backend> {
+    let registered = REGISTERED.read().unwrap_or_else(|p| p.into_inner());
+    builtin().into_iter().chain(registered.iter().copied()).collect()
+}
+
 /// The names of [`backends`], for the `BARRIER_BACKEND` check.
-pub const BACKEND_NAMES: &[&str] = &["a64fx", "gba", "switch", "hierarchical", "dissemination"];
+pub fn backend_names() -> Vec<&'static str> {
+    backends().iter().map(|b| b.name()).collect()
+}
+
+/// Registers a backend written outside this crate, for every communicator this process creates
+/// afterwards (those that exist keep their module). The selector then treats it like the
+/// built-in ones: it is asked by priority (`BARRIER_<NAME>_PRIORITY`, its
+/// [`default_priority`](Backend::default_priority) otherwise), may decline with a reason,
+/// is agreed on by name across ranks (every rank must register it, or every rank declines it),
+/// falls back like the others, can be forced with `BARRIER_BACKEND=<name>`, and its parameters
+/// (the standard three and [`Backend::params`]) are checked and listed with every other.
+/// [`Backend`] says what an implementation must guarantee.
+///
+/// The name must be new, of lowercase ASCII letters, digits and `_`, and not `mpi`; a
+/// process holds at most [`MAX_BACKENDS`] backends. Registering a name twice is an error
+/// (the first registration stays), so two crates cannot silently replace each other.
+///
+/// ```
+/// use barrier::backend::{Backend, Decline, EnableContext, Module, QueryContext};
+///
+/// #[derive(Debug)]
+/// struct Nothing;
+///
+/// impl Backend for Nothing {
+///     fn name(&self) -> &'static str { "nothing" }
+///     fn default_priority(&self) -> i32 { 0 }
+///     fn description(&self) -> &'static str { "declines every communicator (an example)" }
+///     fn query(&self, _: &QueryContext<'_>) -> Result<(), Decline> {
+///         Err(Decline::new("an example that never runs"))
+///     }
+///     fn enable(&self, _: &EnableContext<'_>) -> Result<Box<dyn Module>, Decline> {
+///         Err(Decline::new("an example that never runs"))
+///     }
+/// }
+///
+/// barrier::register_backend(Nothing).unwrap();
+/// assert!(barrier::backends().iter().any(|b| b.name() == "nothing"));
+/// assert!(barrier::register_backend(Nothing).is_err()); // a name is registered once
+/// // Every communicator asks it and records why it declined.
+/// let report = barrier::threads::run(2, |world| world.selection().to_string()).unwrap();
+/// assert!(report[0].contains("nothing") && report[0].contains("never runs"));
+/// ```
+pub fn register_backend(backend: impl Backend + 'static) -> Result<(), Error> {
+    let name = backend.name();
+    let refuse = |why: String| Err(Error::InvalidArgument(format!("cannot register the backend {name:?}: {why}")));
+    if name.is_empty() || !name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_') {
+        return refuse(
+            "a name is lowercase ASCII letters, digits and `_` (it makes BARRIER_<NAME>_* parameters)".into(),
+        );
+    }
+    if RESERVED_NAMES.contains(&name) {
+        return refuse(format!("`{name}` is reserved (barrier-mpi's MPI_Barrier path)"));
+    }
+    let mut registered = REGISTERED.write().unwrap_or_else(|p| p.into_inner());
+    if builtin().iter().chain(registered.iter()).any(|b| b.name() == name) {
+        return refuse("a backend of that name is already registered (a name is registered once)".into());
+    }
+    if builtin().len() + registered.len() >= MAX_BACKENDS {
+        return refuse(format!("this process already knows {MAX_BACKENDS} backends, the most it can hold"));
+    }
+    // A backend lives as long as the process: communicators hold `&'static` references to it.
+    registered.push(Box::leak(Box::new(backend)));
+    Ok(())
+}
 
 /// Checks every parameter this build knows ([`all_params`]); the first bad value, with its
 /// index in that list.
 pub fn check_all(params: &Params) -> std::result::Result<(), Box<(usize, Error)>> {
     params.check_each(&all_params())
+}
+
+/// [`check_all`], except that `BARRIER_BACKEND` may name backends this process has not
+/// registered: communicators agree on backends by name (a name some rank lacks is declined
+/// together, one no rank has is refused together), and the launcher starts programs that
+/// register their own.
+pub fn check_all_but_backend_names(params: &Params) -> std::result::Result<(), Box<(usize, Error)>> {
+    let mut infos = all_params();
+    for info in &mut infos {
+        if matches!(info.kind, ParamKind::BackendList(_)) {
+            info.kind = ParamKind::Text;
+        }
+    }
+    params.check_each(&infos)
 }
 
 const U32_MAX: i64 = u32::MAX as i64;
@@ -45,7 +157,7 @@ pub fn core_params() -> Vec<ParamInfo> {
              the communicator fails with every reason (explicit choices fail loudly). Empty: all \
              backends by priority, falling back automatically.",
         )
-        .kind(ParamKind::BackendList(BACKEND_NAMES.to_vec())),
+        .kind(ParamKind::BackendList(backend_names())),
         ParamInfo::new(
             "BARRIER_TIMEOUT",
             "0",
@@ -151,12 +263,20 @@ pub fn backend_params(name: &str, priority: i32) -> Vec<ParamInfo> {
 /// Every parameter this build knows: the core ones, then each backend's standard three and its
 /// own, in registry order (`barrier info` lists them in this order).
 pub fn all_params() -> Vec<ParamInfo> {
+    // The built-in backends' and MPI's parameters come before the registered backends', so
+    // that the index of every built-in parameter is the same in every process (ranks name a bad
+    // value to each other by its index).
     let mut all = core_params();
-    for b in backends() {
+    let (builtin_count, every) = (builtin().len(), backends());
+    for b in &every[..builtin_count] {
         all.extend(backend_params(b.name(), b.default_priority()));
         all.extend(b.params());
     }
     all.extend(mpi_params());
+    for b in &every[builtin_count..] {
+        all.extend(backend_params(b.name(), b.default_priority()));
+        all.extend(b.params());
+    }
     all
 }
 
@@ -196,9 +316,55 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_names_are_the_backends_names() {
-        let names: Vec<&str> = backends().iter().map(|b| b.name()).collect();
-        assert_eq!(names, BACKEND_NAMES);
+    fn the_built_in_backends_come_first_in_registry_order() {
+        let names = backend_names();
+        assert_eq!(names[..5], ["a64fx", "gba", "switch", "hierarchical", "dissemination"]);
+    }
+
+    #[derive(Debug)]
+    struct Named(&'static str);
+
+    impl Backend for Named {
+        fn name(&self) -> &'static str {
+            self.0
+        }
+        fn default_priority(&self) -> i32 {
+            0
+        }
+        fn description(&self) -> &'static str {
+            "a name for the registration tests"
+        }
+        fn query(&self, _: &crate::backend::QueryContext<'_>) -> Result<(), crate::backend::Decline> {
+            Err(crate::backend::Decline::new("test"))
+        }
+        fn enable(
+            &self,
+            _: &crate::backend::EnableContext<'_>,
+        ) -> Result<Box<dyn crate::backend::Module>, crate::backend::Decline> {
+            Err(crate::backend::Decline::new("test"))
+        }
+    }
+
+    #[test]
+    fn registration_refuses_bad_taken_and_reserved_names() {
+        for (name, why) in [
+            ("", "lowercase"),
+            ("Upper", "lowercase"),
+            ("with-dash", "lowercase"),
+            ("mpi", "reserved"),
+            ("dissemination", "already registered"),
+            ("gba", "already registered"),
+        ] {
+            let err = register_backend(Named(name)).unwrap_err().to_string();
+            assert!(err.contains(why), "{name:?}: {err}");
+        }
+        register_backend(Named("registry_test_once")).unwrap();
+        let err = register_backend(Named("registry_test_once")).unwrap_err().to_string();
+        assert!(err.contains("already registered"), "{err}");
+        assert!(backend_names().contains(&"registry_test_once"));
+        // Its parameters join the catalogue, and BARRIER_BACKEND accepts its name.
+        assert!(all_params().iter().any(|p| p.name == "BARRIER_REGISTRY_TEST_ONCE_PRIORITY"));
+        assert!(check_all(&Params::defaults_only().set("BARRIER_BACKEND", "registry_test_once")).is_ok());
     }
 
     #[test]

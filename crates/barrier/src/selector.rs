@@ -23,7 +23,7 @@ use crate::params::Params;
 use crate::region::Region;
 use crate::wait::WaitPolicy;
 
-use crate::registry::{backends, SOFTWARE};
+use crate::registry::{backends, MAX_BACKENDS, SOFTWARE};
 
 /// What happened to one backend during selection.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -107,54 +107,150 @@ pub(crate) struct SelectInput<'a> {
     pub region: &'a Region,
 }
 
+/// A backend's name as the ranks compare it (FNV-1a of the lowercase name; never 0, which
+/// marks an empty entry of the exchange).
+fn name_hash(name: &str) -> u64 {
+    name.bytes()
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b.to_ascii_lowercase() as u64).wrapping_mul(0x100_0000_01b3))
+        | 1
+}
+
+/// The backends of the communicator, agreed by name: rank 0's registry (its order), each
+/// entry with this rank's backend of that name, if it has one, and the ranks that lack it.
+struct Agreed {
+    /// Per entry of rank 0's registry: this rank's index of the backend in its own registry.
+    local: Vec<Option<usize>>,
+    /// Per entry: the communicator ranks that did not register it.
+    missing: Vec<Vec<usize>>,
+    /// Every rank's registry, as name hashes.
+    lists: Vec<Vec<u64>>,
+}
+
+/// Exchanges every rank's registry by name (collective): the backends a program registered
+/// need not be the same on every rank, and the ranks must still mean the same backend by the
+/// same index.
+///
+/// The same exchange compares `BARRIER_BACKEND` (its hash, last word): an explicit choice is
+/// the job's, not a rank's, and every rank must read the names in it alike.
+fn agree_on_names(ctrl: &Ctrl<'_>, registry: &[&'static dyn Backend], members: &[usize], list: &str) -> Result<Agreed> {
+    let mut words = [0u64; MAX_BACKENDS + 1];
+    for (w, b) in words.iter_mut().zip(registry) {
+        *w = name_hash(b.name());
+    }
+    words[MAX_BACKENDS] = list_hash(list);
+    let all = ctrl.allgather(&words)?;
+    let differ: Vec<usize> = all
+        .iter()
+        .enumerate()
+        .filter(|(_, w)| w[MAX_BACKENDS] != all[0][MAX_BACKENDS])
+        .map(|(r, _)| members[r])
+        .collect();
+    if !differ.is_empty() {
+        return Err(Error::MismatchedParam {
+            name: "BARRIER_BACKEND".into(),
+            differ,
+            reference: members[0],
+            value: list.to_string(),
+        });
+    }
+    let lists: Vec<Vec<u64>> =
+        all.into_iter().map(|l| l[..MAX_BACKENDS].iter().copied().filter(|&h| h != 0).collect()).collect();
+    let reference = &lists[0];
+    let local = reference.iter().map(|h| registry.iter().position(|b| name_hash(b.name()) == *h)).collect();
+    let missing = reference
+        .iter()
+        .map(|h| lists.iter().enumerate().filter(|(_, l)| !l.contains(h)).map(|(r, _)| r).collect())
+        .collect();
+    Ok(Agreed { local, missing, lists })
+}
+
 /// Runs selection (collective) and returns the module with the report.
+///
+/// The candidates are rank 0's registry, matched by name on every rank (see
+/// [`agree_on_names`]): in the common case every rank knows the same backends; a backend that
+/// some rank did not register is declined on every rank, naming the ranks that lack it.
 pub(crate) fn select(input: SelectInput<'_>) -> Result<(Engine, Selection)> {
     let registry = backends();
     let params: &Params = input.query.params;
-    let known = registry.iter().map(|b| b.name()).collect::<Vec<_>>().join(", ");
+    let list = params.get("BARRIER_BACKEND").unwrap_or_default();
+    let agreed = agree_on_names(input.ctrl, &registry, input.members, &list)?;
+    let count = agreed.local.len();
+    // Entry `i` of the agreed list, on this rank (None: this rank did not register it).
+    let backend = |i: usize| agreed.local[i].map(|l| registry[l]);
+
+    // BARRIER_BACKEND by name: a name no rank registered is a mistake on every rank alike (the
+    // list is the same everywhere, and so are the registries' names); one that some rank lacks
+    // is a backend that cannot run.
+    let mut unregistered: Vec<String> = Vec::new();
     let requested: Option<Vec<usize>> = match params.get("BARRIER_BACKEND") {
         None => None,
-        Some(list) => Some(
-            list.split(',')
-                .map(str::trim)
-                .filter(|s| !s.is_empty())
-                .map(|name| {
-                    registry
-                        .iter()
-                        .position(|b| b.name().eq_ignore_ascii_case(name))
-                        .ok_or_else(|| Error::UnknownBackend { name: name.into(), known: known.clone() })
-                })
-                .collect::<Result<Vec<_>>>()?,
-        ),
+        Some(list) => {
+            let mut order = Vec::new();
+            for name in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+                let h = name_hash(name);
+                match agreed.lists[0].iter().position(|&x| x == h) {
+                    Some(i) => {
+                        if agreed.local[i].is_none() {
+                            // The others name this rank; here it has no backend to report.
+                            unregistered.push(format!(
+                                "{}: not registered on rank(s) {:?} (every rank must register it)",
+                                name.to_ascii_lowercase(),
+                                agreed.missing[i]
+                            ));
+                        }
+                        order.push(i);
+                    }
+                    // A rank that has it reports it as a candidate (below); one that lacks it, here.
+                    None if registry.iter().any(|b| name_hash(b.name()) == h) => {}
+                    None if agreed.lists.iter().any(|l| l.contains(&h)) => {
+                        let lacking: Vec<usize> =
+                            (0..agreed.lists.len()).filter(|&r| !agreed.lists[r].contains(&h)).collect();
+                        unregistered.push(format!(
+                            "{}: not registered on rank(s) {lacking:?} (every rank must register it)",
+                            name.to_ascii_lowercase()
+                        ));
+                    }
+                    None => {
+                        let known = registry.iter().map(|b| b.name()).collect::<Vec<_>>().join(", ");
+                        return Err(Error::UnknownBackend { name: name.into(), known });
+                    }
+                }
+            }
+            Some(order)
+        }
     };
 
     let mut candidates: Vec<Candidate> = Vec::new();
+    // Rank 0's priorities order the candidates (every rank reads the same order from it).
     let mut settings = Vec::new();
-    for b in &registry {
-        let s = params.backend_settings(b.name(), b.default_priority())?;
-        settings.push(s);
+    for i in 0..count {
+        settings.push(match backend(i) {
+            Some(b) => Some(params.backend_settings(b.name(), b.default_priority())?),
+            None => None,
+        });
     }
     let order: Vec<usize> = match &requested {
         Some(list) => list.clone(),
         None => {
-            let mut o: Vec<usize> = (0..registry.len()).collect();
-            o.sort_by_key(|&i| (-settings[i].priority, i));
+            let mut o: Vec<usize> = (0..count).collect();
+            o.sort_by_key(|&i| (-settings[i].as_ref().map_or(i32::MIN, |s| s.priority), i));
             o
         }
     };
     let mut accept: u64 = 0;
-    let mut local_reason: Vec<Option<Outcome>> = vec![None; registry.len()];
-    for (i, b) in registry.iter().enumerate() {
+    let mut local_reason: Vec<Option<Outcome>> = vec![None; count];
+    for i in 0..count {
+        let (Some(b), Some(s)) = (backend(i), &settings[i]) else { continue };
         let outcome = if !order.contains(&i) {
             Some(Outcome::NotListed)
-        } else if settings[i].disabled {
+        } else if s.disabled {
             Some(Outcome::Disabled)
-        } else if input.query.size < settings[i].min_comm_size {
+        } else if input.query.size < s.min_comm_size {
             Some(Outcome::Declined(format!(
                 "communicator of {} ranks is below BARRIER_{}_MIN_COMM_SIZE={}",
                 input.query.size,
                 b.name().to_ascii_uppercase(),
-                settings[i].min_comm_size
+                s.min_comm_size
             )))
         } else {
             b.query(&input.query).err().map(|d| Outcome::Declined(d.0))
@@ -165,19 +261,7 @@ pub(crate) fn select(input: SelectInput<'_>) -> Result<(Engine, Selection)> {
         local_reason[i] = outcome;
     }
 
-    // The list itself must be the same everywhere: an explicit choice is the job's, not a rank's.
-    let list = params.get("BARRIER_BACKEND").unwrap_or_default();
-    let all = input.ctrl.allgather(&[accept, pack_order(&order), list_hash(&list)])?;
-    let differ: Vec<usize> =
-        all.iter().enumerate().filter(|(_, w)| w[2] != all[0][2]).map(|(r, _)| input.members[r]).collect();
-    if !differ.is_empty() {
-        return Err(Error::MismatchedParam {
-            name: "BARRIER_BACKEND".into(),
-            differ,
-            reference: input.members[0],
-            value: list,
-        });
-    }
+    let all = input.ctrl.allgather(&[accept, pack_order(&order)])?;
     let agreed_mask = all.iter().fold(u64::MAX, |m, w| m & w[0]);
     let agreed_order = unpack_order(all[0][1]);
 
@@ -188,10 +272,12 @@ pub(crate) fn select(input: SelectInput<'_>) -> Result<(Engine, Selection)> {
         region: input.region,
         backends: &registry,
     };
-    let mut chosen: Option<(usize, Engine)> = None;
+    let mut chosen: Option<(&'static dyn Backend, Engine)> = None;
     for &i in &agreed_order {
-        let b = registry[i];
-        let priority = settings[i].priority;
+        // A backend this rank lacks has no name here to report it by: the ranks that have it
+        // report it, naming this one.
+        let (Some(b), Some(s)) = (backend(i), &settings[i]) else { continue };
+        let priority = s.priority;
         if chosen.is_some() {
             let outcome = local_reason[i].clone().unwrap_or(Outcome::NotNeeded);
             candidates.push(Candidate { name: b.name(), priority, outcome });
@@ -199,6 +285,12 @@ pub(crate) fn select(input: SelectInput<'_>) -> Result<(Engine, Selection)> {
         }
         if agreed_mask & (1 << i) == 0 {
             let outcome = local_reason[i].clone().unwrap_or_else(|| {
+                if !agreed.missing[i].is_empty() {
+                    return Outcome::Declined(format!(
+                        "not registered on rank(s) {:?} (every rank must register it)",
+                        agreed.missing[i]
+                    ));
+                }
                 let ranks: Vec<usize> =
                     all.iter().enumerate().filter(|(_, w)| w[0] & (1 << i) == 0).map(|(r, _)| r).collect();
                 Outcome::Declined(format!("declined on rank(s) {ranks:?}"))
@@ -215,7 +307,7 @@ pub(crate) fn select(input: SelectInput<'_>) -> Result<(Engine, Selection)> {
         match (result, everyone_ok) {
             (Ok(module), true) => {
                 candidates.push(Candidate { name: b.name(), priority, outcome: Outcome::Chosen });
-                chosen = Some((i, module));
+                chosen = Some((b, module));
             }
             (Ok(_module), false) => candidates.push(Candidate {
                 name: b.name(),
@@ -225,26 +317,35 @@ pub(crate) fn select(input: SelectInput<'_>) -> Result<(Engine, Selection)> {
             (Err(d), _) => candidates.push(Candidate { name: b.name(), priority, outcome: Outcome::Declined(d.0) }),
         }
     }
-    for (i, b) in registry.iter().enumerate() {
+    for i in 0..count {
+        let (Some(b), Some(s)) = (backend(i), &settings[i]) else { continue };
         if !agreed_order.contains(&i) {
             let outcome = local_reason[i].clone().unwrap_or(Outcome::NotListed);
-            candidates.push(Candidate { name: b.name(), priority: settings[i].priority, outcome });
+            candidates.push(Candidate { name: b.name(), priority: s.priority, outcome });
         }
+    }
+    // This rank's backends that rank 0 did not register: never candidates here.
+    for b in registry.iter().filter(|b| !agreed.lists[0].contains(&name_hash(b.name()))) {
+        let priority =
+            params.backend_settings(b.name(), b.default_priority()).map_or(b.default_priority(), |s| s.priority);
+        let outcome = Outcome::Declined("not registered on rank 0 (every rank must register it)".into());
+        candidates.push(Candidate { name: b.name(), priority, outcome });
     }
 
     match chosen {
-        Some((i, module)) => {
-            let selection = Selection {
-                backend: registry[i].name(),
-                algorithm: module.module().algorithm().to_string(),
-                candidates,
-            };
+        Some((b, module)) => {
+            let selection =
+                Selection { backend: b.name(), algorithm: module.module().algorithm().to_string(), candidates };
             tracing::debug!(backend = selection.backend, algorithm = %selection.algorithm, "barrier backend selected");
             Ok((module, selection))
         }
         None => {
-            let reasons =
-                candidates.iter().map(|c| format!("{}: {}", c.name, c.outcome)).collect::<Vec<_>>().join("; ");
+            let reasons = candidates
+                .iter()
+                .map(|c| format!("{}: {}", c.name, c.outcome))
+                .chain(unregistered)
+                .collect::<Vec<_>>()
+                .join("; ");
             match params.get("BARRIER_BACKEND") {
                 Some(list) => Err(Error::ForcedBackendUnavailable { requested: list, reasons }),
                 None => Err(Error::NoBackend(reasons)),

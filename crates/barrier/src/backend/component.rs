@@ -116,6 +116,39 @@ pub(crate) fn net_model(params: &Params) -> Result<NetModel, Error> {
 }
 
 /// A way of doing barriers. Implementations are stateless descriptions; state lives in modules.
+///
+/// The built-in backends implement it, and so can a program or a vendor crate: register one with
+/// [`crate::register_backend`] and the selector treats it like the built-in ones.
+///
+/// # What an implementation must guarantee
+///
+/// * **[`name`](Self::name)** is stable, unique and lowercase (`[a-z0-9_]`): ranks agree on
+///   backends by name, and it makes the `BARRIER_<NAME>_PRIORITY`, `_DISABLE` and
+///   `_MIN_COMM_SIZE` parameters (added for every backend; [`params`](Self::params) adds more).
+/// * **[`query`](Self::query)** is local and cheap, has no side effects and joins no
+///   collective: it says whether this rank could run the communicator, or why not
+///   ([`Decline`], a reason a person can act on). The selector agrees on the answers: a
+///   backend runs only where every rank accepted it.
+/// * **[`enable`](Self::enable)** is collective: every rank of the communicator calls it, in
+///   the same order, and it may use the context's collectives (`allgather`, `all_agree`,
+///   `mailboxes`), which every rank must then call alike. A decline must be the same on every
+///   rank or come after an agreement (`all_agree`): a rank that returns while the others wait
+///   in a collective leaves them waiting until their timeout. The selector agrees on the
+///   outcome and drops the module everywhere if any rank failed.
+/// * **The module it returns keeps the barrier contract** of the [module docs](super): no rank
+///   sees [`Poll::Ready`](super::Poll::Ready) for epoch `e` before every rank has called
+///   `arrive(e)`; everything a rank wrote before `arrive(e)` is visible to every rank after it
+///   sees `Ready` (release on the signal, acquire on the wait: [`Flag::signal`] and
+///   [`Flag::reached`] do this); epochs start at 1 and grow by one; `arrive` and `progress`
+///   never block. See [`Module`] for what they may and may not do.
+///
+/// A backend that breaks these can let a rank through a barrier early: the safety of the
+/// program's own data rests on them, though no memory safety of this crate does (which is why
+/// the trait is safe to implement). The repository's `crates/barrier-ktree` is a backend
+/// written outside the crate on this API, and runs the correctness suite.
+///
+/// [`Flag::signal`]: crate::wait::Flag::signal
+/// [`Flag::reached`]: crate::wait::Flag::reached
 pub trait Backend: Send + Sync + Debug {
     /// Short name used in parameters (`BARRIER_<NAME>_*`) and reports.
     fn name(&self) -> &'static str;

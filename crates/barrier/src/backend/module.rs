@@ -72,7 +72,26 @@ impl<'a> Poll<'a> {
     }
 }
 
-/// A per-communicator barrier module. See the module docs for the contract.
+/// A per-communicator barrier module. See the [folder's docs](super) for the contract.
+///
+/// The communicator drives it: for the barrier at epoch `e` it calls [`arrive`](Self::arrive)
+/// once, then [`progress`](Self::progress) until it returns [`Poll::Ready`], waiting between
+/// calls on the flag a [`Poll::Pending`] names, with the agreed wait policy (spin, yield, park)
+/// and timeout. Split-phase barriers (`ibarrier`) use the same calls, spread over `test`.
+///
+/// * `arrive(e)` announces this rank (a signal, a store, a device write) and returns at once.
+/// * `progress(e)` looks at flags, sends what it can send now (the next round's signal) and
+///   returns; it never waits, never sleeps and joins no collective. It may be called again
+///   after `Ready` for the same epoch (it must then return `Ready` again), and with a
+///   `Pending` flag that has not moved (spurious wake-ups, rechecks).
+/// * Signals that someone waits on must wake parked waiters when the communicator's policy
+///   parks ([`EnableContext::policy`](super::EnableContext)`.wakes()`; an
+///   [`Outbox`](super::Outbox) does it).
+/// * **Failure**: an `Err` from either (a device fault, a transport error) breaks the
+///   communicator on this rank, and the error reaches the caller of `barrier()`; the other
+///   ranks see this rank leave and fail too, or time out naming it. A module that can recover
+///   (fall back to software at an agreed epoch) does so inside, as the hardware modules do.
+/// * Dropping the module is leaving the communicator: it must not wait for other ranks.
 pub trait Module: Send + Debug {
     /// The algorithm or device mode in use, for reports (e.g. "central", "dissemination").
     fn algorithm(&self) -> &str;

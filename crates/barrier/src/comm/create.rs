@@ -41,7 +41,8 @@ impl Communicator {
         // rank with a bad value takes part in the exchange and everybody fails together (a rank
         // that returned early would leave the others waiting in the exchange for ever). Values
         // that must match (wait policy, spin counts, timeout, stall report) are rank 0's.
-        let checked = crate::registry::check_all(&params);
+        // (BARRIER_BACKEND's names are agreed by the selector: a rank may lack a registered one.)
+        let checked = crate::registry::check_all_but_backend_names(&params);
         let local = LocalSettings::load(&params, shape);
         let ctrl = Ctrl::new(&region, rank, &members, &ctrl_epoch, local.timeout, local.stall);
         let bad = checked.as_ref().err().map_or(NO_PARAM, |b| b.0 as u64);
