@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use barrier_mpi::mpi::ffi;
 use barrier_mpi::mpi::traits::Communicator as _;
-use barrier_mpi::Communicator;
+use barrier_mpi::BarrierComm;
 
 /// The arrival counts of the ranks of this machine, in one shared window.
 struct Counts {
@@ -95,7 +95,7 @@ impl Drop for Counts {
 
 /// Runs `iters` checked barriers on `comm`; ranks not in `comm` publish nothing, so the counts
 /// belong to one communicator at a time (`base` is the count before the first barrier).
-fn run(comm: &Communicator, counts: &Counts, iters: u64, base: u64, what: &str) {
+fn run(comm: &BarrierComm, counts: &Counts, iters: u64, base: u64, what: &str) {
     let seed = (comm.rank() as u64 + 1) * 0x9e37_79b9_7f4a_7c15;
     for i in 1..=iters {
         // Now and then a rank is late: the others must wait for it.
@@ -141,7 +141,7 @@ fn main() {
     let iters: u64 = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(1000);
     let universe = barrier_mpi::mpi::initialize().expect("MPI_Init");
     let world = universe.world();
-    let comm = Communicator::new(&world).unwrap_or_else(|e| setup_failed(&world, world.rank(), &e));
+    let comm = BarrierComm::new(&world).unwrap_or_else(|e| setup_failed(&world, world.rank(), &e));
     if comm.rank() == 0 {
         println!("mpi_barrier: {} ranks, {} nodes: {}", comm.size(), comm.num_nodes(), comm.describe());
     }
@@ -153,7 +153,7 @@ fn main() {
     // A split communicator: even and odd ranks, each with its own barrier communicator. The
     // counts of the other half stay put, so only this half's are checked.
     let half = world.split_by_color(barrier_mpi::mpi::topology::Color::with_value(world.rank() % 2)).expect("a color");
-    let sub = Communicator::new(&half).unwrap_or_else(|e| setup_failed(&half, world.rank(), &e));
+    let sub = BarrierComm::new(&half).unwrap_or_else(|e| setup_failed(&half, world.rank(), &e));
     let sub_counts = Counts::new(&half.split_shared(half.rank()));
     run(&sub, &sub_counts, iters / 2, 0, "a split communicator");
     drop(sub);

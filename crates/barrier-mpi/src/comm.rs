@@ -53,10 +53,10 @@ enum Path {
 
 /// One rank's barrier communicator over an MPI communicator.
 ///
-/// Made collectively from any intracommunicator ([`Communicator::new`]); [`barrier`]
-/// (`Communicator::barrier`) is collective over the same ranks. Like an MPI communicator, one
+/// Made collectively from any intracommunicator ([`BarrierComm::new`]); [`barrier`]
+/// (`BarrierComm::barrier`) is collective over the same ranks. Like an MPI communicator, one
 /// thread drives it at a time (it is `Send`, not `Sync`).
-pub struct Communicator {
+pub struct BarrierComm {
     path: Path,
     /// A private duplicate of the MPI communicator (for the fallback and for nothing the
     /// application sees).
@@ -80,11 +80,11 @@ pub struct Communicator {
 
 // SAFETY: the MPI handles are plain handles MPI lets any thread use (at the thread level the
 // application initialized MPI with); the node's communicator is itself `Send`.
-unsafe impl Send for Communicator {}
+unsafe impl Send for BarrierComm {}
 
-impl fmt::Debug for Communicator {
+impl fmt::Debug for BarrierComm {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Communicator")
+        f.debug_struct("BarrierComm")
             .field("rank", &self.rank)
             .field("size", &self.size)
             .field("backend", &self.backend())
@@ -112,7 +112,7 @@ struct Failure {
     error: Error,
 }
 
-impl Communicator {
+impl BarrierComm {
     /// A barrier communicator over the ranks of `comm` (collective over them).
     pub fn new<C: mpi::topology::Communicator>(comm: &C) -> Result<Self> {
         // SAFETY: rsmpi's communicators hold valid handles while they live, and MPI is
@@ -120,7 +120,7 @@ impl Communicator {
         unsafe { Self::from_raw(comm.as_raw(), Params::from_env()) }
     }
 
-    /// [`Communicator::new`] from a raw handle, with explicit parameters.
+    /// [`BarrierComm::new`] from a raw handle, with explicit parameters.
     ///
     /// # Safety
     /// `comm` must be a valid MPI communicator handle of this process, MPI must be initialized,
@@ -142,7 +142,7 @@ impl Communicator {
         let rank = raw::rank(own)?;
         let size = raw::size(own)?;
         let world_rank = raw::rank(raw::comm_world())?;
-        let mut me = Communicator {
+        let mut me = BarrierComm {
             path: Path::Mpi,
             comm: own,
             rank,
@@ -539,7 +539,7 @@ impl Communicator {
     }
 }
 
-impl Drop for Communicator {
+impl Drop for BarrierComm {
     fn drop(&mut self) {
         // The node's communicator and the transport go first (they record their departure in
         // the node's segment and free their own MPI resources), then the private duplicate.
@@ -573,7 +573,7 @@ fn check_backend_list(params: &Params) -> Result<()> {
     Ok(())
 }
 
-/// Where [`Communicator::describe`]'s list of the backends not chosen begins.
+/// Where [`BarrierComm::describe`]'s list of the backends not chosen begins.
 const DECLINED_LIST: &str = "; declined or not needed:";
 
 fn declined(selection: &barrier::Selection) -> String {

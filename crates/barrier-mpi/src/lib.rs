@@ -28,7 +28,7 @@
 //!    below shared memory). Agreed.
 //!
 //! Any step that fails on any rank makes every rank fall back together to the `mpi` backend
-//! (`PMPI_Barrier` on a private duplicate), with the reason in [`Communicator::describe`],
+//! (`PMPI_Barrier` on a private duplicate), with the reason in [`BarrierComm::describe`],
 //! unless `BARRIER_BACKEND` names backends without `mpi`: then it fails on every rank.
 //!
 //! ## A barrier
@@ -52,6 +52,10 @@ pub mod raw;
 pub mod transport;
 
 #[cfg(feature = "mpi")]
-pub use comm::{Communicator, HIERARCHICAL, MPI_BACKEND};
+pub use comm::{BarrierComm, HIERARCHICAL, MPI_BACKEND};
+/// The old name of [`BarrierComm`] (it clashed with rsmpi's `Communicator` trait).
+#[cfg(feature = "mpi")]
+#[deprecated(since = "0.1.0", note = "renamed BarrierComm: the name clashed with rsmpi's Communicator trait")]
+pub type Communicator = BarrierComm;
 #[cfg(feature = "mpi")]
 pub use mpi;

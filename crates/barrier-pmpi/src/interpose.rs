@@ -9,7 +9,7 @@ use std::sync::{Mutex, OnceLock};
 use barrier::{Error, Params};
 use barrier_mpi::mpi::ffi::{self, MPI_Comm};
 use barrier_mpi::raw;
-use barrier_mpi::Communicator;
+use barrier_mpi::BarrierComm;
 
 /// `MPI_SUCCESS`.
 const SUCCESS: c_int = 0;
@@ -19,7 +19,7 @@ const SUCCESS: c_int = 0;
 #[allow(clippy::large_enum_variant)]
 enum Entry {
     /// Our barrier.
-    Served(Communicator),
+    Served(BarrierComm),
     /// `PMPI_Barrier`, and why.
     Declined,
 }
@@ -146,7 +146,7 @@ fn make_entry(comm: MPI_Comm) -> Entry {
         Ok(true) => Err(None),
         // SAFETY: MPI is active (checked by the caller) and `comm` is the application's valid
         // intracommunicator; every rank makes this call in its first MPI_Barrier on it.
-        _ => unsafe { Communicator::from_raw(comm, params) }.map_err(Some),
+        _ => unsafe { BarrierComm::from_raw(comm, params) }.map_err(Some),
     };
     match made {
         Ok(c) => {
