@@ -82,7 +82,9 @@ impl Backend for KTree {
     }
 
     fn enable(&self, ctx: &EnableContext<'_>) -> Result<Box<dyn Module>, Decline> {
-        let k = arity(&ctx.query)?;
+        // Rank 0's arity: a setting that shapes the tree must be the same on every rank.
+        let mine = arity(&ctx.query)?;
+        let k = ctx.broadcast(0, mine as u64).map_err(|e| Decline::new(e.to_string()))? as usize;
         let (rank, size) = (ctx.query.rank, ctx.query.size);
         let mailboxes = ctx.mailboxes(k + 1)?;
         let children: Vec<usize> = (1..=k).map(|j| k * rank + j).take_while(|&c| c < size).collect();
@@ -101,7 +103,8 @@ impl Backend for KTree {
             Ok(_) => return Err(Decline::new("another rank could not reach its tree neighbours")),
             Err(e) => return Err(Decline::new(format!("cannot reach the tree neighbours: {e}"))),
         };
-        Ok(Box::new(KTreeModule { k, children: children.len(), up, down, mailboxes, stage: Stage::Done }))
+        let helps = mailboxes.needs_progress();
+        Ok(Box::new(KTreeModule { k, children: children.len(), up, down, mailboxes, helps, stage: Stage::Done }))
     }
 }
 
@@ -130,6 +133,9 @@ struct KTreeModule {
     /// Flag `k` of each child.
     down: Vec<Outbox>,
     mailboxes: Mailboxes,
+    /// The transports need this rank's calls to move its signals (asynchronous puts across
+    /// simulated nodes): progress on every call, rechecks while waiting, a flush before `Ready`.
+    helps: bool,
     stage: Stage,
 }
 
@@ -156,14 +162,22 @@ impl Module for KTreeModule {
     }
 
     fn progress(&mut self, epoch: u64) -> Result<Poll<'_>, Error> {
-        if self.mailboxes.needs_progress() {
+        if self.helps {
             self.mailboxes.progress();
         }
+        let wait = |flag, helps: bool| {
+            let pending = Poll::pending(flag, epoch);
+            if helps {
+                pending.recheck(Mailboxes::PROGRESS_SLICE)
+            } else {
+                pending
+            }
+        };
         loop {
             match self.stage {
                 Stage::Gather(j) if j < self.children => {
                     if !self.mailboxes.own(j).reached(epoch) {
-                        return Ok(Poll::pending(self.mailboxes.own(j), epoch));
+                        return Ok(wait(self.mailboxes.own(j), self.helps));
                     }
                     self.stage = Stage::Gather(j + 1);
                 }
@@ -180,14 +194,21 @@ impl Module for KTreeModule {
                 Stage::AwaitRelease => {
                     let release = self.mailboxes.own(self.k);
                     if !release.reached(epoch) {
-                        let pending = Poll::pending(release, epoch);
-                        // A leaf has nothing to do once released.
-                        return Ok(if self.children == 0 { pending.last() } else { pending });
+                        // A leaf has nothing to do once released (unless it must flush).
+                        let last = self.children == 0 && !self.helps;
+                        let pending = wait(release, self.helps);
+                        return Ok(if last { pending.last() } else { pending });
                     }
                     self.release_children(epoch)?;
                     self.stage = Stage::Done;
                 }
-                Stage::Done => return Ok(Poll::Ready),
+                Stage::Done => {
+                    if self.helps {
+                        // No peer may wait on a signal this rank left behind.
+                        self.mailboxes.flush()?;
+                    }
+                    return Ok(Poll::Ready);
+                }
             }
         }
     }

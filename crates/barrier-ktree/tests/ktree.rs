@@ -55,6 +55,12 @@ fn ktree_is_correct_across_simulated_nodes_and_when_parking() {
         })
         .unwrap();
     assert!(puts.iter().sum::<u64>() > 0, "no put crossed the simulated network: {puts:?}");
+    // Asynchronous puts land only while their sender calls in: the module must keep helping.
+    Job::new(6)
+        .nodes(3)
+        .params(forced().set("BARRIER_NET_ASYNC", "1").set("BARRIER_NET_PUT_LATENCY", "20us"))
+        .run(|world| stress(&world, &opts).unwrap())
+        .unwrap();
     // More ranks than cores: waiters park on the mailbox flags and signals wake them.
     Job::new(7)
         .params(forced().set("BARRIER_WAIT_POLICY", "park"))
@@ -109,6 +115,24 @@ fn a_program_that_registers_ktree_passes_the_correctness_suite_under_the_launche
         let report = run(n, &["1500", "--split", "--seed", &n.to_string()], &[("BARRIER_BACKEND", "ktree")]);
         assert!(report.success(), "{n} ranks: {:?}\n{}", report.failure, report.stderr.join("\n"));
         assert!(report.stdout.iter().any(|l| l.contains("(ktree, ")), "{n} ranks: {:?}", report.stdout);
+    }
+}
+
+#[test]
+fn a_rank_with_another_arity_follows_rank_0s_tree() {
+    // Rank 1 alone sets another arity: a tree of its own would lay its mailboxes out elsewhere
+    // and signal the wrong slots; the tree is rank 0's on every rank.
+    for n in [4, 5] {
+        let mut spec = JobSpec::new(n, "sh");
+        let script = format!("[ \"$BARRIER_RANK\" = 1 ] && export {}=2; exec \"$@\"", barrier_ktree::ARITY);
+        spec.args =
+            ["-c", &script, "sh", example().to_str().unwrap(), "1500", "--split"].iter().map(|a| a.into()).collect();
+        spec.env = vec![("BARRIER_BACKEND".into(), "ktree".into()), ("BARRIER_TIMEOUT".into(), "60s".into())];
+        spec.capture_stdout = true;
+        spec.capture_stderr = true;
+        let report = launch(&spec).expect("launching the job");
+        assert!(report.success(), "{n} ranks: {:?}\n{}", report.failure, report.stderr.join("\n"));
+        assert!(report.stdout.iter().any(|l| l.contains("(ktree, ")), "{:?}", report.stdout);
     }
 }
 

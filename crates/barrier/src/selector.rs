@@ -233,7 +233,8 @@ pub(crate) fn select(input: SelectInput<'_>) -> Result<(Engine, Selection)> {
         Some(list) => list.clone(),
         None => {
             let mut o: Vec<usize> = (0..count).collect();
-            o.sort_by_key(|&i| (-settings[i].as_ref().map_or(i32::MIN, |s| s.priority), i));
+            // Highest priority first (Reverse: negating i32::MIN would overflow).
+            o.sort_by_key(|&i| (std::cmp::Reverse(settings[i].as_ref().map_or(i32::MIN, |s| s.priority)), i));
             o
         }
     };

@@ -129,6 +129,9 @@ pub(crate) fn net_model(params: &Params) -> Result<NetModel, Error> {
 ///   collective: it says whether this rank could run the communicator, or why not
 ///   ([`Decline`], a reason a person can act on). The selector agrees on the answers: a
 ///   backend runs only where every rank accepted it.
+/// * **Settings may differ between ranks** (each reads its own environment): a value that
+///   shapes what the ranks build together (a tree's arity, a number of slots) must be taken
+///   from one rank ([`EnableContext::broadcast`] of rank 0's), as the built-in backends do.
 /// * **[`enable`](Self::enable)** is collective: every rank of the communicator calls it, in
 ///   the same order, and it may use the context's collectives (`allgather`, `all_agree`,
 ///   `mailboxes`), which every rank must then call alike. A decline must be the same on every

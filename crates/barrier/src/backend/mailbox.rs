@@ -128,6 +128,18 @@ impl Mailboxes {
         self.fabric.progress();
     }
 
+    /// Returns once every signal this rank sent has landed. A module whose transports
+    /// [need progress](Self::needs_progress) flushes before it reports `Ready`, so that no peer
+    /// waits on a signal this rank left behind; while it waits it asks to be called back every
+    /// [`PROGRESS_SLICE`](Self::PROGRESS_SLICE) (`Poll::pending(..).recheck(..)`) to progress them.
+    pub fn flush(&self) -> Result<(), Error> {
+        self.fabric.flush()
+    }
+
+    /// How often a module waiting with signals in flight on a transport that needs progress
+    /// asks to be called back.
+    pub const PROGRESS_SLICE: std::time::Duration = crate::transport::PROGRESS_SLICE;
+
     /// Signals this rank sent across the network so far (for `Module::network_ops`).
     pub fn network_ops(&self) -> u64 {
         self.fabric.network_ops()
@@ -143,11 +155,22 @@ impl Mailboxes {
 impl EnableContext<'_> {
     /// Mailboxes of `slots` flags per rank (see [`Mailboxes`]), every flag at 0. Collective:
     /// every rank of the communicator calls it at the same point of `enable`, and every rank
-    /// gets mailboxes or every rank gets the same kind of decline.
+    /// gets mailboxes or every rank gets the same kind of decline. Every rank must ask for the
+    /// same `slots` (take a setting that sizes them from rank 0: [`EnableContext::broadcast`]);
+    /// ranks that differ are declined together.
     pub fn mailboxes(&self, slots: usize) -> Result<Mailboxes, Decline> {
         let q = &self.query;
         let seg = self.region.segment();
         let coll = |e: Error| Decline::new(e.to_string());
+        // The layout is rank 0's: a rank that counts other slots would place its row elsewhere.
+        let asked = self.allgather(&[slots as u64]).map_err(coll)?;
+        if let Some(r) = asked.iter().position(|w| w[0] != slots as u64) {
+            return Err(Decline::new(format!(
+                "the ranks asked for mailboxes of different sizes (rank {r}: {}, rank 0: {}): agree on the setting \
+                 that sizes them first",
+                asked[r][0], asked[0][0]
+            )));
+        }
         let bytes = slots
             .checked_mul(q.size)
             .and_then(|flags| flags.checked_add(1))
