@@ -66,7 +66,10 @@ CARGO_TARGET_DIR=$TARGET cargo build --release -p barrier-mpi -p barrier-pmpi \
     --features barrier-mpi/mpi,barrier-pmpi/mpi --lib --examples
 # barrier-mpi's own unit tests (they need its mpi feature).
 CARGO_TARGET_DIR=$TARGET cargo test --release -p barrier-mpi --features barrier-mpi/mpi --lib
+# Its doc examples compile against this MPI (they run under mpirun below, as the examples).
+CARGO_TARGET_DIR=$TARGET cargo test --release -p barrier-mpi --features barrier-mpi/mpi --doc
 cargo build --release -p barrier-cli
+cargo build --release -p barrier-suite --example hello
 PRELOAD="$PWD/$TARGET/release/libbarrier_pmpi.so"
 test -f "$PRELOAD" || fail "no $PRELOAD"
 # A library that defines no MPI_Barrier intercepts nothing: never time or test one.
@@ -78,6 +81,11 @@ done
 "$MPICC" -O2 -Wall -Werror -pthread -o "$TARGET/mpi/barrier_bench" crates/barrier-cli/c/barrier_bench.c
 "$MPIFORT" -O2 -o "$TARGET/mpi/barrier_check_f" examples/mpi/barrier_check.f90
 RUST_EXAMPLE=$TARGET/release/examples/mpi_barrier
+HALO=$TARGET/release/examples/halo
+# A user's rsmpi program outside the workspace, depending on barrier-mpi by path (its own
+# workspace and lock file; built into this MPI's target dir, so shared dependencies are reused).
+(cd tests/mpi/outside && CARGO_TARGET_DIR="$OLDPWD/$TARGET" cargo build --release --locked)
+OUTSIDE=$TARGET/release/outside-rsmpi-user
 BIN=$TARGET/mpi
 
 out=$TARGET/mpi/out.txt
@@ -133,6 +141,11 @@ for np in 2 3 4; do
         step "$np ranks, BARRIER_MPI_NODE_BLOCK=$block (expect $want)"
         run "rust example, np=$np block=$block" ok launch "${env[@]}" -- -np "$np" "$RUST_EXAMPLE" 2000
         expect_text "rust example" "checked barriers on $want"
+        # rsmpi programs: the FastBarrier trait on any communicator, blocking and split phase.
+        run "halo exchange (FastBarrier), np=$np block=$block" ok launch "${env[@]}" -- -np "$np" "$HALO" 300
+        expect_text "halo" "field exact; $want"
+        run "a program outside the workspace, np=$np block=$block" ok launch "${env[@]}" -- -np "$np" "$OUTSIDE"
+        expect_text "outside" "$np ranks passed; $want"
         # MPI's own barrier does not depend on the node block: once per rank count.
         if [ "$block" = 0 ]; then
             run "C, MPI's barrier, np=$np" ok launch "${env[@]}" -- -np "$np" "$BIN/barrier_check" 1000
@@ -224,6 +237,12 @@ BAD_BLOCK='if [ "${OMPI_COMM_WORLD_RANK:-$PMI_RANK}" = 2 ]; then export BARRIER_
 run "bad node block, interposed" ok launch LD_PRELOAD="$PRELOAD" BARRIER_MPI_NODE_BLOCK=2 -- -np 4 \
     sh -c "$BAD_BLOCK" sh "$BIN/barrier_check" 300
 expect_text "bad node block" "world rank 2 rejected its value of BARRIER_MPI_NODE_BLOCK"
+
+step "a program that calls barrier::init() under mpirun says what to use instead of running worlds of 1"
+run "hello under mpirun" fail launch -- -np 2 target/release/examples/hello
+expect_text "hello under mpirun" "barrier::init() joins only jobs that \`barrier run\` starts"
+expect_text "hello under mpirun" "use barrier-mpi"
+expect_no_text "hello under mpirun" "rank 0 of 1"
 
 step "a set-up stage that fails on one rank: every rank falls back to PMPI_Barrier together"
 for fault in open:1 join:2 internode:2; do

@@ -35,7 +35,7 @@ pub const MPI_BACKEND: &str = "mpi";
 pub const HIERARCHICAL: &str = "hierarchical";
 
 /// What runs a communicator's barriers.
-enum Path {
+pub(crate) enum Path {
     /// One node: the node's own barrier (the core selector's choice among its backends).
     Node(Universe),
     /// Several nodes: the node's barrier, then the roots' dissemination over MPI, then the
@@ -57,17 +57,17 @@ enum Path {
 /// (`BarrierComm::barrier`) is collective over the same ranks. Like an MPI communicator, one
 /// thread drives it at a time (it is `Send`, not `Sync`).
 pub struct BarrierComm {
-    path: Path,
+    pub(crate) path: Path,
     /// A private duplicate of the MPI communicator (for the fallback and for nothing the
     /// application sees).
-    comm: Comm,
-    rank: usize,
+    pub(crate) comm: Comm,
+    pub(crate) rank: usize,
     size: usize,
     node: usize,
     nodes: usize,
-    local_rank: usize,
+    pub(crate) local_rank: usize,
     local_size: usize,
-    epoch: Cell<u64>,
+    pub(crate) epoch: Cell<u64>,
     /// Why this path, and what the others said.
     detail: String,
     /// The `MPI_COMM_WORLD` rank and the communicator rank of each rank of this rank's node (by
@@ -76,6 +76,10 @@ pub struct BarrierComm {
     /// Fell back to `MPI_Barrier` because a set-up step failed: on this rank (`Some(true)`) or
     /// on another (`Some(false)`).
     fell_back: Option<bool>,
+    /// A split-phase barrier is under way on a communicator across nodes (see `request.rs`).
+    pub(crate) in_flight: Cell<bool>,
+    /// The settings it was made with, for communicators made from it (`dup`, `split`).
+    pub(crate) params: Params,
 }
 
 // SAFETY: the MPI handles are plain handles MPI lets any thread use (at the thread level the
@@ -155,6 +159,8 @@ impl BarrierComm {
             detail: String::new(),
             node_ranks: Vec::new(),
             fell_back: None,
+            in_flight: Cell::new(false),
+            params: params.clone(),
         };
         let agreed = me.agree_settings(&params, world_rank)?;
         if agreed.mpi_only {
@@ -420,6 +426,9 @@ impl BarrierComm {
 
     /// Waits until every rank of the communicator has called it (MPI_Barrier).
     pub fn barrier(&self) -> Result<()> {
+        if self.in_flight.get() {
+            return Err(crate::request::one_at_a_time());
+        }
         match &self.path {
             Path::Node(node) => node.world().barrier().map_err(|e| self.in_mpi_ranks(e)),
             Path::Hierarchical { node, internode, seg } => {
@@ -442,7 +451,7 @@ impl BarrierComm {
     /// An error of the node's barrier with its ranks renamed: the node's segment numbers the
     /// node's ranks from 0, the user knows them by their `MPI_COMM_WORLD` ranks.
     #[cold]
-    fn in_mpi_ranks(&self, e: Error) -> Error {
+    pub(crate) fn in_mpi_ranks(&self, e: Error) -> Error {
         let world = |r: usize| self.node_ranks.get(r).map_or(r, |n| n.0);
         let comm = |r: usize| self.node_ranks.get(r).map_or(r, |n| n.1);
         match e {

@@ -40,6 +40,23 @@ pub(crate) struct Internode {
     waits: Waits,
 }
 
+/// One root's progress through the rounds of one internode barrier.
+#[derive(Debug)]
+pub(crate) struct Flight {
+    epoch: u64,
+    /// The round under way.
+    round: usize,
+    /// Whether this round's signal went out.
+    signalled: bool,
+}
+
+impl Flight {
+    /// The internode barrier of `epoch`, before its first round.
+    pub(crate) fn new(epoch: u64) -> Self {
+        Flight { epoch, round: 0, signalled: false }
+    }
+}
+
 /// How a root waits in the internode phase.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Waits {
@@ -107,13 +124,44 @@ impl Internode {
 
     /// Runs the dissemination for `epoch`.
     pub(crate) fn barrier(&self, epoch: u64) -> Result<()> {
+        self.finish(&mut Flight::new(epoch))
+    }
+
+    /// Advances `flight` as far as it goes without waiting (a split-phase barrier's test):
+    /// `Ok(true)` once every round is done.
+    pub(crate) fn advance(&self, flight: &mut Flight) -> Result<bool> {
+        let inbox = self.transport.inbox();
+        self.transport.try_progress()?;
+        while let Some(out) = self.outbox.get(flight.round) {
+            if !flight.signalled {
+                out.signal(flight.epoch, false)?;
+                flight.signalled = true;
+                self.transport.try_progress()?;
+            }
+            if !inbox[flight.round].reached(flight.epoch) {
+                return Ok(false);
+            }
+            flight.round += 1;
+            flight.signalled = false;
+        }
+        Ok(true)
+    }
+
+    /// Runs `flight`'s remaining rounds, waiting for each (the blocking barrier, or a
+    /// split-phase one completed with `wait`).
+    pub(crate) fn finish(&self, flight: &mut Flight) -> Result<()> {
+        let epoch = flight.epoch;
         let inbox = self.transport.inbox();
         // The stall report counts the whole barrier (a root slow in every round is reported
         // once); the timeout counts each round's wait.
         let mut barrier_start: Option<Instant> = None;
         let mut reported = false;
-        for (round, out) in self.outbox.iter().enumerate() {
-            out.signal(epoch, false)?;
+        while let Some(out) = self.outbox.get(flight.round) {
+            let round = flight.round;
+            if !flight.signalled {
+                out.signal(epoch, false)?;
+                flight.signalled = true;
+            }
             let slot = &inbox[round];
             let mut polls: u32 = 0;
             let mut start = None;
@@ -145,6 +193,8 @@ impl Internode {
                     }
                 }
             }
+            flight.round += 1;
+            flight.signalled = false;
         }
         Ok(())
     }

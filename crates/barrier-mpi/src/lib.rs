@@ -7,6 +7,28 @@
 //! Everything here needs the `mpi` feature (and an MPI library, libclang and pkg-config to
 //! build); without it the crate is empty, so the workspace builds on machines without MPI.
 //!
+//! ## From an rsmpi program
+//!
+//! Bring [`FastBarrier`] into scope and every rsmpi communicator has our barrier beside its own
+//! `barrier()` and `immediate_barrier()`:
+//!
+//! ```no_run
+//! use barrier_mpi::FastBarrier;
+//! use mpi::traits::*;
+//!
+//! let universe = mpi::initialize().unwrap();
+//! let world = universe.world();
+//! world.fast_barrier()?; // blocking
+//! let request = world.immediate_fast_barrier()?; // split phase: arrive now...
+//! request.wait()?; // ...complete later (or poll request.test())
+//! # Ok::<(), barrier_mpi::Error>(())
+//! ```
+//!
+//! The first call on a communicator builds its barrier (steps below) and caches it as an
+//! attribute of the MPI communicator, freed with it ([`FastBarrier`] says more);
+//! [`FastBarrierSettings`] gives settings in code. [`BarrierComm`] is the same barrier as a
+//! value of its own, with `dup`, `split` and its reports, for programs that want to hold it.
+//!
 //! ## Making a communicator (collective over the MPI communicator's ranks)
 //!
 //! 1. **Settings, agreed.** Every rank checks every `BARRIER_*` setting it has; the verdicts
@@ -28,7 +50,8 @@
 //!    below shared memory). Agreed.
 //!
 //! Any step that fails on any rank makes every rank fall back together to the `mpi` backend
-//! (`PMPI_Barrier` on a private duplicate), with the reason in [`BarrierComm::describe`],
+//! (`PMPI_Barrier` on a private duplicate, `PMPI_Ibarrier` for the split phase), with the
+//! reason in [`BarrierComm::describe`],
 //! unless `BARRIER_BACKEND` names backends without `mpi`: then it fails on every rank.
 //!
 //! ## A barrier
@@ -40,22 +63,46 @@
 //! Every MPI call of this crate goes to a `PMPI_` entry point, so neither the interposer nor a
 //! profiler sees the library's own traffic.
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 #[cfg(feature = "mpi")]
 mod census;
 #[cfg(feature = "mpi")]
 mod comm;
 #[cfg(feature = "mpi")]
-mod internode;
+mod derived;
 #[cfg(feature = "mpi")]
+mod ext;
+#[cfg(feature = "mpi")]
+mod internode;
+// `raw` and `transport` are public for the interposer (barrier-pmpi), not for users.
+#[cfg(feature = "mpi")]
+#[doc(hidden)]
 pub mod raw;
 #[cfg(feature = "mpi")]
+mod request;
+#[cfg(feature = "mpi")]
+#[doc(hidden)]
 pub mod transport;
 
+/// The errors this crate returns (the core library's).
 #[cfg(feature = "mpi")]
+#[cfg_attr(docsrs, doc(cfg(feature = "mpi")))]
+pub use barrier::{Error, Report, Result};
+#[cfg(feature = "mpi")]
+#[cfg_attr(docsrs, doc(cfg(feature = "mpi")))]
 pub use comm::{BarrierComm, HIERARCHICAL, MPI_BACKEND};
+#[cfg(feature = "mpi")]
+#[cfg_attr(docsrs, doc(cfg(feature = "mpi")))]
+pub use ext::{FastBarrier, FastBarrierRequest, FastBarrierSettings};
+#[cfg(feature = "mpi")]
+#[cfg_attr(docsrs, doc(cfg(feature = "mpi")))]
+pub use request::Request;
 /// The old name of [`BarrierComm`] (it clashed with rsmpi's `Communicator` trait).
 #[cfg(feature = "mpi")]
+#[cfg_attr(docsrs, doc(cfg(feature = "mpi")))]
 #[deprecated(since = "0.1.0", note = "renamed BarrierComm: the name clashed with rsmpi's Communicator trait")]
 pub type Communicator = BarrierComm;
 #[cfg(feature = "mpi")]
+#[cfg_attr(docsrs, doc(cfg(feature = "mpi")))]
 pub use mpi;

@@ -5,7 +5,7 @@
 //! library's own traffic must neither re-enter the interposer nor show up in a profile of the
 //! application.
 
-use std::ffi::c_int;
+use std::ffi::{c_int, c_void};
 
 use barrier::{Error, Result};
 use mpi::ffi;
@@ -45,6 +45,12 @@ pub(crate) fn check(rc: c_int, call: &str) -> Result<()> {
 pub fn comm_world() -> Comm {
     // SAFETY: a constant handle that rsmpi's C shim exports; reading it has no side effect.
     unsafe { ffi::RSMPI_COMM_WORLD }
+}
+
+/// `MPI_COMM_SELF`.
+pub(crate) fn comm_self() -> Comm {
+    // SAFETY: as for `comm_world`.
+    unsafe { ffi::RSMPI_COMM_SELF }
 }
 
 /// `MPI_COMM_NULL`.
@@ -274,6 +280,78 @@ pub(crate) fn request_null() -> Request {
     unsafe { ffi::RSMPI_REQUEST_NULL }
 }
 
+/// `PMPI_Ibarrier`: starts MPI's own barrier.
+pub(crate) fn ibarrier(comm: Comm) -> Result<Request> {
+    let mut req = request_null();
+    // SAFETY: as for `rank`; `req` receives the request.
+    check(unsafe { ffi::PMPI_Ibarrier(comm, &mut req) }, "MPI_Ibarrier")?;
+    Ok(req)
+}
+
+/// Waits for the request (it is then freed and set to `MPI_REQUEST_NULL`).
+pub(crate) fn wait(req: &mut Request) -> Result<()> {
+    // SAFETY: `req` is an active request (or MPI_REQUEST_NULL, which completes at once).
+    check(unsafe { ffi::PMPI_Wait(req, ffi::RSMPI_STATUS_IGNORE) }, "MPI_Wait")
+}
+
+/// What MPI calls when it deletes an attribute: the communicator, the key, the value, the
+/// key's extra state.
+pub type DeleteAttr = unsafe extern "C" fn(Comm, c_int, *mut c_void, *mut c_void) -> c_int;
+
+/// Never copies an attribute to a duplicate: a duplicate gets its own on first use.
+unsafe extern "C" fn never_copy(
+    _old: Comm,
+    _keyval: c_int,
+    _extra: *mut c_void,
+    _value_in: *mut c_void,
+    _value_out: *mut c_void,
+    flag: *mut c_int,
+) -> c_int {
+    // SAFETY: MPI passes a valid flag pointer.
+    unsafe { *flag = 0 };
+    SUCCESS
+}
+
+/// A new attribute key whose values are never copied to duplicates and are deleted by `delete`.
+pub fn create_keyval(delete: DeleteAttr) -> Result<c_int> {
+    let mut key: c_int = 0;
+    // SAFETY: both callbacks have the signatures MPI expects; `key` receives the key.
+    let rc = unsafe { ffi::PMPI_Comm_create_keyval(Some(never_copy), Some(delete), &mut key, std::ptr::null_mut()) };
+    check(rc, "MPI_Comm_create_keyval").map(|()| key)
+}
+
+/// The value of attribute `key` on `comm`, if it has one.
+pub fn get_attr(comm: Comm, key: c_int) -> Result<Option<*mut c_void>> {
+    let mut value: *mut c_void = std::ptr::null_mut();
+    let mut flag: c_int = 0;
+    // SAFETY: MPI writes the attribute's value (a pointer) into `value` if it is set.
+    let rc = unsafe { ffi::PMPI_Comm_get_attr(comm, key, (&mut value as *mut *mut c_void).cast(), &mut flag) };
+    check(rc, "MPI_Comm_get_attr")?;
+    Ok((flag != 0).then_some(value))
+}
+
+/// Sets attribute `key` of `comm` to `value`; MPI calls the key's delete callback with it when
+/// the communicator goes, or when the attribute is deleted.
+///
+/// # Safety
+/// `value` must be what the key's delete callback expects to receive (and free) once.
+pub unsafe fn set_attr(comm: Comm, key: c_int, value: *mut c_void) -> Result<()> {
+    // SAFETY: MPI stores the pointer; the caller's delete callback owns what it points to.
+    check(unsafe { ffi::PMPI_Comm_set_attr(comm, key, value) }, "MPI_Comm_set_attr")
+}
+
+/// Deletes attribute `key` of `comm` (MPI calls its delete callback).
+pub fn delete_attr(comm: Comm, key: c_int) -> Result<()> {
+    // SAFETY: as for `rank`; a communicator without the attribute is an error MPI reports.
+    check(unsafe { ffi::PMPI_Comm_delete_attr(comm, key) }, "MPI_Comm_delete_attr")
+}
+
+/// Frees an attribute key (MPI keeps it valid until no attribute uses it).
+pub fn free_keyval(mut key: c_int) {
+    // SAFETY: the key was made by `create_keyval`.
+    unsafe { ffi::PMPI_Comm_free_keyval(&mut key) };
+}
+
 /// Whether the request completed (it is then freed and set to `MPI_REQUEST_NULL`).
 pub(crate) fn test(req: &mut Request) -> Result<bool> {
     let mut flag: c_int = 0;
@@ -326,7 +404,7 @@ pub fn to_word(comm: Comm) -> usize {
 }
 
 /// The handle [`to_word`] made `word` from.
-fn from_word(word: usize) -> Comm {
+pub(crate) fn from_word(word: usize) -> Comm {
     let bytes = word.to_ne_bytes();
     let mut comm = comm_null();
     let n = std::mem::size_of::<Comm>().min(bytes.len());

@@ -51,20 +51,6 @@ fn cached() -> std::sync::MutexGuard<'static, Vec<Handle>> {
     CACHED.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Never copies our attribute to a duplicate: a duplicate gets its own on its first barrier.
-unsafe extern "C" fn copy_attr(
-    _old: MPI_Comm,
-    _keyval: c_int,
-    _extra: *mut c_void,
-    _value_in: *mut c_void,
-    _value_out: *mut c_void,
-    flag: *mut c_int,
-) -> c_int {
-    // SAFETY: MPI passes a valid flag pointer.
-    unsafe { *flag = 0 };
-    SUCCESS
-}
-
 /// Frees the entry when the communicator goes (MPI_Comm_free, or our MPI_Finalize).
 unsafe extern "C" fn delete_attr(comm: MPI_Comm, _keyval: c_int, value: *mut c_void, _extra: *mut c_void) -> c_int {
     cached().retain(|h| *h != Handle(comm));
@@ -99,38 +85,32 @@ fn keyval() -> c_int {
     if let Some(&k) = KEYVAL.get() {
         return k;
     }
-    let mut k: c_int = 0;
-    // SAFETY: both callbacks have the signatures MPI expects; `k` receives the key.
-    let rc = unsafe { ffi::PMPI_Comm_create_keyval(Some(copy_attr), Some(delete_attr), &mut k, std::ptr::null_mut()) };
-    if rc != SUCCESS {
+    // A duplicate gets no copy of our attribute: it gets its own on its first barrier.
+    let k = raw::create_keyval(delete_attr).unwrap_or_else(|e| {
         // The other ranks may already be making our communicator: this one cannot decline alone.
-        abort_job(&format!("cannot create an MPI attribute key ({})", raw::error_string(rc)));
-    }
+        abort_job(&format!("cannot create an MPI attribute key ({e})"))
+    });
     // Two threads racing here make two keys; one is used, which is harmless.
     *KEYVAL.get_or_init(|| k)
 }
 
 /// The cached entry of `comm`, made (collectively) on its first barrier.
 fn entry_for(comm: MPI_Comm, key: c_int) -> Option<&'static Entry> {
-    let mut value: *mut c_void = std::ptr::null_mut();
-    let mut flag: c_int = 0;
-    // SAFETY: MPI writes the attribute's value (a pointer) into `value` if it is set.
-    let rc = unsafe { ffi::PMPI_Comm_get_attr(comm, key, (&mut value as *mut *mut c_void).cast(), &mut flag) };
-    if rc != SUCCESS {
-        return None; // Not a communicator we can use: PMPI_Barrier reports it.
-    }
-    if flag != 0 {
+    match raw::get_attr(comm, key) {
+        // Not a communicator we can use: PMPI_Barrier reports it.
+        Err(_) => return None,
         // SAFETY: set below from Box::into_raw; it lives until the attribute is deleted, which
         // cannot happen during a barrier on the same communicator.
-        return Some(unsafe { &*(value as *const Entry) });
+        Ok(Some(value)) => return Some(unsafe { &*(value as *const Entry) }),
+        Ok(None) => {}
     }
+    // The attribute owns the box from here on; `delete_attr` frees it.
     let entry = Box::into_raw(Box::new(make_entry(comm)));
-    // SAFETY: the attribute now owns the box; `delete_attr` frees it.
-    let rc = unsafe { ffi::PMPI_Comm_set_attr(comm, key, entry.cast()) };
-    if rc != SUCCESS {
+    // SAFETY: `delete_attr` takes back exactly this box, once.
+    if let Err(e) = unsafe { raw::set_attr(comm, key, entry.cast()) } {
         // The others run our barrier on this communicator from now on: this rank cannot fall
         // back to PMPI_Barrier alone.
-        abort_job(&format!("cannot cache the barrier on the communicator ({})", raw::error_string(rc)));
+        abort_job(&format!("cannot cache the barrier on the communicator ({e})"));
     }
     cached().push(Handle(comm));
     // SAFETY: as above.
@@ -223,13 +203,11 @@ fn teardown() {
     let Some(&key) = KEYVAL.get() else { return };
     let comms: Vec<Handle> = cached().clone();
     for Handle(comm) in comms {
-        // SAFETY: every handle here carries our attribute (freed communicators were removed by
+        // Every handle here carries our attribute (freed communicators were removed by
         // `delete_attr`); deleting it runs `delete_attr`.
-        unsafe { ffi::PMPI_Comm_delete_attr(comm, key) };
+        let _ = raw::delete_attr(comm, key);
     }
-    let mut key = key;
-    // SAFETY: the key is ours; MPI keeps it valid until no attribute uses it.
-    unsafe { ffi::PMPI_Comm_free_keyval(&mut key) };
+    raw::free_keyval(key);
 }
 
 fn guarded(what: &str, f: impl FnOnce() -> c_int) -> c_int {

@@ -1,0 +1,383 @@
+//! Our barrier on every rsmpi communicator: the [`FastBarrier`] trait, its settings
+//! ([`FastBarrierSettings`]) and the per-communicator cache behind it.
+//!
+//! # The cache
+//!
+//! The first [`fast_barrier`](FastBarrier::fast_barrier) (or `immediate_fast_barrier`) on an
+//! MPI communicator builds a [`BarrierComm`] for it (collective, as the barrier is) and caches
+//! it as an attribute of the MPI communicator, as the PMPI interposer does: later calls find it
+//! with one `MPI_Comm_get_attr`. The attribute is never copied to a duplicate (a duplicate
+//! gets its own on first use) and is deleted with the communicator (`MPI_Comm_free`, or the
+//! drop of rsmpi's owner), which frees the barrier. At `MPI_Finalize` an attribute on
+//! `MPI_COMM_SELF` (whose deletion MPI runs first thing in finalize, while MPI still works)
+//! deletes every cached barrier that is left.
+//!
+//! A cached barrier is in use while a call runs on it and while a split-phase request of it
+//! is pending: an entry deleted meanwhile (finalize with a request still pending) is freed when
+//! the last use ends, never under it. One thread uses a communicator's barrier at a time, as
+//! MPI's collectives require; a second thread meanwhile gets an error, not a race.
+
+use std::ffi::{c_int, c_void};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Mutex, Once, OnceLock};
+use std::time::Duration;
+
+use barrier::{Error, Params, Result, WaitPolicy};
+
+use crate::comm::BarrierComm;
+use crate::raw::{self, Comm};
+use crate::request::Request;
+
+/// Our barrier on any rsmpi communicator, beside rsmpi's own `barrier()` and
+/// `immediate_barrier()`: bring the trait into scope and call it on the communicator you have.
+///
+/// ```no_run
+/// use barrier_mpi::FastBarrier;
+/// use mpi::traits::*;
+///
+/// let universe = mpi::initialize().unwrap();
+/// let world = universe.world();
+/// world.fast_barrier()?; // MPI_Barrier's meaning, our barrier's speed
+/// let mut request = world.immediate_fast_barrier()?; // arrive now...
+/// // ... overlap independent work ...
+/// while !request.test()? {} // ...complete later (or request.wait())
+/// let half = world.split_by_color(mpi::topology::Color::with_value(world.rank() % 2)).unwrap();
+/// half.fast_barrier()?;
+/// println!("{}", world.fast_barrier_describe()?); // what runs it, and why
+/// # Ok::<(), barrier_mpi::Error>(())
+/// ```
+///
+/// Every method is collective where MPI's barrier is: every rank of the communicator calls it.
+/// The first call builds and caches the barrier (see the [module docs](self)) with the
+/// settings of the environment (`BARRIER_*`), or with those a [`FastBarrierSettings`] attached
+/// before it.
+pub trait FastBarrier {
+    /// Blocks until every rank of the communicator has called it (`MPI_Barrier`): everything a
+    /// rank wrote before the call is visible to every rank after it returns. Waiting keeps
+    /// MPI progressing.
+    fn fast_barrier(&self) -> Result<()>;
+
+    /// Starts a barrier and returns at once (`MPI_Ibarrier`); complete the request with `test`
+    /// or `wait`. Waiting and testing keep MPI progressing. See [`BarrierComm::ibarrier`] for
+    /// how many may be outstanding.
+    fn immediate_fast_barrier(&self) -> Result<FastBarrierRequest<'_>>;
+
+    /// What runs this communicator's barriers, in one line: the backend inside the node, the
+    /// path between nodes, or why it fell back to `MPI_Barrier` (builds the barrier on first use).
+    fn fast_barrier_describe(&self) -> Result<String>;
+}
+
+impl<C: mpi::topology::Communicator + ?Sized> FastBarrier for C {
+    fn fast_barrier(&self) -> Result<()> {
+        let entry = cached(self.as_raw(), None)?;
+        let _busy = entry.busy()?;
+        entry.comm.barrier()
+    }
+
+    fn immediate_fast_barrier(&self) -> Result<FastBarrierRequest<'_>> {
+        let entry = cached(self.as_raw(), None)?;
+        // The request borrows the entry itself, for as long as the use keeps it.
+        let shared: &Entry = entry.entry;
+        let busy = shared.busy()?;
+        let request = shared.comm.ibarrier()?;
+        drop(busy);
+        Ok(FastBarrierRequest { request: Some(request), entry })
+    }
+
+    fn fast_barrier_describe(&self) -> Result<String> {
+        let entry = cached(self.as_raw(), None)?;
+        let _busy = entry.busy()?;
+        Ok(entry.comm.describe())
+    }
+}
+
+/// A pending [`immediate_fast_barrier`](FastBarrier::immediate_fast_barrier). Dropping an
+/// incomplete one waits for it (a blocking barrier), except while the thread panics.
+#[derive(Debug)]
+#[must_use = "a dropped request waits for its barrier (a blocking barrier): call wait() or test() on it"]
+pub struct FastBarrierRequest<'a> {
+    // Declared before the entry: dropped (completed) while the entry is still held.
+    request: Option<Request<'a>>,
+    entry: Use<'a>,
+}
+
+impl FastBarrierRequest<'_> {
+    /// Makes progress (MPI's too) without blocking; `Ok(true)` once every rank has arrived.
+    pub fn test(&mut self) -> Result<bool> {
+        let _busy = self.entry.busy()?;
+        match &mut self.request {
+            Some(r) => r.test(),
+            None => Ok(true),
+        }
+    }
+
+    /// Blocks until every rank has arrived, keeping MPI progressing.
+    pub fn wait(mut self) -> Result<()> {
+        let _busy = self.entry.busy()?;
+        match self.request.take() {
+            Some(r) => r.wait(),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for FastBarrierRequest<'_> {
+    fn drop(&mut self) {
+        if let Some(request) = self.request.take() {
+            // A use by another thread is an error of the program's; wait it out rather than
+            // race it (dropping the request waits for the barrier).
+            let _busy = loop {
+                match self.entry.busy() {
+                    Ok(b) => break b,
+                    Err(_) => std::thread::yield_now(),
+                }
+            };
+            drop(request);
+        }
+    }
+}
+
+/// The settings of a communicator's barrier, given in code: each overrides the environment's
+/// `BARRIER_*` value of the same setting (`barrier info` lists them all).
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use barrier_mpi::{FastBarrier, FastBarrierSettings};
+///
+/// let universe = mpi::initialize().unwrap();
+/// let world = universe.world();
+/// FastBarrierSettings::new()
+///     .timeout(Duration::from_secs(30)) // report the ranks that never arrive
+///     .backend("dissemination,mpi") // only these, in this order
+///     .attach(&world)?; // collective; before the first fast_barrier on `world`
+/// world.fast_barrier()?;
+/// # Ok::<(), barrier_mpi::Error>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct FastBarrierSettings {
+    params: Params,
+}
+
+impl Default for FastBarrierSettings {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl FastBarrierSettings {
+    /// The environment's settings, to override one by one.
+    pub fn new() -> Self {
+        FastBarrierSettings { params: Params::from_env() }
+    }
+
+    /// `BARRIER_BACKEND`: only these backends (comma-separated, `mpi` for `MPI_Barrier`),
+    /// in this order; creating the barrier fails if none can run.
+    pub fn backend(self, names: &str) -> Self {
+        self.set("BARRIER_BACKEND", names)
+    }
+
+    /// `BARRIER_TIMEOUT`: give up on a barrier after this long, naming the ranks that have not
+    /// arrived (`Duration::ZERO`: wait for ever).
+    pub fn timeout(self, limit: Duration) -> Self {
+        let micros = limit.as_micros();
+        let value = if limit.is_zero() { "0".to_string() } else { format!("{}us", micros.max(1)) };
+        self.set("BARRIER_TIMEOUT", value)
+    }
+
+    /// `BARRIER_WAIT_POLICY`: spin or park (by default: park when the job's ranks outnumber
+    /// the cores).
+    pub fn wait_policy(self, policy: WaitPolicy) -> Self {
+        self.set("BARRIER_WAIT_POLICY", policy.to_string())
+    }
+
+    /// `BARRIER_MPI_NODE_BLOCK`: treat every `ranks` consecutive ranks of a machine as a node
+    /// (the path between nodes on one machine).
+    pub fn node_block(self, ranks: usize) -> Self {
+        self.set(barrier::params::MPI_NODE_BLOCK, ranks.to_string())
+    }
+
+    /// Any other setting by its name (`BARRIER_*`); checked, with every other, when the barrier
+    /// is built.
+    pub fn set(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.params = self.params.set(name, value);
+        self
+    }
+
+    /// Builds the barrier of `comm` with these settings and caches it for
+    /// [`FastBarrier`]'s methods (collective). An error if `comm` already has one: settings
+    /// apply when a barrier is built, so attach them before the first `fast_barrier`.
+    pub fn attach<C: mpi::topology::Communicator + ?Sized>(&self, comm: &C) -> Result<()> {
+        let handle = comm.as_raw();
+        let key = keyval()?;
+        if raw::get_attr(handle, key)?.is_some() {
+            return Err(Error::InvalidArgument(
+                "this communicator's barrier is already built: attach settings before its first fast_barrier".into(),
+            ));
+        }
+        cached(handle, Some(&self.params)).map(drop)
+    }
+
+    /// A barrier communicator over `comm`'s ranks with these settings, not cached: the
+    /// advanced type, with `dup`, `split` and its reports (collective).
+    pub fn build<C: mpi::topology::Communicator + ?Sized>(&self, comm: &C) -> Result<BarrierComm> {
+        // SAFETY: rsmpi's communicators hold valid handles while they live, and MPI is
+        // initialized while any of them exists (checked again inside).
+        unsafe { BarrierComm::from_raw(comm.as_raw(), self.params.clone()) }
+    }
+}
+
+/// A cached barrier: the communicator, how many uses hold it (with [`DELETED`] once MPI has
+/// deleted the attribute), and whether a thread is running a call on it.
+struct Entry {
+    comm: BarrierComm,
+    uses: AtomicUsize,
+    busy: AtomicBool,
+}
+
+/// In [`Entry::uses`]: the attribute was deleted; the last use frees the entry.
+const DELETED: usize = 1 << (usize::BITS - 1);
+
+/// One use of a cached entry, for as long as a borrow of the rsmpi communicator lasts.
+#[derive(Debug)]
+struct Use<'a> {
+    entry: &'a Entry,
+}
+
+impl std::fmt::Debug for Entry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Entry").field("comm", &self.comm).finish()
+    }
+}
+
+impl<'a> std::ops::Deref for Use<'a> {
+    type Target = Entry;
+    fn deref(&self) -> &Entry {
+        self.entry
+    }
+}
+
+impl Drop for Use<'_> {
+    fn drop(&mut self) {
+        if self.entry.uses.fetch_sub(1, Ordering::AcqRel) == DELETED | 1 {
+            // SAFETY: the attribute was deleted and this was the last use: nothing refers to
+            // the entry any more, which `Box::into_raw` made.
+            drop(unsafe { Box::from_raw(self.entry as *const Entry as *mut Entry) });
+        }
+    }
+}
+
+/// A thread's exclusive run of a call on an entry.
+struct Busy<'a>(&'a AtomicBool);
+
+impl Drop for Busy<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
+}
+
+impl Entry {
+    fn busy(&self) -> Result<Busy<'_>> {
+        if self.busy.swap(true, Ordering::Acquire) {
+            return Err(Error::InvalidArgument(
+                "another thread is in a barrier call on this communicator: MPI allows one collective at a time on a \
+                 communicator"
+                    .into(),
+            ));
+        }
+        Ok(Busy(&self.busy))
+    }
+}
+
+/// Our attribute key, made on first use.
+static KEYVAL: OnceLock<c_int> = OnceLock::new();
+/// Communicators that carry our attribute (as words), for the finalize hook.
+static CACHED: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+/// The finalize hook on `MPI_COMM_SELF`, set once.
+static HOOK: Once = Once::new();
+
+fn cached_list() -> std::sync::MutexGuard<'static, Vec<usize>> {
+    CACHED.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn keyval() -> Result<c_int> {
+    if let Some(&k) = KEYVAL.get() {
+        return Ok(k);
+    }
+    let k = raw::create_keyval(delete_entry)?;
+    // Two threads racing here make two keys; one is used, which is harmless.
+    Ok(*KEYVAL.get_or_init(|| k))
+}
+
+/// MPI deletes our attribute (the communicator is freed, or finalize runs): the entry goes
+/// once no use holds it.
+unsafe extern "C" fn delete_entry(comm: Comm, _key: c_int, value: *mut c_void, _extra: *mut c_void) -> c_int {
+    cached_list().retain(|&c| c != raw::to_word(comm));
+    if !value.is_null() {
+        // SAFETY: the value was made by Box::into_raw in `cached` and MPI deletes it once.
+        let entry = unsafe { &*(value as *const Entry) };
+        if entry.uses.fetch_or(DELETED, Ordering::AcqRel) == 0 {
+            // SAFETY: no use holds it: this is the last reference.
+            drop(unsafe { Box::from_raw(value as *mut Entry) });
+        }
+    }
+    0
+}
+
+/// `MPI_Finalize` deletes `MPI_COMM_SELF`'s attributes first: ours deletes every cached
+/// barrier while MPI still works, then the key.
+unsafe extern "C" fn at_finalize(_comm: Comm, _key: c_int, _value: *mut c_void, _extra: *mut c_void) -> c_int {
+    let comms: Vec<usize> = cached_list().clone();
+    if let Some(&key) = KEYVAL.get() {
+        for word in comms {
+            // Deleting it runs `delete_entry`.
+            let _ = raw::delete_attr(raw::from_word(word), key);
+        }
+        raw::free_keyval(key);
+    }
+    0
+}
+
+/// The cached barrier of `comm`, built (collectively) with `params` (the environment's when
+/// `None`) if it has none yet.
+fn cached<'a>(comm: Comm, params: Option<&Params>) -> Result<Use<'a>> {
+    if !raw::mpi_active() {
+        return Err(Error::InvalidArgument(
+            "MPI is not initialized (or already finalized): call barriers between MPI_Init and MPI_Finalize".into(),
+        ));
+    }
+    let key = keyval()?;
+    let entry: *const Entry = match raw::get_attr(comm, key)? {
+        Some(value) => value as *const Entry,
+        None => {
+            let params = params.cloned().unwrap_or_else(Params::from_env);
+            // SAFETY: rsmpi's communicators hold valid handles while they live, MPI is active
+            // (checked above), and every rank makes this call (the barrier is collective).
+            let made = unsafe { BarrierComm::from_raw(comm, params) }?;
+            let entry =
+                Box::into_raw(Box::new(Entry { comm: made, uses: AtomicUsize::new(0), busy: AtomicBool::new(false) }));
+            // SAFETY: `delete_entry` takes back exactly this box, once.
+            if let Err(e) = unsafe { raw::set_attr(comm, key, entry.cast()) } {
+                // SAFETY: MPI did not take it: still ours alone.
+                drop(unsafe { Box::from_raw(entry) });
+                return Err(e);
+            }
+            cached_list().push(raw::to_word(comm));
+            HOOK.call_once(|| {
+                if let Ok(hook) = raw::create_keyval(at_finalize) {
+                    // SAFETY: `at_finalize` ignores its value.
+                    let _ = unsafe { raw::set_attr(raw::comm_self(), hook, std::ptr::null_mut()) };
+                }
+            });
+            entry
+        }
+    };
+    // SAFETY: the attribute holds the entry until MPI deletes it, and a deleted entry stays
+    // until its last use ends; the use taken here keeps it for 'a (the borrow of the rsmpi
+    // communicator, which cannot be freed meanwhile).
+    let entry = unsafe { &*entry };
+    if entry.uses.fetch_add(1, Ordering::AcqRel) & DELETED != 0 {
+        drop(Use { entry });
+        return Err(Error::InvalidArgument("this communicator's barrier was deleted (MPI_Finalize ran)".into()));
+    }
+    Ok(Use { entry })
+}

@@ -1,0 +1,87 @@
+//! A user's rsmpi program outside the workspace: `use barrier_mpi::FastBarrier;` and our
+//! barrier is a method of every rsmpi communicator, blocking and split-phase, on the world, on
+//! a split communicator and on a duplicate given settings in code. Each barrier is checked: the
+//! latest arrival (the machine's monotonic clock just before the call, reduced with MPI_MAX)
+//! must come before the earliest departure (just after it, reduced with MPI_MIN).
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use barrier_mpi::{FastBarrier, FastBarrierSettings};
+use mpi::collective::SystemOperation;
+use mpi::topology::Color;
+use mpi::traits::*;
+
+fn clock() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid timespec for the call to fill.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Runs `barrier` `rounds` times on `comm`, with a short sleep on one rank in turn, and fails if
+/// any rank left before the last one arrived.
+fn checked<C: Communicator>(comm: &C, what: &str, rounds: u64, barrier: impl Fn() -> barrier_mpi::Result<()>) -> Result<(), String> {
+    let rank = comm.rank() as u64;
+    for round in 0..rounds {
+        if round % comm.size() as u64 == rank {
+            std::thread::sleep(Duration::from_micros(50));
+        }
+        let arrived = clock();
+        barrier().map_err(|e| format!("{what}: {e}"))?;
+        let left = clock();
+        let (mut last_in, mut first_out) = (0u64, 0u64);
+        comm.all_reduce_into(&arrived, &mut last_in, SystemOperation::max());
+        comm.all_reduce_into(&left, &mut first_out, SystemOperation::min());
+        if first_out < last_in {
+            return Err(format!("{what}: round {round}: a rank left {} ns before the last arrived", last_in - first_out));
+        }
+    }
+    Ok(())
+}
+
+fn run() -> Result<String, String> {
+    let universe = mpi::initialize().ok_or("MPI was initialized already")?;
+    let world = universe.world();
+    let rank = world.rank();
+    // Settings in code, on a duplicate, before its first barrier.
+    let dup = world.duplicate();
+    FastBarrierSettings::new().timeout(Duration::from_secs(120)).attach(&dup).map_err(|e| e.to_string())?;
+    let half = world.split_by_color(Color::with_value(rank % 2)).ok_or("no split communicator")?;
+
+    checked(&world, "world, blocking", 300, || world.fast_barrier())?;
+    checked(&world, "world, split phase", 300, || {
+        let mut request = world.immediate_fast_barrier()?;
+        while !request.test()? {
+            std::hint::spin_loop();
+        }
+        Ok(())
+    })?;
+    checked(&half, "split communicator, blocking", 200, || half.fast_barrier())?;
+    checked(&half, "split communicator, split phase", 200, || half.immediate_fast_barrier()?.wait())?;
+    checked(&dup, "duplicate with settings", 200, || dup.fast_barrier())?;
+    // A second attach is refused: settings apply when the barrier is built.
+    if FastBarrierSettings::new().attach(&dup).is_ok() {
+        return Err("a second attach on a communicator with a barrier was accepted".into());
+    }
+    let line = world.fast_barrier_describe().map_err(|e| e.to_string())?;
+    if rank != 0 {
+        return Ok(String::new());
+    }
+    Ok(format!("outside: {} ranks passed; {}", world.size(), line.split("; declined").next().unwrap_or(&line)))
+}
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(line) => {
+            if !line.is_empty() {
+                println!("{line}");
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("outside: FAILED: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
