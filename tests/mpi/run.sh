@@ -146,6 +146,11 @@ for np in 2 3 4; do
         expect_text "halo" "field exact; $want"
         run "a program outside the workspace, np=$np block=$block" ok launch "${env[@]}" -- -np "$np" "$OUTSIDE"
         expect_text "outside" "$np ranks passed; $want"
+        if [ "$block" = 0 ]; then
+            # The mpi path: MPI_Ibarrier under the split phase.
+            run "outside, MPI_Barrier path, np=$np" ok launch BARRIER_BACKEND=mpi BARRIER_TIMEOUT=120s -- -np "$np" "$OUTSIDE"
+            expect_text "outside, mpi" "$np ranks passed; mpi"
+        fi
         # MPI's own barrier does not depend on the node block: once per rank count.
         if [ "$block" = 0 ]; then
             run "C, MPI's barrier, np=$np" ok launch "${env[@]}" -- -np "$np" "$BIN/barrier_check" 1000

@@ -76,8 +76,8 @@ pub struct BarrierComm {
     /// Fell back to `MPI_Barrier` because a set-up step failed: on this rank (`Some(true)`) or
     /// on another (`Some(false)`).
     fell_back: Option<bool>,
-    /// A split-phase barrier is under way on a communicator across nodes (see `request.rs`).
-    pub(crate) in_flight: Cell<bool>,
+    /// Split-phase barriers under way across nodes (see `request.rs`).
+    pub(crate) flights: crate::request::Flights,
     /// The settings it was made with, for communicators made from it (`dup`, `split`).
     pub(crate) params: Params,
 }
@@ -159,7 +159,7 @@ impl BarrierComm {
             detail: String::new(),
             node_ranks: Vec::new(),
             fell_back: None,
-            in_flight: Cell::new(false),
+            flights: Default::default(),
             params: params.clone(),
         };
         let agreed = me.agree_settings(&params, world_rank)?;
@@ -426,12 +426,11 @@ impl BarrierComm {
 
     /// Waits until every rank of the communicator has called it (MPI_Barrier).
     pub fn barrier(&self) -> Result<()> {
-        if self.in_flight.get() {
-            return Err(crate::request::one_at_a_time());
-        }
         match &self.path {
             Path::Node(node) => node.world().barrier().map_err(|e| self.in_mpi_ranks(e)),
             Path::Hierarchical { node, internode, seg } => {
+                // Split-phase barriers started before this one complete first.
+                self.finish_flights()?;
                 let world = node.world();
                 world.barrier().map_err(|e| self.in_mpi_ranks(e))?;
                 if let Some(inter) = internode {

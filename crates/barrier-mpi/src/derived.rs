@@ -20,6 +20,16 @@ impl BarrierComm {
     /// (`MPI_Comm_split`). Collective; `None` for the ranks that pass no color
     /// (`MPI_UNDEFINED`).
     pub fn split(&self, color: Option<u32>, key: usize) -> Result<Option<BarrierComm>> {
+        // MPI takes both as a C int, and a color must not be negative.
+        let too_large = |what: &str, value: u64| {
+            barrier::Error::InvalidArgument(format!("split: the {what} {value} is larger than MPI takes ({})", i32::MAX))
+        };
+        if let Some(c) = color.filter(|&c| c > i32::MAX as u32) {
+            return Err(too_large("color", c.into()));
+        }
+        if key > i32::MAX as usize {
+            return Err(too_large("key", key as u64));
+        }
         let Some(part) = raw::split(self.comm, color, key)? else { return Ok(None) };
         // `from_raw` makes its own duplicate: the split's handle is freed when this goes.
         let part = OwnedComm(part);

@@ -93,7 +93,6 @@ impl<C: mpi::topology::Communicator + ?Sized> FastBarrier for C {
 
 /// A pending [`immediate_fast_barrier`](FastBarrier::immediate_fast_barrier). Dropping an
 /// incomplete one waits for it (a blocking barrier), except while the thread panics.
-#[derive(Debug)]
 #[must_use = "a dropped request waits for its barrier (a blocking barrier): call wait() or test() on it"]
 pub struct FastBarrierRequest<'a> {
     // Declared before the entry: dropped (completed) while the entry is still held.
@@ -101,11 +100,19 @@ pub struct FastBarrierRequest<'a> {
     entry: Use<'a>,
 }
 
+impl std::fmt::Debug for FastBarrierRequest<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Nothing of the communicator: another thread may be in a call on it.
+        f.debug_struct("FastBarrierRequest").field("pending", &self.request.is_some()).finish()
+    }
+}
+
 impl FastBarrierRequest<'_> {
     /// Makes progress (MPI's too) without blocking; `Ok(true)` once every rank has arrived.
     pub fn test(&mut self) -> Result<bool> {
         let _busy = self.entry.busy()?;
         match &mut self.request {
+            Some(_) if !raw::mpi_active() => Err(finalized_while_pending()),
             Some(r) => r.test(),
             None => Ok(true),
         }
@@ -115,10 +122,21 @@ impl FastBarrierRequest<'_> {
     pub fn wait(mut self) -> Result<()> {
         let _busy = self.entry.busy()?;
         match self.request.take() {
+            Some(_) if !raw::mpi_active() => Err(finalized_while_pending()),
             Some(r) => r.wait(),
             None => Ok(()),
         }
     }
+}
+
+fn finalized_while_pending() -> Error {
+    Error::InvalidArgument("MPI was finalized while this split-phase barrier was pending: it cannot complete".into())
+}
+
+fn not_active() -> Error {
+    Error::InvalidArgument(
+        "MPI is not initialized (or already finalized): call barriers between MPI_Init and MPI_Finalize".into(),
+    )
 }
 
 impl Drop for FastBarrierRequest<'_> {
@@ -207,8 +225,11 @@ impl FastBarrierSettings {
     /// [`FastBarrier`]'s methods (collective). An error if `comm` already has one: settings
     /// apply when a barrier is built, so attach them before the first `fast_barrier`.
     pub fn attach<C: mpi::topology::Communicator + ?Sized>(&self, comm: &C) -> Result<()> {
+        if !raw::mpi_active() {
+            return Err(not_active());
+        }
         let handle = comm.as_raw();
-        let key = keyval()?;
+        let key = keyval();
         if raw::get_attr(handle, key)?.is_some() {
             return Err(Error::InvalidArgument(
                 "this communicator's barrier is already built: attach settings before its first fast_barrier".into(),
@@ -238,15 +259,8 @@ struct Entry {
 const DELETED: usize = 1 << (usize::BITS - 1);
 
 /// One use of a cached entry, for as long as a borrow of the rsmpi communicator lasts.
-#[derive(Debug)]
 struct Use<'a> {
     entry: &'a Entry,
-}
-
-impl std::fmt::Debug for Entry {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Entry").field("comm", &self.comm).finish()
-    }
 }
 
 impl<'a> std::ops::Deref for Use<'a> {
@@ -290,6 +304,12 @@ impl Entry {
 
 /// Our attribute key, made on first use.
 static KEYVAL: OnceLock<c_int> = OnceLock::new();
+/// Held while an entry is looked up and its use counted, while one is set, and while MPI
+/// deletes one: a lookup never counts a use of an entry that is being freed.
+static LOOKUP: Mutex<()> = Mutex::new(());
+/// Communicators (as words) whose barrier a thread of this process is building: a second
+/// thread must not build another (MPI allows one collective at a time on a communicator).
+static BUILDING: Mutex<Vec<usize>> = Mutex::new(Vec::new());
 /// Communicators that carry our attribute (as words), for the finalize hook.
 static CACHED: Mutex<Vec<usize>> = Mutex::new(Vec::new());
 /// The finalize hook on `MPI_COMM_SELF`, set once.
@@ -299,19 +319,34 @@ fn cached_list() -> std::sync::MutexGuard<'static, Vec<usize>> {
     CACHED.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-fn keyval() -> Result<c_int> {
+fn lock<T>(m: &'static Mutex<T>) -> std::sync::MutexGuard<'static, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn keyval() -> c_int {
     if let Some(&k) = KEYVAL.get() {
-        return Ok(k);
+        return k;
     }
-    let k = raw::create_keyval(delete_entry)?;
+    let k = raw::create_keyval(delete_entry).unwrap_or_else(|e| {
+        // The other ranks may already be building this communicator's barrier (collective):
+        // this rank cannot decline alone. (As the interposer does; MPI hardly ever refuses.)
+        barrier::sys::say(&format!(
+            "barrier-mpi: cannot create an MPI attribute key ({e}); aborting the job (the other ranks would wait \
+             for this one for ever)"
+        ));
+        // SAFETY: MPI is active (checked by the callers); MPI_Abort ends the job.
+        unsafe { mpi::ffi::PMPI_Abort(raw::comm_world(), 70) };
+        std::process::abort()
+    });
     // Two threads racing here make two keys; one is used, which is harmless.
-    Ok(*KEYVAL.get_or_init(|| k))
+    *KEYVAL.get_or_init(|| k)
 }
 
 /// MPI deletes our attribute (the communicator is freed, or finalize runs): the entry goes
 /// once no use holds it.
 unsafe extern "C" fn delete_entry(comm: Comm, _key: c_int, value: *mut c_void, _extra: *mut c_void) -> c_int {
     cached_list().retain(|&c| c != raw::to_word(comm));
+    let _lookup = lock(&LOOKUP);
     if !value.is_null() {
         // SAFETY: the value was made by Box::into_raw in `cached` and MPI deletes it once.
         let entry = unsafe { &*(value as *const Entry) };
@@ -328,7 +363,9 @@ unsafe extern "C" fn delete_entry(comm: Comm, _key: c_int, value: *mut c_void, _
 unsafe extern "C" fn at_finalize(_comm: Comm, _key: c_int, _value: *mut c_void, _extra: *mut c_void) -> c_int {
     let comms: Vec<usize> = cached_list().clone();
     if let Some(&key) = KEYVAL.get() {
-        for word in comms {
+        // MPI_COMM_SELF's own attributes are being deleted right now: MPI frees ours on it.
+        let own = raw::to_word(raw::comm_self());
+        for word in comms.into_iter().filter(|&w| w != own) {
             // Deleting it runs `delete_entry`.
             let _ = raw::delete_attr(raw::from_word(word), key);
         }
@@ -341,43 +378,89 @@ unsafe extern "C" fn at_finalize(_comm: Comm, _key: c_int, _value: *mut c_void, 
 /// `None`) if it has none yet.
 fn cached<'a>(comm: Comm, params: Option<&Params>) -> Result<Use<'a>> {
     if !raw::mpi_active() {
-        return Err(Error::InvalidArgument(
-            "MPI is not initialized (or already finalized): call barriers between MPI_Init and MPI_Finalize".into(),
-        ));
+        return Err(not_active());
     }
-    let key = keyval()?;
-    let entry: *const Entry = match raw::get_attr(comm, key)? {
-        Some(value) => value as *const Entry,
-        None => {
-            let params = params.cloned().unwrap_or_else(Params::from_env);
-            // SAFETY: rsmpi's communicators hold valid handles while they live, MPI is active
-            // (checked above), and every rank makes this call (the barrier is collective).
-            let made = unsafe { BarrierComm::from_raw(comm, params) }?;
-            let entry =
-                Box::into_raw(Box::new(Entry { comm: made, uses: AtomicUsize::new(0), busy: AtomicBool::new(false) }));
-            // SAFETY: `delete_entry` takes back exactly this box, once.
-            if let Err(e) = unsafe { raw::set_attr(comm, key, entry.cast()) } {
-                // SAFETY: MPI did not take it: still ours alone.
-                drop(unsafe { Box::from_raw(entry) });
-                return Err(e);
+    let key = keyval();
+    {
+        let _lookup = lock(&LOOKUP);
+        if let Some(value) = raw::get_attr(comm, key)? {
+            // SAFETY: the attribute holds the entry until MPI deletes it, which takes LOOKUP
+            // (held here); a deleted entry stays until its last use ends, and the use counted
+            // here keeps it for 'a (a borrow of the rsmpi communicator, which cannot be freed
+            // meanwhile).
+            let entry = unsafe { &*(value as *const Entry) };
+            if entry.uses.fetch_add(1, Ordering::AcqRel) & DELETED != 0 {
+                drop(Use { entry });
+                return Err(Error::InvalidArgument("this communicator's barrier was deleted (MPI_Finalize ran)".into()));
             }
-            cached_list().push(raw::to_word(comm));
+            return Ok(Use { entry });
+        }
+    }
+    build(comm, key, params)
+}
+
+/// Builds `comm`'s barrier and caches it: collective, with every rank's outcome agreed.
+fn build<'a>(comm: Comm, key: c_int, params: Option<&Params>) -> Result<Use<'a>> {
+    let word = raw::to_word(comm);
+    {
+        let mut building = lock(&BUILDING);
+        if building.contains(&word) {
+            return Err(Error::InvalidArgument(
+                "another thread is building this communicator's barrier: MPI allows one collective at a time on a \
+                 communicator"
+                    .into(),
+            ));
+        }
+        building.push(word);
+    }
+    struct Built(usize);
+    impl Drop for Built {
+        fn drop(&mut self) {
+            lock(&BUILDING).retain(|&w| w != self.0);
+        }
+    }
+    let _built = Built(word);
+    let params = params.cloned().unwrap_or_else(Params::from_env);
+    // SAFETY: rsmpi's communicators hold valid handles while they live, MPI is active (checked
+    // by the caller), and every rank makes this call (the barrier is collective).
+    let made = unsafe { BarrierComm::from_raw(comm, params) }?;
+    // Counted as this call's use from the start: nothing can free it under this call.
+    let entry = Box::into_raw(Box::new(Entry { comm: made, uses: AtomicUsize::new(1), busy: AtomicBool::new(false) }));
+    let set = {
+        let _lookup = lock(&LOOKUP);
+        // SAFETY: `delete_entry` takes back exactly this box, once.
+        unsafe { raw::set_attr(comm, key, entry.cast()) }
+    };
+    // Every rank keeps the barrier or none does: a rank without it would build it again alone.
+    // SAFETY: MPI did not take the box if `set` failed; otherwise the attribute holds it and
+    // this call's use keeps it alive.
+    let private = unsafe { &*entry }.comm.comm;
+    let everyone = raw::all_agree(private, set.is_ok());
+    match (set, everyone) {
+        (Ok(()), Ok(true)) => {
+            cached_list().push(word);
             HOOK.call_once(|| {
                 if let Ok(hook) = raw::create_keyval(at_finalize) {
                     // SAFETY: `at_finalize` ignores its value.
                     let _ = unsafe { raw::set_attr(raw::comm_self(), hook, std::ptr::null_mut()) };
                 }
             });
-            entry
+            // SAFETY: as above; this call's use is handed to the caller.
+            Ok(Use { entry: unsafe { &*entry } })
         }
-    };
-    // SAFETY: the attribute holds the entry until MPI deletes it, and a deleted entry stays
-    // until its last use ends; the use taken here keeps it for 'a (the borrow of the rsmpi
-    // communicator, which cannot be freed meanwhile).
-    let entry = unsafe { &*entry };
-    if entry.uses.fetch_add(1, Ordering::AcqRel) & DELETED != 0 {
-        drop(Use { entry });
-        return Err(Error::InvalidArgument("this communicator's barrier was deleted (MPI_Finalize ran)".into()));
+        (Ok(()), agreed) => {
+            // The attribute holds it: deleting it marks it deleted, and this use frees it.
+            let _ = raw::delete_attr(comm, key);
+            // SAFETY: as above.
+            drop(Use { entry: unsafe { &*entry } });
+            Err(agreed.err().unwrap_or_else(|| {
+                Error::Setup("another rank could not cache this communicator's barrier (its error says why)".into())
+            }))
+        }
+        (Err(e), _) => {
+            // SAFETY: MPI did not take it: still ours alone.
+            drop(unsafe { Box::from_raw(entry) });
+            Err(e)
+        }
     }
-    Ok(Use { entry })
 }

@@ -48,12 +48,18 @@ pub(crate) struct Flight {
     round: usize,
     /// Whether this round's signal went out.
     signalled: bool,
+    /// When this round's wait began and when the first wait of the barrier did (the timeout
+    /// counts each round's wait, the stall report the whole barrier), once measured.
+    round_start: Option<Instant>,
+    barrier_start: Option<Instant>,
+    /// The stall report was made.
+    reported: bool,
 }
 
 impl Flight {
     /// The internode barrier of `epoch`, before its first round.
     pub(crate) fn new(epoch: u64) -> Self {
-        Flight { epoch, round: 0, signalled: false }
+        Flight { epoch, round: 0, signalled: false, round_start: None, barrier_start: None, reported: false }
     }
 }
 
@@ -129,6 +135,8 @@ impl Internode {
 
     /// Advances `flight` as far as it goes without waiting (a split-phase barrier's test):
     /// `Ok(true)` once every round is done.
+    /// The same timeout and stall report as [`finish`](Self::finish), measured from the first
+    /// call that found the flight waiting.
     pub(crate) fn advance(&self, flight: &mut Flight) -> Result<bool> {
         let inbox = self.transport.inbox();
         self.transport.try_progress()?;
@@ -136,9 +144,22 @@ impl Internode {
             if !flight.signalled {
                 out.signal(flight.epoch, false)?;
                 flight.signalled = true;
+                flight.round_start = None;
                 self.transport.try_progress()?;
             }
             if !inbox[flight.round].reached(flight.epoch) {
+                let now = Instant::now();
+                let round_start = *flight.round_start.get_or_insert(now);
+                let barrier_start = *flight.barrier_start.get_or_insert(now);
+                let waited = now - round_start;
+                if let Some(limit) = self.waits.timeout.filter(|&l| waited >= l) {
+                    return Err(self.timed_out(flight.epoch, flight.round, waited.max(limit)));
+                }
+                let in_barrier = now - barrier_start;
+                if self.waits.stall.is_some_and(|s| in_barrier >= s) && !flight.reported {
+                    flight.reported = true;
+                    self.report_stall(flight.epoch, flight.round, in_barrier);
+                }
                 return Ok(false);
             }
             flight.round += 1;
@@ -154,8 +175,6 @@ impl Internode {
         let inbox = self.transport.inbox();
         // The stall report counts the whole barrier (a root slow in every round is reported
         // once); the timeout counts each round's wait.
-        let mut barrier_start: Option<Instant> = None;
-        let mut reported = false;
         while let Some(out) = self.outbox.get(flight.round) {
             let round = flight.round;
             if !flight.signalled {
@@ -164,7 +183,7 @@ impl Internode {
             }
             let slot = &inbox[round];
             let mut polls: u32 = 0;
-            let mut start = None;
+            let mut start = flight.round_start;
             loop {
                 self.transport.try_progress()?;
                 if slot.reached(epoch) {
@@ -182,9 +201,9 @@ impl Internode {
                     if let Some(limit) = self.waits.timeout.filter(|&l| waited >= l) {
                         return Err(self.timed_out(epoch, round, waited.max(limit)));
                     }
-                    let in_barrier = barrier_start.get_or_insert(t0).elapsed();
-                    if self.waits.stall.is_some_and(|s| in_barrier >= s) && !reported {
-                        reported = true;
+                    let in_barrier = flight.barrier_start.get_or_insert(t0).elapsed();
+                    if self.waits.stall.is_some_and(|s| in_barrier >= s) && !flight.reported {
+                        flight.reported = true;
                         self.report_stall(epoch, round, in_barrier);
                     }
                     if polls.is_multiple_of(CHECK_EVERY * 64) {
@@ -195,6 +214,7 @@ impl Internode {
             }
             flight.round += 1;
             flight.signalled = false;
+            flight.round_start = None;
         }
         Ok(())
     }

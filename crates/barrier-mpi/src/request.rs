@@ -1,20 +1,33 @@
 //! The split-phase barrier of a [`BarrierComm`]: [`BarrierComm::ibarrier`] and the [`Request`]
-//! it returns, on each path of the crate docs.
+//! it returns, on each path of the crate docs. Any number may be outstanding on every path;
+//! they complete in the order they were started, and a blocking barrier completes them first.
 //!
-//! * **One node**: the node's own split-phase barrier (`barrier::Communicator::ibarrier`):
-//!   several may be outstanding, and they complete in the order they were started.
+//! * **One node**: the node's own split-phase barrier (`barrier::Communicator::ibarrier`).
 //! * **`mpi`**: `MPI_Ibarrier` on the private duplicate, completed with `MPI_Test`/`MPI_Wait`.
-//! * **Several nodes**: the same three phases as the blocking barrier, each advanced without
-//!   waiting: the node's split-phase barrier (every rank of the node has arrived), then, on the
-//!   node's root, the internode dissemination round by round, then the node's split-phase
-//!   barrier again (the root releases its node). The node's barriers of all its ranks must pair
-//!   up in the same order, so one split-phase barrier at a time may be under way on such a
-//!   communicator: starting another (or a blocking barrier) before it completes is an error
-//!   that says so, never a mismatched barrier.
+//! * **Several nodes**: the blocking barrier's three phases, as a queue of *flights* kept in
+//!   the communicator, advanced without waiting by any request's `test` (or completed by `wait`
+//!   and by the next blocking barrier). The node's barriers of all its ranks must pair up in
+//!   the same order, and they do:
+//!   - a rank that is not its node's root arrives at both of a flight's node barriers (the
+//!     gather, then the release) when the flight starts, and its flight is done when the
+//!     release completes;
+//!   - the node's root arrives at a flight's gather when the flight before it is done (at
+//!     once if there is none), runs the internode rounds once the gather completes, and only
+//!     then arrives at the release.
+//!
+//!   So every rank's node barriers go gather 1, release 1, gather 2, release 2, …, and no rank
+//!   of any node is released before every root has finished the rounds that prove every node
+//!   gathered.
 //!
 //! Waiting keeps MPI progressing: the node's waits probe MPI (the segment's progress hook,
-//! `BARRIER_MPI_PROGRESS`), the internode phase drives its transport, and `MPI_Test` and
-//! `MPI_Wait` progress MPI themselves.
+//! `BARRIER_MPI_PROGRESS`), the internode rounds drive their transport, and `MPI_Test` and
+//! `MPI_Wait` progress MPI themselves. As with MPI's own nonblocking barrier, a request
+//! completes only while its rank keeps calling `test`, `wait` or another barrier of the
+//! communicator: a rank that blocks elsewhere (an `MPI_Recv` that waits for a rank which waits
+//! for this barrier) holds up the node behind it.
+
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
 
 use barrier::{Error, Result};
 
@@ -22,35 +35,143 @@ use crate::comm::{BarrierComm, Path};
 use crate::internode::Flight;
 use crate::raw;
 
-/// The error of a second split-phase (or a blocking) barrier while one is under way on a
-/// communicator across nodes.
-pub(crate) fn one_at_a_time() -> Error {
-    Error::InvalidArgument(
-        "a split-phase barrier is still under way on this communicator, which spans nodes: complete it (test until \
-         true, or wait) before starting another barrier on it"
-            .into(),
-    )
+/// One split-phase barrier across nodes, as the communicator advances it.
+#[derive(Debug)]
+enum Leg {
+    /// The root waits for the flight before this one to finish before it joins the gather.
+    Queued,
+    /// The node's gather (its epoch in the node's communicator).
+    Gather(u64),
+    /// On the node's root: the internode rounds.
+    Internode(Flight),
+    /// The node's release.
+    Release(u64),
+}
+
+/// The flights of a communicator across nodes (see the module docs).
+#[derive(Debug, Default)]
+pub(crate) struct Flights {
+    queue: RefCell<VecDeque<Leg>>,
+    /// Flights started and finished so far (a request is for flight number `started` at its
+    /// start; it is done once `finished` reaches it).
+    started: Cell<u64>,
+    finished: Cell<u64>,
+    /// Why the communicator is unusable (a request was abandoned mid-flight), once it is.
+    broken: RefCell<Option<String>>,
 }
 
 impl BarrierComm {
     /// Starts a barrier and returns at once (split phase, `MPI_Ibarrier`): this rank's arrival
-    /// is announced now; [`Request::test`] or [`Request::wait`] completes it. On one node (and
-    /// on the `mpi` path) several may be outstanding, completing in the order they were started;
-    /// across nodes one at a time (see the module docs).
+    /// is announced now; [`Request::test`] or [`Request::wait`] completes it. Several may be
+    /// outstanding; they complete in the order they were started (see the module docs).
     pub fn ibarrier(&self) -> Result<Request<'_>> {
-        if self.in_flight.get() {
-            return Err(one_at_a_time());
-        }
         let stage = match &self.path {
             Path::Node(node) => Stage::Node(node.world().ibarrier().map_err(|e| self.in_mpi_ranks(e))?),
             Path::Mpi => Stage::Mpi(raw::ibarrier(self.comm)?),
-            Path::Hierarchical { node, .. } => {
-                let gather = node.world().ibarrier().map_err(|e| self.in_mpi_ranks(e))?;
-                self.in_flight.set(true);
-                Stage::Gather(gather)
+            Path::Hierarchical { node, internode, .. } => {
+                self.usable()?;
+                let world = node.world();
+                let flights = &self.flights;
+                let first = flights.queue.borrow().is_empty();
+                let leg = if internode.is_some() {
+                    // The root: it joins this gather once the flights before it are done.
+                    match first {
+                        true => Leg::Gather(world.ibarrier().map_err(|e| self.in_mpi_ranks(e))?.detach()),
+                        false => Leg::Queued,
+                    }
+                } else {
+                    // Every other rank: both of the flight's node barriers, in order, now.
+                    world.ibarrier().map_err(|e| self.in_mpi_ranks(e))?.detach();
+                    Leg::Release(world.ibarrier().map_err(|e| self.in_mpi_ranks(e))?.detach())
+                };
+                flights.queue.borrow_mut().push_back(leg);
+                flights.started.set(flights.started.get() + 1);
+                Stage::Flight(flights.started.get())
             }
         };
         Ok(Request { comm: self, stage })
+    }
+
+    /// An error once a request was abandoned in the middle of a flight.
+    pub(crate) fn usable(&self) -> Result<()> {
+        match &*self.flights.broken.borrow() {
+            Some(why) => Err(Error::Broken(why.clone())),
+            None => Ok(()),
+        }
+    }
+
+    /// Completes every flight started so far (the blocking barrier's first step across nodes).
+    pub(crate) fn finish_flights(&self) -> Result<()> {
+        self.usable()?;
+        self.drive(self.flights.started.get(), true).map(|_| ())
+    }
+
+    /// Advances the flights in order until flight `flight` is done (`Ok(true)`) or, unless
+    /// `blocking`, until one must wait (`Ok(false)`).
+    fn drive(&self, flight: u64, blocking: bool) -> Result<bool> {
+        let Path::Hierarchical { node, internode, seg } = &self.path else {
+            unreachable!("flights run only across nodes")
+        };
+        let world = node.world();
+        let flights = &self.flights;
+        // The node's barrier `epoch`: done, or (not blocking) not yet.
+        let node_done = |epoch: u64| -> Result<bool> {
+            let mut request = world.resume(epoch)?;
+            if blocking {
+                return request.wait().map(|()| true);
+            }
+            let done = request.test();
+            if !matches!(done, Ok(true)) {
+                request.detach();
+            }
+            done
+        };
+        while flights.finished.get() < flight {
+            let mut queue = flights.queue.borrow_mut();
+            let Some(leg) = queue.front_mut() else { break };
+            match leg {
+                Leg::Queued => *leg = Leg::Gather(world.ibarrier()?.detach()),
+                Leg::Gather(epoch) => {
+                    if !node_done(*epoch).map_err(|e| self.in_mpi_ranks(e))? {
+                        return Ok(false);
+                    }
+                    let epoch = self.epoch.get() + 1;
+                    self.epoch.set(epoch);
+                    *leg = Leg::Internode(Flight::new(epoch));
+                }
+                Leg::Internode(rounds) => {
+                    let inter = internode.as_ref().expect("only a node's root has internode rounds");
+                    let done = if blocking { inter.finish(rounds).map(|()| true) } else { inter.advance(rounds) };
+                    match done {
+                        Ok(false) => return Ok(false),
+                        Ok(true) => *leg = Leg::Release(world.ibarrier()?.detach()),
+                        Err(e) => {
+                            // As the blocking barrier does: the node's ranks waiting for this
+                            // root stop at once instead of at their timeout.
+                            seg.set_abort(self.local_rank);
+                            return Err(e);
+                        }
+                    }
+                }
+                Leg::Release(epoch) => {
+                    if !node_done(*epoch).map_err(|e| self.in_mpi_ranks(e))? {
+                        return Ok(false);
+                    }
+                    queue.pop_front();
+                    flights.finished.set(flights.finished.get() + 1);
+                }
+            }
+        }
+        Ok(true)
+    }
+
+    /// Makes the communicator unusable after a request was abandoned mid-flight, and tells the
+    /// node's other ranks (they would wait for this rank's node barriers for ever).
+    fn abandon(&self, why: String) {
+        if let Path::Hierarchical { seg, .. } = &self.path {
+            seg.set_abort(self.local_rank);
+        }
+        *self.flights.broken.borrow_mut() = Some(why);
     }
 }
 
@@ -61,19 +182,16 @@ enum Stage<'c> {
     Node(barrier::Request<'c>),
     /// `MPI_Ibarrier`'s request.
     Mpi(raw::Request),
-    /// Across nodes: the node's first barrier (everyone on the node has arrived).
-    Gather(barrier::Request<'c>),
-    /// Across nodes, on the node's root: the internode rounds.
-    Internode(Flight),
-    /// Across nodes: the node's second barrier (the root releases the node).
-    Release(barrier::Request<'c>),
+    /// Across nodes: this flight number of the communicator's.
+    Flight(u64),
     /// Complete (or failed: the error was returned once).
     Done,
 }
 
 /// A pending split-phase barrier of a [`BarrierComm`]: complete it with [`test`](Self::test)
 /// or [`wait`](Self::wait). Dropping an incomplete request waits for it (so it is a blocking
-/// barrier), except while the thread panics.
+/// barrier), except while the thread panics or after `MPI_Finalize`: then a communicator
+/// across nodes is broken and its node's ranks are told.
 #[derive(Debug)]
 #[must_use = "a dropped Request waits for its barrier (a blocking barrier): call wait() or test() on it"]
 pub struct Request<'c> {
@@ -81,7 +199,7 @@ pub struct Request<'c> {
     stage: Stage<'c>,
 }
 
-impl<'c> Request<'c> {
+impl Request<'_> {
     /// Makes progress without blocking; `Ok(true)` once every rank has arrived (and on every
     /// call after that).
     pub fn test(&mut self) -> Result<bool> {
@@ -93,94 +211,27 @@ impl<'c> Request<'c> {
         self.step(true).map(|_| ())
     }
 
-    /// Advances the stages; `blocking` waits inside each one. A failure completes the request
-    /// (the communicator is broken, or the error is MPI's) and frees the communicator for the
-    /// error the next call will meet.
     fn step(&mut self, blocking: bool) -> Result<bool> {
-        let result = self.advance(blocking);
-        if result.is_err() {
-            self.comm.in_flight.set(false);
+        let comm = self.comm;
+        let done = match &mut self.stage {
+            Stage::Done => return Ok(true),
+            Stage::Node(request) if blocking => {
+                let Stage::Node(request) = std::mem::replace(&mut self.stage, Stage::Done) else { unreachable!() };
+                return request.wait().map(|()| true).map_err(|e| comm.in_mpi_ranks(e));
+            }
+            Stage::Node(request) => request.test().map_err(|e| comm.in_mpi_ranks(e)),
+            Stage::Mpi(request) if blocking => raw::wait(request).map(|()| true),
+            Stage::Mpi(request) => raw::test(request),
+            Stage::Flight(flight) => {
+                let flight = *flight;
+                comm.usable().and_then(|()| comm.drive(flight, blocking))
+            }
+        };
+        // A failure completes the request too: the error is returned once.
+        if !matches!(done, Ok(false)) {
             self.stage = Stage::Done;
         }
-        result
-    }
-
-    fn advance(&mut self, blocking: bool) -> Result<bool> {
-        let comm = self.comm;
-        // A node's request: waited for (blocking), or tested and put back while pending.
-        let node =
-            |r: barrier::Request<'c>, pending: fn(barrier::Request<'c>) -> Stage<'c>| -> Result<Option<Stage<'c>>> {
-                let mut r = r;
-                if blocking {
-                    r.wait().map_err(|e| comm.in_mpi_ranks(e))?;
-                    Ok(None)
-                } else if r.test().map_err(|e| comm.in_mpi_ranks(e))? {
-                    Ok(None)
-                } else {
-                    Ok(Some(pending(r)))
-                }
-            };
-        loop {
-            // The stage is taken out while it advances: a failure leaves `Done` behind.
-            match std::mem::replace(&mut self.stage, Stage::Done) {
-                Stage::Done => return Ok(true),
-                Stage::Node(r) => {
-                    if let Some(pending) = node(r, Stage::Node)? {
-                        self.stage = pending;
-                        return Ok(false);
-                    }
-                }
-                Stage::Mpi(mut req) => {
-                    if blocking {
-                        raw::wait(&mut req)?;
-                    } else if !raw::test(&mut req)? {
-                        self.stage = Stage::Mpi(req);
-                        return Ok(false);
-                    }
-                }
-                Stage::Gather(r) => {
-                    if let Some(pending) = node(r, Stage::Gather)? {
-                        self.stage = pending;
-                        return Ok(false);
-                    }
-                    self.stage = match &comm.path {
-                        Path::Hierarchical { internode: Some(_), .. } => {
-                            let epoch = comm.epoch.get() + 1;
-                            comm.epoch.set(epoch);
-                            Stage::Internode(Flight::new(epoch))
-                        }
-                        _ => Stage::Release(comm.node_ibarrier()?),
-                    };
-                }
-                Stage::Internode(mut flight) => {
-                    let Path::Hierarchical { internode: Some(inter), seg, .. } = &comm.path else {
-                        unreachable!("only a node root of a communicator across nodes has an internode phase")
-                    };
-                    let done =
-                        if blocking { inter.finish(&mut flight).map(|()| true) } else { inter.advance(&mut flight) };
-                    match done {
-                        Ok(false) => {
-                            self.stage = Stage::Internode(flight);
-                            return Ok(false);
-                        }
-                        Ok(true) => self.stage = Stage::Release(comm.node_ibarrier()?),
-                        Err(e) => {
-                            // As the blocking barrier does: the node's ranks waiting for this
-                            // root stop at once instead of at their timeout.
-                            seg.set_abort(comm.local_rank);
-                            return Err(e);
-                        }
-                    }
-                }
-                Stage::Release(r) => {
-                    if let Some(pending) = node(r, Stage::Release)? {
-                        self.stage = pending;
-                        return Ok(false);
-                    }
-                    self.comm.in_flight.set(false);
-                }
-            }
-        }
+        done
     }
 }
 
@@ -189,30 +240,23 @@ impl Drop for Request<'_> {
         if matches!(self.stage, Stage::Done) {
             return;
         }
-        if std::thread::panicking() || !raw::mpi_active() {
-            // Waiting could deadlock a rank that unwinds; after MPI_Finalize nothing can finish.
-            // The node's request, dropped with it, marks the node's communicator broken.
-            if let Stage::Mpi(req) = &mut self.stage {
-                raw::release(req);
+        let panicking = std::thread::panicking();
+        if panicking || !raw::mpi_active() {
+            // Waiting could deadlock a rank that unwinds, and after MPI_Finalize the internode
+            // rounds and MPI's request cannot finish. (A node's request, dropped with this one,
+            // marks the node's communicator broken while panicking.)
+            match std::mem::replace(&mut self.stage, Stage::Done) {
+                Stage::Mpi(mut request) => raw::release(&mut request),
+                Stage::Flight(flight) => self.comm.abandon(format!(
+                    "split-phase barrier {flight} was dropped before it completed, {}",
+                    if panicking { "while the thread panicked" } else { "after MPI_Finalize" }
+                )),
+                _ => {}
             }
-            self.stage = Stage::Done;
-            self.comm.in_flight.set(false);
             return;
         }
         if let Err(e) = self.step(true) {
             barrier::sys::say(&format!("barrier-mpi: a dropped split-phase barrier failed: {e}"));
-        }
-    }
-}
-
-impl BarrierComm {
-    /// The node's next split-phase barrier (across nodes).
-    fn node_ibarrier(&self) -> Result<barrier::Request<'_>> {
-        match &self.path {
-            Path::Hierarchical { node, .. } | Path::Node(node) => {
-                node.world().ibarrier().map_err(|e| self.in_mpi_ranks(e))
-            }
-            Path::Mpi => unreachable!("the mpi path has no node barrier"),
         }
     }
 }

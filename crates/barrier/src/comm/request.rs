@@ -39,6 +39,20 @@ impl Communicator {
         }
         Ok(Request { comm: self, watch: self.watch(self.done.get() + 1), epoch, polls: 0 })
     }
+
+    /// The request of barrier `epoch`, which an [`ibarrier`](Self::ibarrier) started and
+    /// [`Request::detach`] let go of: how a caller that cannot hold a borrow of the
+    /// communicator (a state machine beside it, barrier-mpi's) completes it later.
+    #[doc(hidden)]
+    pub fn resume(&self, epoch: u64) -> Result<Request<'_>> {
+        if epoch == 0 || epoch > self.epoch.get() {
+            return Err(Error::InvalidArgument(format!(
+                "barrier {epoch} was never started on this communicator (the last one started is {})",
+                self.epoch.get()
+            )));
+        }
+        Ok(Request { comm: self, watch: self.watch(self.done.get() + 1), epoch, polls: 0 })
+    }
 }
 
 /// A pending split-phase barrier: complete it with [`test`](Request::test) or
@@ -95,6 +109,18 @@ impl<'c> Request<'c> {
     /// The barrier epoch this request completes.
     pub fn epoch(&self) -> u64 {
         self.epoch
+    }
+
+    /// Lets go of the request without waiting for it and returns its epoch, for
+    /// [`Communicator::resume`]. The barrier stays started: the communicator's next blocking
+    /// barrier completes it first, as it completes every barrier started before it.
+    #[doc(hidden)]
+    pub fn detach(self) -> u64 {
+        let epoch = self.epoch;
+        // Nothing to free (the request holds references and plain values): only the wait in
+        // `Drop` is skipped.
+        std::mem::forget(self);
+        epoch
     }
 
     fn is_done(&self) -> bool {

@@ -57,6 +57,16 @@ fn run() -> Result<String, String> {
         }
         Ok(())
     })?;
+    // Several outstanding at once, and a blocking barrier while they are (they complete in
+    // order, the blocking one last), as MPI allows.
+    checked(&world, "two split-phase barriers and a blocking one", 100, || {
+        let first = world.immediate_fast_barrier()?;
+        let mut second = world.immediate_fast_barrier()?;
+        let _ = second.test()?;
+        world.fast_barrier()?;
+        first.wait()?;
+        second.wait()
+    })?;
     checked(&half, "split communicator, blocking", 200, || half.fast_barrier())?;
     checked(&half, "split communicator, split phase", 200, || half.immediate_fast_barrier()?.wait())?;
     checked(&dup, "duplicate with settings", 200, || dup.fast_barrier())?;
