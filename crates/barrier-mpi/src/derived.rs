@@ -22,7 +22,10 @@ impl BarrierComm {
     pub fn split(&self, color: Option<u32>, key: usize) -> Result<Option<BarrierComm>> {
         // MPI takes both as a C int, and a color must not be negative.
         let too_large = |what: &str, value: u64| {
-            barrier::Error::InvalidArgument(format!("split: the {what} {value} is larger than MPI takes ({})", i32::MAX))
+            barrier::Error::InvalidArgument(format!(
+                "split: the {what} {value} is larger than MPI takes ({})",
+                i32::MAX
+            ))
         };
         if let Some(c) = color.filter(|&c| c > i32::MAX as u32) {
             return Err(too_large("color", c.into()));

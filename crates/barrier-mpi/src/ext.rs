@@ -391,7 +391,9 @@ fn cached<'a>(comm: Comm, params: Option<&Params>) -> Result<Use<'a>> {
             let entry = unsafe { &*(value as *const Entry) };
             if entry.uses.fetch_add(1, Ordering::AcqRel) & DELETED != 0 {
                 drop(Use { entry });
-                return Err(Error::InvalidArgument("this communicator's barrier was deleted (MPI_Finalize ran)".into()));
+                return Err(Error::InvalidArgument(
+                    "this communicator's barrier was deleted (MPI_Finalize ran)".into(),
+                ));
             }
             return Ok(Use { entry });
         }

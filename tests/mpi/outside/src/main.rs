@@ -21,7 +21,12 @@ fn clock() -> u64 {
 
 /// Runs `barrier` `rounds` times on `comm`, with a short sleep on one rank in turn, and fails if
 /// any rank left before the last one arrived.
-fn checked<C: Communicator>(comm: &C, what: &str, rounds: u64, barrier: impl Fn() -> barrier_mpi::Result<()>) -> Result<(), String> {
+fn checked<C: Communicator>(
+    comm: &C,
+    what: &str,
+    rounds: u64,
+    barrier: impl Fn() -> barrier_mpi::Result<()>,
+) -> Result<(), String> {
     let rank = comm.rank() as u64;
     for round in 0..rounds {
         if round % comm.size() as u64 == rank {
@@ -34,7 +39,10 @@ fn checked<C: Communicator>(comm: &C, what: &str, rounds: u64, barrier: impl Fn(
         comm.all_reduce_into(&arrived, &mut last_in, SystemOperation::max());
         comm.all_reduce_into(&left, &mut first_out, SystemOperation::min());
         if first_out < last_in {
-            return Err(format!("{what}: round {round}: a rank left {} ns before the last arrived", last_in - first_out));
+            return Err(format!(
+                "{what}: round {round}: a rank left {} ns before the last arrived",
+                last_in - first_out
+            ));
         }
     }
     Ok(())
