@@ -77,7 +77,7 @@ pub struct BarrierComm {
     /// on another (`Some(false)`).
     fell_back: Option<bool>,
     /// Split-phase barriers under way across nodes (see `request.rs`).
-    pub(crate) flights: crate::request::Flights,
+    pub(crate) flights: crate::flights::Flights,
     /// The settings it was made with, for communicators made from it (`dup`, `split`).
     pub(crate) params: Params,
 }

@@ -74,6 +74,8 @@ mod derived;
 #[cfg(feature = "mpi")]
 mod ext;
 #[cfg(feature = "mpi")]
+mod flights;
+#[cfg(feature = "mpi")]
 mod internode;
 // `raw` and `transport` are public for the interposer (barrier-pmpi), not for users.
 #[cfg(feature = "mpi")]

@@ -26,39 +26,12 @@
 //! communicator: a rank that blocks elsewhere (an `MPI_Recv` that waits for a rank which waits
 //! for this barrier) holds up the node behind it.
 
-use std::cell::{Cell, RefCell};
-use std::collections::VecDeque;
-
 use barrier::{Error, Result};
 
 use crate::comm::{BarrierComm, Path};
+use crate::flights::Leg;
 use crate::internode::Flight;
 use crate::raw;
-
-/// One split-phase barrier across nodes, as the communicator advances it.
-#[derive(Debug)]
-enum Leg {
-    /// The root waits for the flight before this one to finish before it joins the gather.
-    Queued,
-    /// The node's gather (its epoch in the node's communicator).
-    Gather(u64),
-    /// On the node's root: the internode rounds.
-    Internode(Flight),
-    /// The node's release.
-    Release(u64),
-}
-
-/// The flights of a communicator across nodes (see the module docs).
-#[derive(Debug, Default)]
-pub(crate) struct Flights {
-    queue: RefCell<VecDeque<Leg>>,
-    /// Flights started and finished so far (a request is for flight number `started` at its
-    /// start; it is done once `finished` reaches it).
-    started: Cell<u64>,
-    finished: Cell<u64>,
-    /// Why the communicator is unusable (a request was abandoned mid-flight), once it is.
-    broken: RefCell<Option<String>>,
-}
 
 impl BarrierComm {
     /// Starts a barrier and returns at once (split phase, `MPI_Ibarrier`): this rank's arrival
