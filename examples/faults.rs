@@ -11,6 +11,8 @@
 //! barrier run -n 2 -- target/release/examples/faults hold-group 2000  rank 1 stays 2 s longer
 //! barrier run -n 3 -- target/release/examples/faults abort 1          rank 1 calls abort(7)
 //! barrier run -n 2 -- target/release/examples/faults usage            print the segment's size
+//! barrier run -n 3 -- target/release/examples/faults corrupt-header   rank 1 writes over the header
+//! barrier run -n 2 -- target/release/examples/faults wait-usr1        wait for SIGUSR1, barrier, exit
 //! barrier run -n 2 -- target/release/examples/faults spin             barriers until killed
 //! ```
 //!
@@ -120,6 +122,33 @@ fn main() -> ExitCode {
             }
             world.barrier().and_then(|()| world.barrier())
         }
+        "wait-usr1" => {
+            // A program that checkpoints on SIGUSR1: it waits for the signal (up to 30 s),
+            // then every rank meets in a barrier and says it got it.
+            static GOT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+            extern "C" fn on_usr1(_: libc::c_int) {
+                GOT.store(true, std::sync::atomic::Ordering::SeqCst);
+            }
+            // SAFETY: installs an async-signal-safe handler (one atomic store) for SIGUSR1.
+            unsafe { libc::signal(libc::SIGUSR1, on_usr1 as *const () as libc::sighandler_t) };
+            say(format!("rank {me}: ready"));
+            let t0 = std::time::Instant::now();
+            while !GOT.load(std::sync::atomic::Ordering::SeqCst) && t0.elapsed() < Duration::from_secs(30) {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            let got = GOT.load(std::sync::atomic::Ordering::SeqCst);
+            world.barrier().map(|()| say(format!("rank {me}: SIGUSR1 {}", if got { "received" } else { "never came" })))
+        }
+        "corrupt-header" => {
+            // A rank gone wrong: it writes over the job segment's header (a huge world, a rank
+            // table past the end), names rank 5 of a smaller job in the abort word, and exits 3.
+            // The launcher and the other ranks must report it, not crash or write out of bounds.
+            if me == 1 {
+                corrupt_the_header();
+                std::process::exit(3);
+            }
+            world.barrier()
+        }
         "usage" => {
             let (used, total) = world.segment_usage();
             say(format!("rank {me}: segment {total} bytes, {used} in use"));
@@ -141,5 +170,24 @@ fn main() -> ExitCode {
             say(format!("rank {me}: {e}"));
             ExitCode::from(5)
         }
+    }
+}
+
+/// Writes over the job segment's header through this rank's own mapping of it: `world_size`
+/// (the fourth word) and `rank_table` (the ninth), then the abort word (through the library,
+/// naming rank 5).
+fn corrupt_the_header() {
+    let fd: i32 = std::env::var(barrier::ENV_SHM_FD).expect("a rank of the launcher").parse().expect("a descriptor");
+    let seg = barrier::shm::Segment::from_fd(fd).expect("the job segment");
+    seg.set_abort(5);
+    let len = seg.len();
+    // SAFETY: maps the segment's first page again, shared; only its header words are written,
+    // which is the fault this mode injects (the words are atomics in the other mappings).
+    unsafe {
+        let base = libc::mmap(std::ptr::null_mut(), 4096, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0);
+        assert_ne!(base, libc::MAP_FAILED, "mapping the header");
+        let words = base as *mut u64;
+        words.add(3).write_volatile(1 << 60);
+        words.add(8).write_volatile(len as u64);
     }
 }

@@ -48,6 +48,49 @@ fn a_bad_setting_on_one_rank_fails_every_rank_at_once() {
 }
 
 #[test]
+fn sigusr1_to_the_launcher_reaches_every_rank_and_the_job_goes_on() {
+    use std::io::BufRead;
+    let faults = common::example("faults");
+    let launcher = faults.parent().and_then(|e| e.parent()).expect("target/<profile>").join("barrier");
+    let mut child = std::process::Command::new(&launcher)
+        .args(["run", "-n", "2", "--"])
+        .arg(&faults)
+        .arg("wait-usr1")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("starting barrier run");
+    // (The example says what it does on stderr.)
+    let mut lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut ready = 0;
+    let mut said = Vec::new();
+    while ready < 2 {
+        let line = lines.next().expect("a rank's line").unwrap();
+        ready += usize::from(line.ends_with("ready"));
+        said.push(line);
+    }
+    // SAFETY: kill sends a signal to the launcher we started.
+    unsafe { libc::kill(child.id() as i32, libc::SIGUSR1) };
+    said.extend(lines.map_while(Result::ok));
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status:?}: {said:?}");
+    assert_eq!(said.iter().filter(|l| l.ends_with("SIGUSR1 received")).count(), 2, "{said:?}");
+}
+
+#[test]
+fn a_rank_that_writes_over_the_header_is_reported_and_nothing_crashes() {
+    // Rank 1 sets a huge world, moves the rank table past the end, names rank 5 (of 3) in the
+    // abort word and exits 3: the launcher keeps the layout it made (no write out of bounds, no
+    // index out of range) and reports rank 1; the others end with an error, not a crash.
+    let report = within(Duration::from_secs(60), "corrupt header", || faults(3, None, &["corrupt-header"], &[]));
+    let failure = report.failure.as_ref().expect("the job fails");
+    assert_eq!(failure.rank, 1, "{failure:?}");
+    assert_eq!(failure.end, barrier_cli::launch::RankEnd::Exited(3), "{failure:?}");
+    for (r, err) in report.stderr.iter().enumerate() {
+        assert!(!err.contains("panicked") && !err.contains("out of bounds"), "rank {r}: {err}");
+    }
+}
+
+#[test]
 fn a_backend_list_on_one_rank_fails_every_rank_at_once() {
     // BARRIER_BACKEND's names are checked by the selector, which agrees on backends by name (a
     // program may register its own on some ranks only): a list set on one rank is a mismatch

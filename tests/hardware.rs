@@ -622,3 +622,49 @@ fn a_program_without_the_emulator_cannot_drive_an_inline_device_and_says_why() {
     assert!(report.success(), "{:?}", report.stderr);
     assert!(report.stdout[0].contains("(dissemination,"), "{:?}", report.stdout);
 }
+
+/// Another user's device file, one anyone may write, or one reached through a symbolic link is
+/// not used: the backend declines with the reason (a forced one fails naming it), because
+/// whoever controls the file decides when this user's barriers complete.
+#[test]
+fn an_untrustworthy_device_file_is_declined_with_the_reason() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = std::env::temp_dir().join(format!("barrier-trust-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("gba0");
+    let _ = std::fs::remove_file(&path);
+    let emu = Emulator::start_at(Config::new(&barrier_hw::GBA), &path).unwrap();
+    let forced = |device: &std::path::Path| {
+        let p = Params::defaults_only()
+            .set("BARRIER_BACKEND", "gba")
+            .set("BARRIER_GBA_DEVICE_PATH", device.display().to_string());
+        Job::new(2).params(p).run(|w| w.backend().to_string())
+    };
+    // Ours, 0600: used.
+    assert_eq!(forced(&path).unwrap()[0], "gba");
+    // Writable by others: refused, and the automatic choice falls back with the reason.
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let err = forced(&path).unwrap_err().to_string();
+    assert!(err.contains("writable by other users"), "{err}");
+    let p = Params::defaults_only().set("BARRIER_GBA_DEVICE_PATH", path.display().to_string());
+    let why = Job::new(2).params(p).run(|w| w.selection().to_string()).unwrap();
+    assert!(why[0].contains("writable by other users"), "{}", why[0]);
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    // Through a symbolic link: refused.
+    let link = dir.join("gba-link");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(&path, &link).unwrap();
+    let err = forced(&link).unwrap_err().to_string();
+    assert!(err.contains("symbolic link"), "{err}");
+    // Another user's (as root, the test hands the file to `nobody`): refused.
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } == 0 {
+        std::os::unix::fs::chown(&path, Some(65534), Some(65534)).unwrap();
+        let err = forced(&path).unwrap_err().to_string();
+        assert!(err.contains("belongs to user 65534"), "{err}");
+    } else {
+        println!("skipped: handing a file to another user needs root");
+    }
+    drop(emu);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -242,6 +242,12 @@ BAD_BLOCK='if [ "${OMPI_COMM_WORLD_RANK:-$PMI_RANK}" = 2 ]; then export BARRIER_
 run "bad node block, interposed" ok launch LD_PRELOAD="$PRELOAD" BARRIER_MPI_NODE_BLOCK=2 -- -np 4 \
     sh -c "$BAD_BLOCK" sh "$BIN/barrier_check" 300
 expect_text "bad node block" "world rank 2 rejected its value of BARRIER_MPI_NODE_BLOCK"
+# A duration past a year (1e20 s overflowed into a panic, MPI_Abort under the interposer): the
+# agreed refusal, every rank on PMPI_Barrier.
+HUGE='if [ "${OMPI_COMM_WORLD_RANK:-$PMI_RANK}" = 1 ]; then export BARRIER_TIMEOUT=1e20; fi; exec "$@"'
+run "huge timeout, interposed" ok launch LD_PRELOAD="$PRELOAD" -- -np 3 sh -c "$HUGE" sh "$BIN/barrier_check" 300
+expect_text "huge timeout" "world rank 1 rejected its value of BARRIER_TIMEOUT"
+expect_no_text "huge timeout" "panicked"
 
 step "a program that calls barrier::init() under mpirun says what to use instead of running worlds of 1"
 run "hello under mpirun" fail launch -- -np 2 target/release/examples/hello

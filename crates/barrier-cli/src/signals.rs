@@ -1,4 +1,6 @@
-//! Terminating signals (SIGINT, SIGTERM, SIGHUP) turned into a value the main loop polls.
+//! Terminating signals (SIGINT, SIGTERM, SIGHUP) turned into a value the main loop polls, and
+//! (for the launcher) the user signals SIGUSR1 and SIGUSR2, which it passes on to every rank
+//! without stopping the job (checkpoint-on-signal workflows rely on it, and `mpirun` does it).
 //!
 //! The handler only stores the signal number into an atomic, which is async-signal-safe; the
 //! launcher forwards what it finds to the ranks, the emulator daemon stops. [`install`] returns
@@ -11,10 +13,20 @@
 use std::sync::atomic::{AtomicI32, Ordering};
 
 static RECEIVED: AtomicI32 = AtomicI32::new(0);
+/// User signals received and not yet passed on: bit 0 SIGUSR1, bit 1 SIGUSR2.
+static TO_FORWARD: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
 extern "C" fn on_signal(sig: libc::c_int) {
     RECEIVED.store(sig, Ordering::SeqCst);
 }
+
+extern "C" fn on_user_signal(sig: libc::c_int) {
+    let bit = if sig == libc::SIGUSR1 { 1 } else { 2 };
+    TO_FORWARD.fetch_or(bit, Ordering::SeqCst);
+}
+
+/// The user signals that [`install_forwarding`] passes on.
+const USER: [libc::c_int; 2] = [libc::SIGUSR1, libc::SIGUSR2];
 
 const TERMINATING: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
 
@@ -58,6 +70,26 @@ pub fn install() -> Installed {
     unsafe { libc::sigemptyset(&mut default.sa_mask) };
     previous.push((libc::SIGCHLD, set(libc::SIGCHLD, &default)));
     Installed { previous }
+}
+
+/// [`install`], and SIGUSR1 and SIGUSR2 recorded for [`take_forwarded`] instead of ending
+/// this process (the launcher passes them on to its ranks).
+pub fn install_forwarding() -> Installed {
+    let mut installed = install();
+    TO_FORWARD.store(0, Ordering::SeqCst);
+    // SAFETY: sigaction is plain data; every field used is set below.
+    let mut handler: libc::sigaction = unsafe { std::mem::zeroed() };
+    handler.sa_sigaction = on_user_signal as *const () as usize;
+    // SAFETY: sa_mask is a live sigset_t inside `handler`.
+    unsafe { libc::sigemptyset(&mut handler.sa_mask) };
+    installed.previous.extend(USER.iter().map(|&sig| (sig, set(sig, &handler))));
+    installed
+}
+
+/// The user signals received since the last call, in order SIGUSR1, SIGUSR2.
+pub fn take_forwarded() -> Vec<i32> {
+    let bits = TO_FORWARD.swap(0, Ordering::SeqCst);
+    USER.iter().enumerate().filter(|(i, _)| bits & (1 << i) != 0).map(|(_, &s)| s).collect()
 }
 
 impl Drop for Installed {

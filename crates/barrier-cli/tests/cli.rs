@@ -156,6 +156,152 @@ fn a_bad_setting_is_refused_with_status_2_by_every_command() {
     }
 }
 
+#[test]
+fn tag_output_passes_a_line_without_newline_on_in_bounded_pieces() {
+    // 5 MB without a newline: the launcher must not hold it all; it goes out in tagged pieces
+    // of at most barrier_cli::launch::TAG_LINE_BOUND bytes.
+    let out = barrier()
+        .args(["run", "-n", "1", "--tag-output", "--", "sh", "-c", "head -c 5000000 /dev/zero | tr '\\0' x"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let pieces: Vec<&str> = text.lines().collect();
+    let bound = barrier_cli::launch::TAG_LINE_BOUND;
+    assert!(pieces.len() >= 5_000_000 / bound, "{} pieces", pieces.len());
+    assert!(pieces.iter().all(|p| p.starts_with("[0] ") && p.len() <= bound + 4), "a piece past the bound");
+    assert_eq!(pieces.iter().map(|p| p.len() - 4).sum::<usize>(), 5_000_000);
+}
+
+#[test]
+fn huge_durations_are_refused_with_status_2_naming_the_setting() {
+    // Past a year a duration is a mistake, and near 2^64 s it overflowed (a panic, exit 101).
+    for (name, value) in
+        [("BARRIER_TIMEOUT", "1e20"), ("BARRIER_NET_PUT_LATENCY", "1.8e19"), ("BARRIER_STALL_REPORT", "400d")]
+    {
+        for args in [&["info"][..], &["run", "-n", "1", "--", "true"]] {
+            let out = barrier().args(args).env(name, value).output().unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{name}={value} {args:?}: {err}");
+            assert!(err.contains(name) && err.contains("at most a year"), "{name}={value} {args:?}: {err}");
+        }
+    }
+    let out = barrier().args(["run", "-n", "1", "--timeout", "1e20", "--", "true"]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("--timeout 1e20") && err.contains("at most a year"), "{err}");
+    // In a rank alone (the launcher's environment is fine): every rank refuses, no panic.
+    let script = "[ \"$BARRIER_RANK\" = 1 ] && export BARRIER_TIMEOUT=1e20; exec \"$@\"";
+    let out = barrier()
+        .args([
+            "run",
+            "-n",
+            "2",
+            "--",
+            "sh",
+            "-c",
+            script,
+            "sh",
+            env!("CARGO_BIN_EXE_barrier"),
+            "bench-rank",
+            "--iters",
+            "10",
+            "--batch",
+            "5",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("BARRIER_TIMEOUT") && !err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn a_full_dev_shm_is_an_error_or_nothing_at_all_never_sigbus() {
+    // A private mount namespace with an 8 KiB /dev/shm (stale files of other programs fill a
+    // container's 64 MiB one): the job segment is a memfd, not on /dev/shm, so the job runs; an
+    // emulated device's file, which is on /dev/shm, is refused with the size and the place.
+    let exe = env!("CARGO_BIN_EXE_barrier");
+    let script = format!(
+        "mount -t tmpfs -o size=8k tmpfs /dev/shm || exit 77; \
+         {exe} run -n 2 -- {exe} bench-rank --iters 200 --batch 20 || exit 10; \
+         {exe} run -n 2 --emulate gba -- {exe} bench-rank --iters 200 --batch 20; echo status=$?"
+    );
+    let out = match Command::new("unshare").args(["-m", "sh", "-c", &script]).output() {
+        Ok(out) if out.status.code() != Some(77) && out.status.code() != Some(1) || out.status.success() => out,
+        other => {
+            println!("skipped: no private mount namespace with its own /dev/shm here (unshare -m: {other:?})");
+            return;
+        }
+    };
+    let (text, err) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_ne!(out.status.code(), Some(10), "the job failed with a full /dev/shm: {err}");
+    assert!(text.contains("RESULT"), "the job ran: {text} {err}");
+    assert!(!err.contains("SIGBUS") && !err.contains("signal 7"), "{err}");
+    assert!(err.contains("no room for the emulated device") && err.contains("/dev/shm"), "{err}");
+    assert!(text.contains("status=") && !text.contains("status=0"), "{text}");
+}
+
+#[test]
+fn an_emulated_a64fx_nodes_files_go_away_even_after_kill_9_of_the_launcher() {
+    let tmp = std::env::temp_dir().join(format!("barrier-a64fx-kill-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    let trees = || -> Vec<String> {
+        std::fs::read_dir(&tmp)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("barrier-emu-a64fx-"))
+            .collect()
+    };
+    let mut job = barrier()
+        .args(["run", "-n", "1", "--emulate", "a64fx", "--", "sleep", "30"])
+        .env("TMPDIR", &tmp)
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    while trees().is_empty() && t0.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(trees().len(), 1, "the node's tree while the job runs");
+    job.kill().unwrap(); // SIGKILL: no destructor runs
+    job.wait().unwrap();
+    assert_eq!(trees().len(), 1, "kill -9 leaves the tree (nothing can remove it then)");
+    // The next job's node removes what a dead launcher left, then its own at its end.
+    let out =
+        barrier().args(["run", "-n", "1", "--emulate", "a64fx", "--", "true"]).env("TMPDIR", &tmp).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(trees(), Vec::<String>::new());
+    let _ = std::fs::remove_dir_all(&tmp);
+}
+
+#[test]
+fn libraries_are_loaded_only_from_places_nobody_else_can_write() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = std::env::temp_dir().join(format!("barrier-trusted-{}", std::process::id()));
+    let lib = dir.join("libbarrier_emu_inline.so");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(&lib, b"not really a library").unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&lib, std::fs::Permissions::from_mode(0o644)).unwrap();
+    assert!(barrier_cli::launch::trusted(&dir) && barrier_cli::launch::trusted(&lib));
+    // A build tree others may write (a shared or world-writable directory): not trusted.
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    assert!(!barrier_cli::launch::trusted(&dir));
+    std::fs::set_permissions(&lib, std::fs::Permissions::from_mode(0o666)).unwrap();
+    assert!(!barrier_cli::launch::trusted(&lib));
+    std::fs::set_permissions(&lib, std::fs::Permissions::from_mode(0o644)).unwrap();
+    // A link, and (as root) another user's file: not trusted.
+    let link = dir.join("link.so");
+    std::os::unix::fs::symlink(&lib, &link).unwrap();
+    assert!(!barrier_cli::launch::trusted(&link));
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } == 0 {
+        std::os::unix::fs::chown(&lib, Some(65534), None).unwrap();
+        assert!(!barrier_cli::launch::trusted(&lib));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 fn rank_program() -> Vec<&'static str> {
     vec![env!("CARGO_BIN_EXE_barrier"), "bench-rank", "--iters", "400", "--batch", "20"]
 }

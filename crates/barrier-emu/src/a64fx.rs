@@ -64,8 +64,11 @@ impl Node {
     /// temporary directory.
     pub fn start(layout: node::Layout) -> std::io::Result<Node> {
         layout.validate().map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+        // A node whose process was killed (kill -9 of `barrier run --emulate a64fx`) could not
+        // remove its tree: the next node removes it.
+        remove_stale_trees(&std::env::temp_dir());
         let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
-        let tag = format!("barrier-emu-a64fx-{}-{nanos:x}", std::process::id());
+        let tag = format!("{TREE_PREFIX}{}-{nanos:x}", std::process::id());
         let tmp = PathBuf::from(format!("/dev/shm/{tag}"));
         let fd = crate::device::create_file(&tmp, layout.size())?;
         std::fs::remove_file(&tmp)?;
@@ -128,6 +131,36 @@ impl Node {
             .flat_map(|c| (0..l.pes).flat_map(move |p| (0..l.windows).map(move |w| (c, p, w))))
             .filter(|&(c, p, w)| assign_sync_w::blade(self.shared.assign(c, p, w).load(Ordering::Acquire)).is_some())
             .count()
+    }
+}
+
+/// The start of the name of every emulated node's sysfs tree: `<prefix><pid>-<ns>`.
+const TREE_PREFIX: &str = "barrier-emu-a64fx-";
+
+/// Removes the sysfs trees under `dir` of this user's emulated nodes whose process is gone.
+pub fn remove_stale_trees(dir: &Path) {
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: geteuid cannot fail.
+    let me = unsafe { libc::geteuid() };
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(TREE_PREFIX))
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|pid| pid.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        // Never follow a link; only this user's directories.
+        let Ok(meta) = std::fs::symlink_metadata(entry.path()) else { continue };
+        // SAFETY: kill with signal 0 only asks whether `pid` exists.
+        let gone =
+            unsafe { libc::kill(pid, 0) } != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+        if meta.is_dir() && meta.uid() == me && gone {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
     }
 }
 

@@ -45,6 +45,15 @@ pub(crate) fn create_file(path: &Path, len: u64) -> std::io::Result<OwnedFd> {
         let _ = std::fs::remove_file(path);
         return Err(e);
     }
+    // Every page now: a full file system says so here, not with SIGBUS in a rank later.
+    if let Err(e) = barrier::sys::allocate(fd.as_raw_fd(), len as usize) {
+        let _ = std::fs::remove_file(path);
+        let dir = path.parent().map_or_else(|| "its file system".into(), |d| d.display().to_string());
+        return Err(std::io::Error::new(
+            e.kind(),
+            format!("no room for the emulated device's {len} bytes in {dir} ({e}): free space there"),
+        ));
+    }
     Ok(fd)
 }
 

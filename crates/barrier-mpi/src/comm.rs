@@ -76,15 +76,26 @@ pub struct BarrierComm {
     /// Fell back to `MPI_Barrier` because a set-up step failed: on this rank (`Some(true)`) or
     /// on another (`Some(false)`).
     fell_back: Option<bool>,
+    /// Below `MPI_THREAD_SERIALIZED`: the thread that made it, the only one that may call MPI
+    /// through it (see `on_home_thread`).
+    home: Option<usize>,
     /// Split-phase barriers under way across nodes (see `request.rs`).
     pub(crate) flights: crate::flights::Flights,
     /// The settings it was made with, for communicators made from it (`dup`, `split`).
     pub(crate) params: Params,
 }
 
-// SAFETY: the MPI handles are plain handles MPI lets any thread use (at the thread level the
-// application initialized MPI with); the node's communicator is itself `Send`.
+// SAFETY: the MPI handles are plain handles that MPI lets any thread use at
+// MPI_THREAD_SERIALIZED and above; below it (SINGLE, FUNNELED) every call checks that it runs
+// on the thread that made the communicator and fails otherwise (`on_home_thread`), so moving
+// one to another thread never makes an MPI call from there. The node's communicator is `Send`.
 unsafe impl Send for BarrierComm {}
+
+/// A token of the calling thread (the address of a thread-local), cheap enough for every call.
+fn this_thread() -> usize {
+    thread_local!(static TOKEN: u8 = const { 0 });
+    TOKEN.with(|t| t as *const u8 as usize)
+}
 
 impl fmt::Debug for BarrierComm {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -160,6 +171,7 @@ impl BarrierComm {
             node_ranks: Vec::new(),
             fell_back: None,
             flights: Default::default(),
+            home: (!raw::any_thread_may_call()).then(this_thread),
             params: params.clone(),
         };
         let agreed = me.agree_settings(&params, world_rank)?;
@@ -426,6 +438,7 @@ impl BarrierComm {
 
     /// Waits until every rank of the communicator has called it (MPI_Barrier).
     pub fn barrier(&self) -> Result<()> {
+        self.on_home_thread()?;
         match &self.path {
             Path::Node(node) => node.world().barrier().map_err(|e| self.in_mpi_ranks(e)),
             Path::Hierarchical { node, internode, seg } => {
@@ -444,6 +457,21 @@ impl BarrierComm {
                 world.barrier().map_err(|e| self.in_mpi_ranks(e))
             }
             Path::Mpi => raw::barrier(self.comm),
+        }
+    }
+
+    /// An error when MPI allows only the thread that made this communicator to call it and
+    /// another thread does (`MPI_THREAD_SINGLE` or `MPI_THREAD_FUNNELED`).
+    #[inline]
+    pub(crate) fn on_home_thread(&self) -> Result<()> {
+        match self.home {
+            Some(home) if home != this_thread() => Err(Error::InvalidArgument(
+                "this barrier communicator was made on another thread, and MPI was initialized below \
+                 MPI_THREAD_SERIALIZED (only that thread may call MPI): use it there, or initialize MPI with \
+                 MPI_THREAD_SERIALIZED or MPI_THREAD_MULTIPLE"
+                    .into(),
+            )),
+            _ => Ok(()),
         }
     }
 

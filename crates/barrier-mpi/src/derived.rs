@@ -11,6 +11,7 @@ impl BarrierComm {
     /// A new barrier communicator over the same ranks (`MPI_Comm_dup`), with its own barriers
     /// and the same settings. Collective.
     pub fn dup(&self) -> Result<BarrierComm> {
+        self.on_home_thread()?;
         // SAFETY: `self.comm` is this communicator's private duplicate, valid while it lives;
         // MPI is initialized (checked by `from_raw`); every rank makes this call (collective).
         unsafe { BarrierComm::from_raw(self.comm, self.params.clone()) }
@@ -20,6 +21,7 @@ impl BarrierComm {
     /// (`MPI_Comm_split`). Collective; `None` for the ranks that pass no color
     /// (`MPI_UNDEFINED`).
     pub fn split(&self, color: Option<u32>, key: usize) -> Result<Option<BarrierComm>> {
+        self.on_home_thread()?;
         // MPI takes both as a C int, and a color must not be negative.
         let too_large = |what: &str, value: u64| {
             barrier::Error::InvalidArgument(format!(

@@ -80,6 +80,16 @@ pub fn mpi_active() -> bool {
     init != 0 && fini == 0
 }
 
+/// Whether MPI lets any thread call it as long as the calls do not overlap
+/// (`MPI_THREAD_SERIALIZED` or `MPI_THREAD_MULTIPLE`, from `MPI_Query_thread`).
+pub(crate) fn any_thread_may_call() -> bool {
+    let mut provided: c_int = 0;
+    // SAFETY: MPI is initialized (the callers check); `provided` is writable.
+    let rc = unsafe { ffi::PMPI_Query_thread(&mut provided) };
+    // SAFETY: a constant of rsmpi's C shim.
+    rc == SUCCESS && provided >= unsafe { ffi::RSMPI_THREAD_SERIALIZED }
+}
+
 /// This process's rank in `comm`.
 pub fn rank(comm: Comm) -> Result<usize> {
     let mut r: c_int = 0;

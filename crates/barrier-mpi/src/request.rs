@@ -38,6 +38,7 @@ impl BarrierComm {
     /// is announced now; [`Request::test`] or [`Request::wait`] completes it. Several may be
     /// outstanding; they complete in the order they were started (see the module docs).
     pub fn ibarrier(&self) -> Result<Request<'_>> {
+        self.on_home_thread()?;
         let stage = match &self.path {
             Path::Node(node) => Stage::Node(node.world().ibarrier().map_err(|e| self.in_mpi_ranks(e))?),
             Path::Mpi => Stage::Mpi(raw::ibarrier(self.comm)?),

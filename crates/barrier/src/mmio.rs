@@ -257,9 +257,11 @@ fn bad_offset(offset: u64) -> ! {
 }
 
 impl Mmio {
-    /// Maps `len` bytes of the device file at `path` and keeps the file open.
+    /// Maps `len` bytes of the device file at `path` and keeps the file open. The file must be
+    /// trustworthy ([`sys::open_trusted`]): not reached through a symbolic link, this user's or
+    /// root's, writable by nobody else (a root-owned character device excepted).
     pub fn open(path: &Path, len: u64) -> std::io::Result<Mmio> {
-        let file = std::fs::OpenOptions::new().read(true).write(true).open(path)?;
+        let file = sys::open_trusted(path, true)?;
         let have = sys::fd_len(file.as_raw_fd())? as u64;
         if have < len {
             return Err(std::io::Error::new(

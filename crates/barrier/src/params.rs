@@ -51,7 +51,7 @@ impl ParamKind {
             ParamKind::Bool => "1 or 0 (true/false, yes/no, on/off)".into(),
             ParamKind::Int { min, max } => format!("an integer from {min} to {max}, or auto"),
             ParamKind::Duration => {
-                "a duration like 30s, 500ms, 100us, 2m or 2.5 (seconds); 0 or none to disable".into()
+                "a duration like 30s, 500ms, 100us, 2m or 2.5 (seconds), at most a year (31536000s); 0 or none to disable".into()
             }
             ParamKind::DurationAtMost(max) => {
                 format!("a duration of at most {max:?} (like 500us); 0 or none to disable")
@@ -181,7 +181,7 @@ impl Params {
             Some(v) => parse_duration(&v).ok_or_else(|| Error::InvalidParam {
                 name: name.into(),
                 value: v.clone(),
-                expected: "a duration like 30s, 500ms, 100us, 2m or 2.5 (seconds); 0 or none to disable".into(),
+                expected: "a duration like 30s, 500ms, 100us, 2m or 2.5 (seconds), at most a year (31536000s); 0 or none to disable".into(),
             }),
         }
     }
@@ -291,11 +291,14 @@ fn parse_duration(text: &str) -> Option<Option<Duration>> {
     }
     let secs = v * scale;
     if secs == 0.0 {
-        Some(None)
-    } else {
-        Some(Some(Duration::from_secs_f64(secs)))
+        return Some(None);
     }
+    // Past a year it is a mistake (and near u64::MAX seconds, `Instant + it` overflows).
+    Duration::try_from_secs_f64(secs).ok().filter(|d| *d <= MAX_DURATION).map(Some)
 }
+
+/// The longest duration a setting takes: a year.
+pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
 
 #[cfg(test)]
 mod tests {

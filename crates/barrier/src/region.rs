@@ -29,7 +29,7 @@ use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::pad::{CachePadded, CACHE_LINE};
-use crate::shm::{JobShape, Segment, Shared};
+use crate::shm::{JobShape, Segment, Shared, MAX_RANKS};
 use crate::wait::Flag;
 
 const REGION_MAGIC: u64 = u64::from_le_bytes(*b"BARREGN1");
@@ -147,7 +147,7 @@ pub(crate) struct Region {
 impl Segment {
     /// An anonymous segment for thread mode or a singleton program, with the world's region.
     pub fn anonymous(shape: JobShape, pool: usize) -> Result<Arc<Segment>> {
-        let seg = Segment::map_anonymous(shape, pool, RegionLayout::new(shape.world_size).total)?;
+        let seg = Segment::map_anonymous(shape, pool, world_region_bytes(shape)?)?;
         Ok(with_world_region(seg, shape.world_size))
     }
 
@@ -155,9 +155,21 @@ impl Segment {
     /// with the world's region. The returned segment keeps the descriptor (close-on-exec); the
     /// launcher passes [`Segment::raw_fd`] to the ranks it starts, and to nothing else.
     pub fn create_for_job(shape: JobShape, pool: usize) -> Result<Arc<Segment>> {
-        let seg = Segment::map_for_job(shape, pool, RegionLayout::new(shape.world_size).total)?;
+        let seg = Segment::map_for_job(shape, pool, world_region_bytes(shape)?)?;
         Ok(with_world_region(seg, shape.world_size))
     }
+}
+
+/// The bytes of the world region of a job of this shape; refused past [`MAX_RANKS`] ranks, where
+/// sizes would overflow.
+fn world_region_bytes(shape: JobShape) -> Result<usize> {
+    if shape.world_size > MAX_RANKS {
+        return Err(Error::InvalidArgument(format!(
+            "{} ranks is more than a job can hold (at most {MAX_RANKS})",
+            shape.world_size
+        )));
+    }
+    Ok(RegionLayout::new(shape.world_size).total)
 }
 
 /// Shares a new segment and writes its world region's header.

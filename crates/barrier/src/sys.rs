@@ -182,43 +182,116 @@ pub fn affinity_one() -> Option<usize> {
     }
 }
 
-/// Creates a new POSIX shared-memory object with mode 0600 that fails if the name exists
-/// (`O_EXCL`), sizes it to `len` bytes (sparse: pages cost memory only when touched).
-pub fn shm_create(name: &str, len: usize) -> io::Result<OwnedFd> {
-    let cname = std::ffi::CString::new(name)
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "shm name contains NUL"))?;
-    // SAFETY: `cname` is a valid NUL-terminated string; flags and mode are plain integers.
-    let fd = unsafe {
-        libc::shm_open(
-            cname.as_ptr(),
-            libc::O_CREAT | libc::O_EXCL | libc::O_RDWR | libc::O_CLOEXEC,
-            0o600 as libc::mode_t,
-        )
-    };
+/// Creates an anonymous shared-memory file (`memfd_create`, close-on-exec) of `len` bytes,
+/// labelled `label` in `/proc/<pid>/fd` (sparse: pages cost memory only when touched).
+///
+/// It has no name anywhere, so nothing can ever be left behind, and it lives on the kernel's
+/// internal shared-memory mount, not on `/dev/shm`: a full `/dev/shm` (a container's default
+/// is 64 MiB, often filled by other programs' stale files) cannot make a later page fault
+/// raise SIGBUS. It is shared by inheriting the descriptor or opening `/proc/<pid>/fd/<n>`.
+pub fn memfd_sized(label: &str, len: usize) -> io::Result<OwnedFd> {
+    let clabel = std::ffi::CString::new(label)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "memfd label contains NUL"))?;
+    let len = libc::off_t::try_from(len)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, format!("{len} bytes is too large for a file")))?;
+    // SAFETY: `clabel` is a valid NUL-terminated string; the flags are plain integers.
+    let fd = unsafe { libc::memfd_create(clabel.as_ptr(), libc::MFD_CLOEXEC) };
     if fd < 0 {
         return Err(io::Error::last_os_error());
     }
-    // SAFETY: shm_open returned a new descriptor that nothing else owns.
+    // SAFETY: memfd_create returned a new descriptor that nothing else owns.
     let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    // SAFETY: `fd` is an open descriptor; ftruncate only changes the object's size.
-    if unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) } != 0 {
-        let err = io::Error::last_os_error();
-        let _ = shm_unlink(name);
-        return Err(err);
+    // SAFETY: `fd` is an open descriptor; ftruncate only changes the file's size.
+    if unsafe { libc::ftruncate(fd.as_raw_fd(), len) } != 0 {
+        return Err(io::Error::last_os_error());
     }
     Ok(fd)
 }
 
-/// Removes a shared-memory name. Existing mappings stay valid.
-pub fn shm_unlink(name: &str) -> io::Result<()> {
-    let cname = std::ffi::CString::new(name)
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "shm name contains NUL"))?;
-    // SAFETY: `cname` is a valid NUL-terminated string.
-    if unsafe { libc::shm_unlink(cname.as_ptr()) } == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
+/// Allocates every page of the first `len` bytes of the file behind `fd` now
+/// (`posix_fallocate`): a file system without room says so here (`ENOSPC`), instead of a page
+/// fault raising SIGBUS in whoever touches the page first.
+pub fn allocate(fd: RawFd, len: usize) -> io::Result<()> {
+    let len = libc::off_t::try_from(len)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, format!("{len} bytes is too large for a file")))?;
+    // SAFETY: `fd` is an open descriptor; posix_fallocate only allocates its blocks.
+    match unsafe { libc::posix_fallocate(fd, 0, len) } {
+        0 => Ok(()),
+        code => Err(io::Error::from_raw_os_error(code)),
     }
+}
+
+/// Opens `path` (read-write, or read-only) only if it can be trusted as a device or its
+/// description: not through a symbolic link (`O_NOFOLLOW`; the `/proc/<pid>/fd/<n>` links of
+/// a process of this user are followed, which is how emulated devices are shared), and,
+/// checked on the opened file (`fstat`, so nothing can change between check and use), owned
+/// by this user or by root and writable by nobody else, unless it is a character device of
+/// root's (a kernel driver's node, whose permissions its driver enforces).
+pub fn open_trusted(path: &std::path::Path, write: bool) -> io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let through_proc = proc_fd_of_own_user(path);
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true).write(write);
+    if !through_proc {
+        options.custom_flags(libc::O_NOFOLLOW);
+    }
+    let file = options.open(path).map_err(|e| {
+        if e.raw_os_error() == Some(libc::ELOOP) {
+            io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!("{} is a symbolic link: name the file itself", path.display()),
+            )
+        } else {
+            e
+        }
+    })?;
+    let st = fstat(file.as_raw_fd())?;
+    // SAFETY: geteuid cannot fail.
+    let me = unsafe { libc::geteuid() };
+    let kind = st.st_mode & libc::S_IFMT;
+    if kind == libc::S_IFCHR && st.st_uid == 0 {
+        return Ok(file);
+    }
+    if st.st_uid != me && st.st_uid != 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!(
+                "{} belongs to user {} (not to you, user {me}, nor to root): another user's file would decide when \
+                 your barriers complete",
+                path.display(),
+                st.st_uid
+            ),
+        ));
+    }
+    if st.st_mode & 0o022 != 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!(
+                "{} is writable by other users (mode {:o}): anyone could decide when your barriers complete; make it \
+                 0600 (chmod go-w)",
+                path.display(),
+                st.st_mode & 0o7777
+            ),
+        ));
+    }
+    Ok(file)
+}
+
+/// Whether `path` is `/proc/<pid>/fd/<n>` of a process of this user (the kernel lets only such a
+/// user, or root, open it).
+fn proc_fd_of_own_user(path: &std::path::Path) -> bool {
+    let Some(rest) = path.to_str().and_then(|p| p.strip_prefix("/proc/")) else { return false };
+    let mut parts = rest.split('/');
+    let (Some(pid), Some("fd"), Some(n), None) = (parts.next(), parts.next(), parts.next(), parts.next()) else {
+        return false;
+    };
+    if pid.parse::<u32>().is_err() || n.parse::<u32>().is_err() {
+        return false;
+    }
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: geteuid cannot fail.
+    let me = unsafe { libc::geteuid() };
+    std::fs::metadata(format!("/proc/{pid}")).is_ok_and(|m| m.uid() == me || me == 0)
 }
 
 fn fstat(fd: RawFd) -> io::Result<libc::stat> {

@@ -57,20 +57,25 @@ impl StdinPlan {
     }
 }
 
+/// The longest piece of a rank's output `--tag-output` holds back waiting for a newline: a longer
+/// line goes out in pieces of this size, each tagged and ended with a newline, so a rank that
+/// writes without newlines cannot make the launcher hold its output in memory.
+pub const TAG_LINE_BOUND: usize = 64 * 1024;
+
 /// Copies a rank's output to the launcher's, each whole line prefixed with `[rank] ` and written
-/// in one call (so lines of different ranks never mix).
+/// in one call (so lines of different ranks never mix); see [`TAG_LINE_BOUND`].
 pub(super) fn tag_lines(
     pipe: impl Read + Send + 'static,
     rank: usize,
     stderr: bool,
 ) -> std::thread::JoinHandle<String> {
     std::thread::spawn(move || {
-        use std::io::{BufRead, Write};
+        use std::io::{BufRead, Read as _, Write};
         let mut lines = std::io::BufReader::new(pipe);
         let mut line = Vec::new();
         loop {
             line.clear();
-            match lines.read_until(b'\n', &mut line) {
+            match (&mut lines).take(TAG_LINE_BOUND as u64).read_until(b'\n', &mut line) {
                 Ok(0) | Err(_) => break,
                 Ok(_) => {
                     if line.last() != Some(&b'\n') {

@@ -107,6 +107,8 @@ pub fn signal_name(sig: i32) -> &'static str {
         libc::SIGSEGV => "SIGSEGV",
         libc::SIGPIPE => "SIGPIPE",
         libc::SIGTERM => "SIGTERM",
+        libc::SIGUSR1 => "SIGUSR1",
+        libc::SIGUSR2 => "SIGUSR2",
         _ => "signal",
     }
 }

@@ -28,7 +28,7 @@ pub fn launch(spec: &JobSpec) -> Result<JobReport, LaunchError> {
         )));
     }
     // From here on SIGINT/SIGTERM/SIGHUP are noticed, even while ranks are still being started.
-    let signals = crate::signals::install();
+    let signals = crate::signals::install_forwarding();
     proc::ensure_open_files(spec.ranks as u64 * 4 + 256);
     let mut shape = JobShape::local(spec.ranks, spec.nodes);
     // An emulated device's engine thread needs a core while barriers run (an inline one has none).
@@ -206,6 +206,10 @@ pub fn launch(spec: &JobSpec) -> Result<JobReport, LaunchError> {
         }
     };
     while live > 0 {
+        // SIGUSR1/SIGUSR2: passed on to every rank (its process group); the job goes on.
+        for sig in crate::signals::take_forwarded() {
+            signal_all(&ranks, sig);
+        }
         if let Some(sig) = crate::signals::take() {
             interrupted.get_or_insert(sig);
             signal_all(&ranks, sig);
@@ -271,7 +275,9 @@ pub fn launch(spec: &JobSpec) -> Result<JobReport, LaunchError> {
                 // A rank that failed because another called abort(): the job failed with the
                 // aborting rank's code.
                 let (rank, end) = match seg.abort_state() {
-                    Err(barrier::wait::WaitError::Aborted(r)) if r != rank => match seg.exited(r) {
+                    // The abort word is in shared memory, written by the ranks: a rank number
+                    // outside the job (a corrupt word) blames the rank that ended instead.
+                    Err(barrier::wait::WaitError::Aborted(r)) if r != rank && r < ranks.len() => match seg.exited(r) {
                         Some(RankExit::Status(code)) => (r, RankEnd::Exited(code)),
                         _ => (rank, end),
                     },

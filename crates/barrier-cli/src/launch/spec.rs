@@ -66,13 +66,26 @@ impl JobSpec {
 
 /// Where this build's libraries are: beside this executable (a cargo build puts them in
 /// `target/<profile>/`), then in the build it came from (`cargo install --path` copies the
-/// executable to `~/.cargo/bin`, away from them; the build script records that directory).
+/// executable to `~/.cargo/bin`, away from them; the build script records that directory), but
+/// only while that directory is the caller's (or root's) and nobody else may write it: a build
+/// tree that was under `/tmp`, or is shared, may since hold someone else's library, whose code
+/// would run in the ranks.
 pub fn artifact_dirs() -> Vec<PathBuf> {
     let exe_dir = std::env::current_exe().ok().and_then(|exe| exe.parent().map(PathBuf::from));
-    let build_dir = option_env!("BUILD_PROFILE_DIR").map(PathBuf::from);
+    let build_dir = option_env!("BUILD_PROFILE_DIR").map(PathBuf::from).filter(|dir| trusted(dir));
     let mut dirs: Vec<PathBuf> = [exe_dir, build_dir].into_iter().flatten().collect();
     dirs.dedup();
     dirs
+}
+
+/// Whether `path` (not followed if it is a link) belongs to this user or to root and nobody
+/// else may write it: a library found there may be loaded into this user's ranks.
+pub fn trusted(path: &std::path::Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: geteuid cannot fail.
+    let me = unsafe { libc::geteuid() };
+    std::fs::symlink_metadata(path)
+        .is_ok_and(|m| !m.file_type().is_symlink() && (m.uid() == me || m.uid() == 0) && m.mode() & 0o022 == 0)
 }
 
 /// The inline emulator library for the ranks of `barrier run --emulate` (see
@@ -99,7 +112,9 @@ pub fn inline_emulator_library() -> Result<PathBuf, String> {
                     ]
                 })
                 .collect();
-            match candidates.iter().find(|path| path.is_file()) {
+            // A library that someone else could have put there is never loaded (its
+            // initialisers would run before any check of ours).
+            match candidates.iter().find(|path| path.is_file() && trusted(path)) {
                 Some(path) => path.clone(),
                 None => {
                     let looked: Vec<String> = candidates.iter().map(|p| p.display().to_string()).collect();

@@ -55,7 +55,7 @@ mod segment;
 mod shared;
 
 pub use plain::SharedPlain;
-pub use segment::{JobShape, RankExit, RankNames, Segment, DEFAULT_POOL_BYTES, JOB_GONE};
+pub use segment::{JobShape, RankExit, RankNames, Segment, DEFAULT_POOL_BYTES, JOB_GONE, MAX_RANKS};
 pub use shared::Shared;
 
 #[cfg(test)]

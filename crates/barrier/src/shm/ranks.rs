@@ -10,12 +10,12 @@ use super::segment::*;
 
 impl Segment {
     fn rank_word(&self, rank: usize, which: usize) -> Option<&AtomicU64> {
-        let shape_size = self.header().world_size.load(Ordering::Relaxed) as usize;
+        // The table's place and size as checked when the segment was mapped, never re-read.
+        let shape_size = self.layout.shape.world_size;
         if rank >= shape_size {
             return None;
         }
-        let table = self.header().rank_table.load(Ordering::Relaxed) as usize;
-        let words = self.slice::<AtomicU64>(table, shape_size * RANK_WORDS);
+        let words = self.slice::<AtomicU64>(self.layout.rank_table, shape_size * RANK_WORDS);
         Some(&words[rank * RANK_WORDS + which])
     }
 

@@ -22,6 +22,9 @@ pub(super) const LAYOUT_VERSION: u64 = 6;
 pub(super) const HEADER_BYTES: usize = 4096;
 /// Default bytes of the pool for communicators and windows beyond the world region.
 pub const DEFAULT_POOL_BYTES: usize = 64 << 20;
+/// The most ranks a job can have: every size computed from a rank count stays far from
+/// overflowing (and a header that claims more is corrupt).
+pub const MAX_RANKS: usize = 1 << 24;
 
 #[repr(C)]
 #[derive(Debug)]
@@ -100,10 +103,28 @@ impl JobShape {
     }
 }
 
+/// Where the job's fixed parts are, read once from the header when the segment is mapped and
+/// checked against the mapping: nothing in shared memory is trusted as a size or an offset
+/// after that (a rank that rewrites the header changes nothing another process computes).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Layout {
+    pub(super) shape: JobShape,
+    pub(super) world_region: usize,
+    pub(super) rank_table: usize,
+}
+
+impl Layout {
+    /// Bytes of the rank table.
+    pub(super) fn table_bytes(&self) -> usize {
+        block_bytes(self.shape.world_size.max(1) * RANK_WORDS * 8)
+    }
+}
+
 /// A mapped job segment.
 #[derive(Debug)]
 pub struct Segment {
     pub(super) map: Mapping,
+    pub(super) layout: Layout,
     // Keeps the descriptor open in the launcher so that it can be passed to children.
     pub(super) fd: Option<OwnedFd>,
     /// This process's outside progress engine (MPI's, set by `barrier-mpi`): every communicator
@@ -137,9 +158,10 @@ pub struct RankNames {
 impl Segment {
     /// A segment over a fresh mapping (and the descriptor behind it, if it keeps one), with
     /// nothing set yet: what every constructor starts from.
-    fn over(map: Mapping, fd: Option<OwnedFd>) -> Segment {
+    fn over(map: Mapping, fd: Option<OwnedFd>, layout: Layout) -> Segment {
         Segment {
             map,
+            layout,
             fd,
             progress: std::sync::OnceLock::new(),
             names: std::sync::OnceLock::new(),
@@ -153,14 +175,38 @@ impl Segment {
         unsafe { &*(self.map.as_ptr() as *const Header) }
     }
 
-    fn total_len(shape: &JobShape, pool: usize, world_region: usize) -> usize {
+    /// The bytes of a new segment: refused when a size would overflow (a rank count past
+    /// [`MAX_RANKS`], a pool near the address space).
+    fn total_len(shape: &JobShape, pool: usize, world_region: usize) -> Result<usize> {
+        if shape.world_size > MAX_RANKS {
+            return Err(Error::InvalidArgument(format!(
+                "{} ranks is more than a job can hold (at most {MAX_RANKS})",
+                shape.world_size
+            )));
+        }
         // The blocks `init` allocates, as the allocator rounds them, so the pool stays whole.
         let world = block_bytes(world_region);
         let table = block_bytes(shape.world_size.max(1) * RANK_WORDS * 8);
-        (HEADER_BYTES + world + table + pool).next_multiple_of(4096)
+        [world, table, pool]
+            .iter()
+            .try_fold(HEADER_BYTES, |sum, &part| sum.checked_add(part))
+            .and_then(|sum| sum.checked_next_multiple_of(4096))
+            .filter(|&sum| sum <= isize::MAX as usize)
+            .ok_or_else(|| {
+                Error::InvalidArgument(format!(
+                    "a job segment for {} ranks with a pool of {pool} bytes is larger than this machine can map; \
+                     lower BARRIER_SHM_POOL_BYTES",
+                    shape.world_size
+                ))
+            })
     }
 
-    fn init(&self, shape: &JobShape, world_region: usize) -> Result<()> {
+    /// A layout to fill in by [`Segment::init`].
+    fn unset(shape: JobShape) -> Layout {
+        Layout { shape, world_region: 0, rank_table: 0 }
+    }
+
+    fn init(&mut self, shape: &JobShape, world_region: usize) -> Result<()> {
         let h = self.header();
         h.len.store(self.map.len() as u64, Ordering::Relaxed);
         h.version.store(LAYOUT_VERSION, Ordering::Relaxed);
@@ -170,10 +216,12 @@ impl Segment {
         h.cores.store(shape.cores as u64, Ordering::Relaxed);
         h.bump.store(HEADER_BYTES as u64, Ordering::Relaxed);
         let world = self.alloc(world_region)?;
-        h.world_region.store(world as u64, Ordering::Relaxed);
         let table = self.alloc(shape.world_size.max(1) * RANK_WORDS * 8)?;
+        let h = self.header();
+        h.world_region.store(world as u64, Ordering::Relaxed);
         h.rank_table.store(table as u64, Ordering::Relaxed);
         h.magic.store(MAGIC, Ordering::Release);
+        self.layout = Layout { shape: *shape, world_region: world, rank_table: table };
         Ok(())
     }
 
@@ -181,9 +229,9 @@ impl Segment {
     /// set aside for the world communicator's region (which `region.rs` lays out:
     /// [`Segment::anonymous`]).
     pub(crate) fn map_anonymous(shape: JobShape, pool: usize, world_region: usize) -> Result<Segment> {
-        let len = Self::total_len(&shape, pool, world_region);
+        let len = Self::total_len(&shape, pool, world_region)?;
         let map = Mapping::anonymous(len).map_err(|e| Error::io(format!("mapping {len} bytes of shared memory"), e))?;
-        let seg = Segment::over(map, None);
+        let mut seg = Segment::over(map, None, Self::unset(shape));
         seg.init(&shape, world_region)?;
         Ok(seg)
     }
@@ -191,16 +239,13 @@ impl Segment {
     /// A named segment for a launched job, with `world_region` bytes set aside for the world
     /// communicator's region (which `region.rs` lays out: [`Segment::create_for_job`]).
     pub(crate) fn map_for_job(shape: JobShape, pool: usize, world_region: usize) -> Result<Segment> {
-        let len = Self::total_len(&shape, pool, world_region);
-        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
-        let name = format!("/barrier-{}-{nanos:x}", std::process::id());
-        let fd = sys::shm_create(&name, len)
-            .map_err(|e| Error::io(format!("creating shared segment {name} ({len} bytes)"), e))?;
-        // Unlink before anything else can fail: from here on nothing can be left behind.
-        sys::shm_unlink(&name).map_err(|e| Error::io(format!("unlinking {name}"), e))?;
-        let map =
-            Mapping::map_fd(fd.as_raw_fd(), len).map_err(|e| Error::io(format!("mapping shared segment {name}"), e))?;
-        let seg = Segment::over(map, Some(fd));
+        let len = Self::total_len(&shape, pool, world_region)?;
+        // A memfd: no name to collide or be left behind, and not on /dev/shm (see `memfd_sized`).
+        let fd = sys::memfd_sized("barrier-job", len)
+            .map_err(|e| Error::io(format!("creating the job's shared segment ({len} bytes, memfd)"), e))?;
+        let map = Mapping::map_fd(fd.as_raw_fd(), len)
+            .map_err(|e| Error::io(format!("mapping the job's shared segment ({len} bytes)"), e))?;
+        let mut seg = Segment::over(map, Some(fd), Self::unset(shape));
         seg.init(&shape, world_region)?;
         Ok(seg)
     }
@@ -240,7 +285,7 @@ impl Segment {
     }
 
     /// Maps and checks; `error` makes the error for a segment that is not what it should be.
-    fn map_checked(fd: RawFd, what: &str, hint: &str, error: fn(String) -> Error) -> Result<Arc<Self>> {
+    pub(super) fn map_checked(fd: RawFd, what: &str, hint: &str, error: fn(String) -> Error) -> Result<Arc<Self>> {
         let len = sys::fd_len(fd).map_err(|e| {
             if e.raw_os_error() == Some(libc::EBADF) {
                 error(format!("{what} is not an open descriptor in this process ({hint})"))
@@ -252,7 +297,7 @@ impl Segment {
             return Err(error(format!("{what} is {len} bytes, too small for a job segment ({hint})")));
         }
         let map = Mapping::map_fd(fd, len).map_err(|e| Error::io(format!("mapping {what}"), e))?;
-        let seg = Segment::over(map, None);
+        let mut seg = Segment::over(map, None, Self::unset(JobShape::local(1, 1)));
         if seg.header().magic.load(Ordering::Acquire) != MAGIC {
             return Err(error(format!("{what} is not a barrier job segment ({hint})")));
         }
@@ -264,7 +309,47 @@ impl Segment {
                  from the same release"
             )));
         }
+        seg.layout = seg.checked_layout().map_err(|why| {
+            error(format!(
+                "{what} is a corrupt job segment: {why} (a rank of the job wrote over its header); the job cannot \
+                 go on"
+            ))
+        })?;
         Ok(Arc::new(seg))
+    }
+
+    /// The header's shape and offsets, checked against the mapping: every size consistent with
+    /// its length, every offset inside it, every sum checked.
+    fn checked_layout(&self) -> std::result::Result<Layout, String> {
+        let h = self.header();
+        let word = |w: &AtomicU64| usize::try_from(w.load(Ordering::Relaxed)).unwrap_or(usize::MAX);
+        let len = self.map.len();
+        if word(&h.len) != len {
+            return Err(format!("it says it is {} bytes, but it is {len}", word(&h.len)));
+        }
+        let shape = JobShape {
+            world_size: word(&h.world_size),
+            nodes: word(&h.nodes),
+            ranks_on_machine: word(&h.ranks_on_machine),
+            cores: word(&h.cores),
+        };
+        if !(1..=MAX_RANKS).contains(&shape.world_size) {
+            return Err(format!("a job of {} ranks (1 to {MAX_RANKS})", shape.world_size));
+        }
+        if !(1..=shape.world_size).contains(&shape.nodes) || shape.ranks_on_machine == 0 || shape.cores == 0 {
+            return Err(format!("an impossible shape {shape:?}"));
+        }
+        let layout = Layout { shape, world_region: word(&h.world_region), rank_table: word(&h.rank_table) };
+        let inside = |at: usize, bytes: usize, align: usize| {
+            at >= HEADER_BYTES && at.is_multiple_of(align) && at.checked_add(bytes).is_some_and(|end| end <= len)
+        };
+        if !inside(layout.rank_table, layout.table_bytes(), 8) {
+            return Err(format!("a rank table at offset {} outside its {len} bytes", layout.rank_table));
+        }
+        if !inside(layout.world_region, crate::pad::CACHE_LINE, crate::pad::CACHE_LINE) {
+            return Err(format!("a world region at offset {} outside its {len} bytes", layout.world_region));
+        }
+        Ok(layout)
     }
 
     /// Mapped length in bytes.
@@ -311,19 +396,13 @@ impl Segment {
         self.progress.get().copied()
     }
 
-    /// The job's shape.
+    /// The job's shape (as checked when the segment was mapped).
     pub fn shape(&self) -> JobShape {
-        let h = self.header();
-        JobShape {
-            world_size: h.world_size.load(Ordering::Relaxed) as usize,
-            nodes: h.nodes.load(Ordering::Relaxed) as usize,
-            ranks_on_machine: h.ranks_on_machine.load(Ordering::Relaxed) as usize,
-            cores: h.cores.load(Ordering::Relaxed) as usize,
-        }
+        self.layout.shape
     }
 
     pub(crate) fn world_region(&self) -> usize {
-        self.header().world_region.load(Ordering::Relaxed) as usize
+        self.layout.world_region
     }
 
     /// A reference to a `T` at `offset`. Panics if it does not fit or is misaligned.
@@ -335,8 +414,8 @@ impl Segment {
 
     /// A slice of `count` `T`s at `offset`. Panics if it does not fit or is misaligned.
     pub(crate) fn slice<T: SharedPlain>(&self, offset: usize, count: usize) -> &[T] {
-        let size = std::mem::size_of::<T>() * count;
-        assert!(offset.checked_add(size).is_some_and(|end| end <= self.map.len()), "shared slice out of bounds");
+        let end = std::mem::size_of::<T>().checked_mul(count).and_then(|size| offset.checked_add(size));
+        assert!(end.is_some_and(|end| end <= self.map.len()), "shared slice out of bounds");
         assert_eq!(offset % std::mem::align_of::<T>(), 0, "misaligned shared slice");
         // SAFETY: bounds and alignment checked above; the mapping lives as long as `self`; `T` is
         // `SharedPlain`, so zeroed or concurrently written memory is a valid `T` and all mutation
@@ -349,8 +428,8 @@ impl Segment {
     /// target of a peer's handle).
     pub(crate) fn holds_regions(&self, offset: usize, len: usize) -> bool {
         let Some(end) = offset.checked_add(len) else { return false };
-        let table = self.header().rank_table.load(Ordering::Relaxed) as usize;
-        let table_end = table + block_bytes(self.shape().world_size.max(1) * RANK_WORDS * 8);
+        let table = self.layout.rank_table;
+        let table_end = table + self.layout.table_bytes();
         offset >= HEADER_BYTES && end <= self.map.len() && (end <= table || offset >= table_end)
     }
 

@@ -3,7 +3,9 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::classes::{class_lines, class_of};
+use super::segment::{Header, MAX_RANKS};
 use super::*;
+use crate::error::Error;
 use crate::pad::CACHE_LINE;
 
 #[test]
@@ -47,4 +49,63 @@ fn ranks_allocating_near_the_end_at_once_leave_the_rest_to_smaller_blocks() {
         assert!(seg.free_bytes() >= (1 << 20) / 4, "{} bytes left", seg.free_bytes());
         assert!(seg.alloc(2048).is_ok());
     }
+}
+
+/// A job segment whose header another process (a rank) wrote over: mapping it again must fail
+/// with an error that says so, naming what is wrong.
+#[test]
+fn a_corrupt_header_is_refused_when_the_segment_is_mapped() {
+    use std::os::fd::AsRawFd;
+    type Corrupt = fn(&Header, usize);
+    let cases: [(&str, Corrupt, &str); 5] = [
+        ("huge world", |h, _| h.world_size.store(1 << 60, Ordering::Relaxed), "ranks"),
+        ("no ranks", |h, _| h.world_size.store(0, Ordering::Relaxed), "ranks"),
+        ("table past the end", |h, len| h.rank_table.store(len as u64, Ordering::Relaxed), "rank table"),
+        ("region past the end", |h, len| h.world_region.store(len as u64 - 8, Ordering::Relaxed), "world region"),
+        ("length", |h, len| h.len.store(len as u64 * 2, Ordering::Relaxed), "bytes"),
+    ];
+    for (what, corrupt, says) in cases {
+        let seg = Segment::create_for_job(JobShape::local(3, 1), 1 << 20).unwrap();
+        let fd = seg.raw_fd().unwrap();
+        assert!(Segment::map_checked(fd, "the test's segment", "", Error::Bootstrap).is_ok());
+        corrupt(seg.header(), seg.len());
+        let err = Segment::map_checked(fd, "the test's segment", "", Error::Bootstrap).unwrap_err().to_string();
+        assert!(err.contains("corrupt job segment") && err.contains(says), "{what}: {err}");
+        let _ = fd.as_raw_fd();
+    }
+}
+
+/// The creator (the launcher) never re-reads the header: a rank that rewrites it cannot move
+/// where the launcher writes its exit records.
+#[test]
+fn the_creator_keeps_the_layout_it_made() {
+    let seg = Segment::create_for_job(JobShape::local(3, 1), 1 << 20).unwrap();
+    let table = seg.layout.rank_table;
+    seg.header().world_size.store(1 << 60, Ordering::Relaxed);
+    seg.header().rank_table.store(seg.len() as u64, Ordering::Relaxed);
+    assert_eq!(seg.shape().world_size, 3);
+    seg.mark_exited(2, RankExit::Status(0));
+    assert_eq!(seg.exited(2), Some(RankExit::Status(0)));
+    assert_eq!(seg.slice::<AtomicU64>(table, 6)[5].load(Ordering::Relaxed), 1, "rank 2's exit record");
+    // A rank number outside the job is no rank.
+    seg.mark_exited(5, RankExit::Status(3));
+    assert_eq!(seg.exited(5), None);
+    assert_eq!(seg.exit_count(), 1);
+}
+
+#[test]
+fn rank_counts_whose_layout_would_overflow_are_refused() {
+    for n in [MAX_RANKS + 1, 1 << 40, 1 << 61, usize::MAX] {
+        let err = Segment::anonymous(JobShape::local(n, 1), 1 << 20).unwrap_err().to_string();
+        assert!(err.contains("more than a job can hold"), "{n}: {err}");
+    }
+    let err = Segment::anonymous(JobShape::local(2, 1), usize::MAX - 100).unwrap_err().to_string();
+    assert!(err.contains("BARRIER_SHM_POOL_BYTES"), "{err}");
+}
+
+#[test]
+#[should_panic(expected = "shared slice out of bounds")]
+fn a_slice_whose_size_overflows_is_refused() {
+    let seg = Segment::anonymous(JobShape::local(2, 1), 1 << 20).unwrap();
+    let _ = seg.slice::<AtomicU64>(8, usize::MAX / 4);
 }

@@ -78,6 +78,16 @@ fn run() -> Result<String, String> {
     checked(&half, "split communicator, blocking", 200, || half.fast_barrier())?;
     checked(&half, "split communicator, split phase", 200, || half.immediate_fast_barrier()?.wait())?;
     checked(&dup, "duplicate with settings", 200, || dup.fast_barrier())?;
+    // The advanced type moved to another thread: below MPI_THREAD_SERIALIZED only the thread
+    // that made it may call MPI through it, and it says so instead of calling.
+    let moved = FastBarrierSettings::new().build(&world).map_err(|e| e.to_string())?;
+    let elsewhere = std::thread::spawn(move || moved.barrier().map_err(|e| e.to_string())).join().unwrap();
+    let serialized = mpi::environment::threading_support() >= mpi::Threading::Serialized;
+    match (serialized, elsewhere) {
+        (false, Err(e)) if e.contains("made on another thread") => {}
+        (true, Ok(())) => {}
+        (_, other) => return Err(format!("a communicator moved to another thread: {other:?}")),
+    }
     // A second attach is refused: settings apply when the barrier is built.
     if FastBarrierSettings::new().attach(&dup).is_ok() {
         return Err("a second attach on a communicator with a barrier was accepted".into());

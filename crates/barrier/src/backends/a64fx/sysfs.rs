@@ -35,7 +35,12 @@ impl NodeInfo {
     pub fn read(dir: &Path) -> Result<NodeInfo, String> {
         let read = |rel: &str| {
             let p = dir.join(rel);
-            std::fs::read_to_string(&p).map_err(|e| format!("cannot read {}: {e}", p.display()))
+            // The tree says which PEs and blades exist: only a trustworthy file may say it.
+            let mut text = String::new();
+            crate::sys::open_trusted(&p, false)
+                .and_then(|mut f| std::io::Read::read_to_string(&mut f, &mut text))
+                .map_err(|e| format!("cannot read {}: {e}", p.display()))?;
+            Ok::<_, String>(text)
         };
         let (cmgs, blades_per_cmg, windows_per_pe, max_pe) =
             sysfs::parse_hwinfo(&read("hwinfo")?).map_err(|e| format!("{}/hwinfo: {e}", dir.display()))?;
