@@ -3,36 +3,14 @@
 use std::cell::Cell;
 use std::fmt;
 use std::sync::Arc;
-use std::time::Duration;
 
-use barrier::params::{MPI_FAULT as FAULT, MPI_NODE_BLOCK};
 use barrier::shm::{JobShape, Segment};
 use barrier::{Error, Params, Result, Universe};
 
 use crate::census;
 use crate::internode::Internode;
 use crate::raw::{self, Comm, OwnedComm};
-
-const FAULT_STAGES: [&str; 3] = ["open", "join", "internode"];
-
-/// BARRIER_MPI_FAULT as (stage, world rank).
-fn parse_fault(params: &Params) -> Result<Option<(String, usize)>> {
-    let Some(v) = params.get(FAULT) else { return Ok(None) };
-    let parsed = v.trim().split_once(':').and_then(|(stage, rank)| {
-        let stage = stage.trim().to_ascii_lowercase();
-        (FAULT_STAGES.contains(&stage.as_str())).then_some(stage).zip(rank.trim().parse().ok())
-    });
-    parsed.map(Some).ok_or_else(|| Error::InvalidParam {
-        name: FAULT.into(),
-        value: v,
-        expected: format!("STAGE:RANK with STAGE one of {}", FAULT_STAGES.join(", ")),
-    })
-}
-
-/// The name of the last backend of the chain: `MPI_Barrier` itself.
-pub const MPI_BACKEND: &str = "mpi";
-/// The name reported for shared memory inside nodes and MPI between them.
-pub const HIERARCHICAL: &str = "hierarchical";
+use crate::settings::{agree_settings, node_params, Agreed, FAULT, HIERARCHICAL, MPI_BACKEND};
 
 /// What runs a communicator's barriers.
 pub(crate) enum Path {
@@ -108,16 +86,6 @@ impl fmt::Debug for BarrierComm {
     }
 }
 
-/// The settings every rank must agree on, as rank 0 has them.
-struct Agreed {
-    node_block: usize,
-    mpi_only: bool,
-    may_fall_back: bool,
-    timeout: Option<Duration>,
-    /// BARRIER_MPI_FAULT: a set-up stage that fails on one world rank (tests).
-    fault: Option<(String, usize)>,
-}
-
 /// A failed set-up step, and which world rank it failed on.
 /// A set-up step's outcome: boxed, the error is large and only the cold path carries it.
 type Step<T> = std::result::Result<T, Box<Failure>>;
@@ -174,7 +142,7 @@ impl BarrierComm {
             home: (!raw::any_thread_may_call()).then(this_thread),
             params: params.clone(),
         };
-        let agreed = me.agree_settings(&params, world_rank)?;
+        let agreed = agree_settings(me.comm, &params, world_rank)?;
         if agreed.mpi_only {
             me.detail = "BARRIER_BACKEND=mpi".into();
             return Ok(me);
@@ -193,54 +161,6 @@ impl BarrierComm {
             }
             Err(f) => Err(f.error),
         }
-    }
-
-    /// Checks every setting on every rank and agrees on the verdict and on rank 0's values.
-    fn agree_settings(&self, params: &Params, world_rank: usize) -> Result<Agreed> {
-        let known = barrier::registry::all_params();
-        let core = node_params(params);
-        let local_bad = known.iter().enumerate().find_map(|(i, info)| {
-            // BARRIER_BACKEND may also name `mpi` here: checked on its own below.
-            let checked = match info.name.as_str() {
-                "BARRIER_BACKEND" => check_backend_list(params),
-                FAULT => parse_fault(params).map(|_| ()),
-                _ => core.check(info),
-            };
-            checked.err().map(|e| (i, e))
-        });
-        let node_block = params.parse(MPI_NODE_BLOCK, 0usize, "").unwrap_or(0);
-        let list = backend_list(params);
-        let mpi_only = list.first().is_some_and(|b| b == MPI_BACKEND);
-        let may_fall_back = list.is_empty() || list.iter().any(|b| b == MPI_BACKEND);
-        let timeout = params.duration("BARRIER_TIMEOUT").ok().flatten();
-        // Each rank reads its own: the fault is meant for one rank.
-        let fault = parse_fault(params).ok().flatten();
-        let words = [
-            local_bad.as_ref().map_or(0, |(i, _)| *i as u64 + 1),
-            node_block as u64,
-            u64::from(mpi_only),
-            u64::from(may_fall_back),
-            timeout.map_or(0, |t| t.as_micros().clamp(1, u64::MAX as u128) as u64),
-            world_rank as u64,
-        ];
-        let all = raw::allgather(self.comm, &words)?;
-        if let Some((_, e)) = local_bad {
-            return Err(e);
-        }
-        if let Some(w) = all.iter().find(|w| w[0] != 0) {
-            return Err(Error::PeerInvalidParam {
-                world_rank: w[5] as usize,
-                name: known.get(w[0] as usize - 1).map_or_else(String::new, |p| p.name.clone()),
-            });
-        }
-        let r0 = &all[0];
-        Ok(Agreed {
-            node_block: r0[1] as usize,
-            mpi_only: r0[2] != 0,
-            may_fall_back: r0[3] != 0,
-            timeout: (r0[4] > 0).then(|| Duration::from_micros(r0[4])),
-            fault,
-        })
     }
 
     /// Every step that can fail on one rank is agreed before the next: a failure anywhere fails
@@ -582,31 +502,6 @@ impl Drop for BarrierComm {
         self.path = Path::Mpi;
         raw::free(&mut self.comm);
     }
-}
-
-/// The core parameters for the node's own communicator: `BARRIER_BACKEND` without the names
-/// that only exist at this level (`mpi`, `hierarchical`: the node is one node).
-fn node_params(params: &Params) -> Params {
-    let list: Vec<String> =
-        backend_list(params).into_iter().filter(|b| b != MPI_BACKEND && b != HIERARCHICAL).collect();
-    params.clone().set("BARRIER_BACKEND", list.join(","))
-}
-
-fn backend_list(params: &Params) -> Vec<String> {
-    params
-        .get("BARRIER_BACKEND")
-        .map(|v| v.split(',').map(|b| b.trim().to_ascii_lowercase()).filter(|b| !b.is_empty()).collect())
-        .unwrap_or_default()
-}
-
-fn check_backend_list(params: &Params) -> Result<()> {
-    let known: Vec<&str> = barrier::backends().iter().map(|b| b.name()).chain(std::iter::once(MPI_BACKEND)).collect();
-    for name in backend_list(params) {
-        if !known.contains(&name.as_str()) {
-            return Err(Error::UnknownBackend { name, known: known.join(", ") });
-        }
-    }
-    Ok(())
 }
 
 /// Where [`BarrierComm::describe`]'s list of the backends not chosen begins.

@@ -84,6 +84,8 @@ pub mod raw;
 #[cfg(feature = "mpi")]
 mod request;
 #[cfg(feature = "mpi")]
+mod settings;
+#[cfg(feature = "mpi")]
 #[doc(hidden)]
 pub mod transport;
 
@@ -93,13 +95,16 @@ pub mod transport;
 pub use barrier::{Error, Report, Result};
 #[cfg(feature = "mpi")]
 #[cfg_attr(docsrs, doc(cfg(feature = "mpi")))]
-pub use comm::{BarrierComm, HIERARCHICAL, MPI_BACKEND};
+pub use comm::BarrierComm;
 #[cfg(feature = "mpi")]
 #[cfg_attr(docsrs, doc(cfg(feature = "mpi")))]
 pub use ext::{FastBarrier, FastBarrierRequest, FastBarrierSettings};
 #[cfg(feature = "mpi")]
 #[cfg_attr(docsrs, doc(cfg(feature = "mpi")))]
 pub use request::Request;
+#[cfg(feature = "mpi")]
+#[cfg_attr(docsrs, doc(cfg(feature = "mpi")))]
+pub use settings::{HIERARCHICAL, MPI_BACKEND};
 /// The old name of [`BarrierComm`] (it clashed with rsmpi's `Communicator` trait).
 #[cfg(feature = "mpi")]
 #[cfg_attr(docsrs, doc(cfg(feature = "mpi")))]
