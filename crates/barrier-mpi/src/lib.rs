@@ -9,10 +9,11 @@
 //!
 //! ## From an rsmpi program
 //!
-//! Bring [`FastBarrier`] into scope and every rsmpi communicator has our barrier beside its own
-//! `barrier()` and `immediate_barrier()`:
+//! Bring `FastBarrier` into scope and every rsmpi communicator has our barrier beside its own
+//! `barrier()` and `immediate_barrier()` (the trait's own examples are compiled with the `mpi`
+//! feature; this one is only shown):
 //!
-//! ```no_run
+//! ```ignore
 //! use barrier_mpi::FastBarrier;
 //! use mpi::traits::*;
 //!
