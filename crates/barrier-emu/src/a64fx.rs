@@ -56,6 +56,8 @@ struct Shared {
     sysfs: PathBuf,
     /// Holds the agent's `flock` (drivers refuse a node nobody serves).
     _fd: OwnedFd,
+    /// Holds the tree's `.alive` lock (see [`remove_stale_trees`]).
+    _alive: std::fs::File,
 }
 
 impl Node {
@@ -78,7 +80,11 @@ impl Node {
         let path = PathBuf::from(format!("/proc/{}/fd/{}", std::process::id(), fd.as_raw_fd()));
         let mmio = Mmio::from_fd(fd.as_raw_fd(), layout.size())?;
         let sysfs = std::env::temp_dir().join(tag);
-        let shared = Arc::new(Shared { mmio, layout, path, sysfs, _fd: fd });
+        std::fs::create_dir_all(&sysfs)?;
+        // Locked while this node lives: how a later node tells a dead one's tree (kill -9).
+        let alive = std::fs::File::create(sysfs.join(TREE_LOCK))?;
+        barrier::sys::flock_exclusive(alive.as_raw_fd())?;
+        let shared = Arc::new(Shared { mmio, layout, path, sysfs, _fd: fd, _alive: alive });
         shared.power_on()?;
         let stop = Arc::new(AtomicBool::new(false));
         let agent = {
@@ -137,28 +143,30 @@ impl Node {
 /// The start of the name of every emulated node's sysfs tree: `<prefix><pid>-<ns>`.
 const TREE_PREFIX: &str = "barrier-emu-a64fx-";
 
-/// Removes the sysfs trees under `dir` of this user's emulated nodes whose process is gone.
+/// The file in a node's tree that its process holds locked (`flock`) while the node lives.
+const TREE_LOCK: &str = ".alive";
+
+/// Removes the sysfs trees under `dir` of this user's emulated nodes whose process is gone:
+/// nobody holds the lock of `.alive` in them (a lock the kernel drops with the process, so a
+/// live node of another PID namespace or machine sharing the directory keeps its tree).
 pub fn remove_stale_trees(dir: &Path) {
     use std::os::unix::fs::MetadataExt;
     // SAFETY: geteuid cannot fail.
     let me = unsafe { libc::geteuid() };
     let Ok(entries) = std::fs::read_dir(dir) else { return };
     for entry in entries.flatten() {
-        let name = entry.file_name();
-        let Some(pid) = name
-            .to_str()
-            .and_then(|n| n.strip_prefix(TREE_PREFIX))
-            .and_then(|rest| rest.split('-').next())
-            .and_then(|pid| pid.parse::<i32>().ok())
-        else {
+        if !entry.file_name().to_str().is_some_and(|n| n.starts_with(TREE_PREFIX)) {
             continue;
-        };
+        }
         // Never follow a link; only this user's directories.
         let Ok(meta) = std::fs::symlink_metadata(entry.path()) else { continue };
-        // SAFETY: kill with signal 0 only asks whether `pid` exists.
-        let gone =
-            unsafe { libc::kill(pid, 0) } != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
-        if meta.is_dir() && meta.uid() == me && gone {
+        if !meta.is_dir() || meta.uid() != me {
+            continue;
+        }
+        let alive = std::fs::File::open(entry.path().join(TREE_LOCK))
+            .ok()
+            .is_some_and(|f| !barrier::sys::flock_exclusive(f.as_raw_fd()).unwrap_or(false));
+        if !alive {
             let _ = std::fs::remove_dir_all(entry.path());
         }
     }
@@ -468,6 +476,8 @@ fn write_file(path: impl AsRef<Path>, text: impl AsRef<[u8]>) -> std::io::Result
     let path = path.as_ref();
     let tmp = path.with_extension("new");
     std::fs::write(&tmp, text)?;
+    // Writable by this user alone whatever the umask: drivers trust only such a tree.
+    std::fs::set_permissions(&tmp, std::os::unix::fs::PermissionsExt::from_mode(0o644))?;
     std::fs::rename(&tmp, path)
 }
 

@@ -500,7 +500,11 @@ impl Drop for BarrierComm {
         // The node's communicator and the transport go first (they record their departure in
         // the node's segment and free their own MPI resources), then the private duplicate.
         self.path = Path::Mpi;
-        raw::free(&mut self.comm);
+        // Below MPI_THREAD_SERIALIZED only the home thread may call MPI: dropped elsewhere, the
+        // private duplicate is left to MPI_Finalize rather than freed from the wrong thread.
+        if self.on_home_thread().is_ok() {
+            raw::free(&mut self.comm);
+        }
     }
 }
 

@@ -213,8 +213,12 @@ impl Region {
     /// Attaches to a region another rank created, checking it was made for `n` ranks.
     pub fn attach(seg: &Arc<Segment>, base: usize, n: usize) -> Result<Region> {
         let layout = RegionLayout::new(n);
-        if base.checked_add(layout.total).is_none_or(|end| end > seg_len(seg)) {
-            return Err(Error::Bootstrap(format!("region offset {base} for {n} ranks lies outside the job segment")));
+        // The offset came through shared memory (another rank's exchange line): a region lies
+        // on whole cache lines, past the header, clear of the rank table, inside the segment.
+        if n > MAX_RANKS || !base.is_multiple_of(CACHE_LINE) || !seg.holds_regions(base, layout.total) {
+            return Err(Error::Bootstrap(format!(
+                "region offset {base} for {n} ranks is not a place for a communicator's region in the job segment"
+            )));
         }
         let region = Region { seg: seg.clone(), base, layout };
         let h: &RegionHeader = seg.at(base + layout.header);
@@ -364,7 +368,7 @@ impl Region {
     pub fn departed(&self, rank: usize) -> Option<(u64, bool)> {
         match self.departed_words()[rank].load(Ordering::Acquire) {
             0 => None,
-            d => Some(((d & DEPARTED_EPOCH) - 1, d & DEPARTED_AFTER_FAILURE != 0)),
+            d => Some(((d & DEPARTED_EPOCH).saturating_sub(1), d & DEPARTED_AFTER_FAILURE != 0)),
         }
     }
 
@@ -379,13 +383,22 @@ impl Region {
     }
 }
 
-fn seg_len(seg: &Segment) -> usize {
-    seg.len()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A region's offset comes through shared memory: one that is not on a whole cache line,
+    /// lies in the header or the rank table, or runs past the end is refused, not used.
+    #[test]
+    fn a_region_offset_from_shared_memory_is_checked() {
+        let seg = Segment::anonymous(JobShape::local(2, 1), 1 << 20).unwrap();
+        let region = Region::create(&seg, 3).unwrap();
+        assert!(Region::attach(&seg, region.base(), 3).is_ok());
+        for bad in [region.base() + 8, region.base() + 64, 0, 64, seg.len() - CACHE_LINE, usize::MAX - 7] {
+            assert!(Region::attach(&seg, bad, 3).is_err(), "offset {bad}");
+        }
+        assert!(Region::attach(&seg, region.base(), MAX_RANKS + 1).is_err());
+    }
 
     #[test]
     fn rounds_is_ceil_log2() {

@@ -195,7 +195,7 @@ pub fn memfd_sized(label: &str, len: usize) -> io::Result<OwnedFd> {
     let len = libc::off_t::try_from(len)
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, format!("{len} bytes is too large for a file")))?;
     // SAFETY: `clabel` is a valid NUL-terminated string; the flags are plain integers.
-    let fd = unsafe { libc::memfd_create(clabel.as_ptr(), libc::MFD_CLOEXEC) };
+    let fd = unsafe { libc::memfd_create(clabel.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
     if fd < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -203,6 +203,13 @@ pub fn memfd_sized(label: &str, len: usize) -> io::Result<OwnedFd> {
     let fd = unsafe { OwnedFd::from_raw_fd(fd) };
     // SAFETY: `fd` is an open descriptor; ftruncate only changes the file's size.
     if unsafe { libc::ftruncate(fd.as_raw_fd(), len) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // Its size is final: a process holding the descriptor (every rank does) cannot shrink it
+    // under the others' mappings (SIGBUS) or grow it.
+    let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
+    // SAFETY: `fd` is an open memfd made with MFD_ALLOW_SEALING; fcntl only adds seals.
+    if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, seals) } != 0 {
         return Err(io::Error::last_os_error());
     }
     Ok(fd)

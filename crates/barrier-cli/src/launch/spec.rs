@@ -112,9 +112,12 @@ pub fn inline_emulator_library() -> Result<PathBuf, String> {
                     ]
                 })
                 .collect();
-            // A library that someone else could have put there is never loaded (its
-            // initialisers would run before any check of ours).
-            match candidates.iter().find(|path| path.is_file() && trusted(path)) {
+            // A library in the recorded build tree that someone else could have put there is
+            // never loaded (its initialisers would run before any check of ours); the one
+            // beside this command is as trusted as the command.
+            let exe_dir = std::env::current_exe().ok().and_then(|exe| exe.parent().map(PathBuf::from));
+            let beside = |path: &PathBuf| exe_dir.as_ref().is_some_and(|d| path.starts_with(d));
+            match candidates.iter().find(|path| path.is_file() && (beside(path) || trusted(path))) {
                 Some(path) => path.clone(),
                 None => {
                     let looked: Vec<String> = candidates.iter().map(|p| p.display().to_string()).collect();

@@ -109,3 +109,17 @@ fn a_slice_whose_size_overflows_is_refused() {
     let seg = Segment::anonymous(JobShape::local(2, 1), 1 << 20).unwrap();
     let _ = seg.slice::<AtomicU64>(8, usize::MAX / 4);
 }
+
+/// Every rank holds the job segment's descriptor: none may shrink the file under the others'
+/// mappings (their next touch would be SIGBUS), or grow it.
+#[test]
+fn the_job_segment_cannot_be_resized_by_a_rank() {
+    let seg = Segment::create_for_job(JobShape::local(2, 1), 1 << 20).unwrap();
+    let fd = seg.raw_fd().unwrap();
+    for len in [0, seg.len() as libc::off_t * 2] {
+        // SAFETY: ftruncate on our own descriptor; it must be refused.
+        let rc = unsafe { libc::ftruncate(fd, len) };
+        assert_eq!(rc, -1, "a resize to {len} bytes was allowed");
+    }
+    assert_eq!(crate::sys::fd_len(fd).unwrap(), seg.len());
+}
