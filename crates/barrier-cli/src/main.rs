@@ -100,7 +100,7 @@ enum Cmd {
         /// Instead: time ours against the raw floor protocol (and hurdles) in alternating
         /// chunks of --batch barriers in the same two pinned threads, the comparison that holds
         /// on machines whose speed changes from moment to moment.
-        #[arg(long, conflicts_with_all = ["mpi", "ranks", "backend", "nodes", "algorithms", "no_emulate", "threaded_emulator", "rounds", "json", "plot"])]
+        #[arg(long, conflicts_with_all = ["mpi", "shmem", "ranks", "backend", "nodes", "algorithms", "no_emulate", "threaded_emulator", "rounds", "json", "plot"])]
         interleave: bool,
         /// Instead: the machine's MPI_Barrier against the same program's barrier under the
         /// PMPI interposer (libbarrier_pmpi.so), timed in alternating chunks in one run of
@@ -110,6 +110,15 @@ enum Cmd {
         /// The interposer for --mpi (default: libbarrier_pmpi.so beside this command).
         #[arg(long, value_name = "PATH", requires = "mpi")]
         mpi_preload: Option<PathBuf>,
+        /// Instead: the OpenSHMEM implementation's shmem_barrier_all and shmem_sync_all against
+        /// the same program's under the interposer (libbarrier_shmem.so), timed in alternating
+        /// chunks in one run of oshrun per PE count (-n; --iters barriers each). Needs oshcc and
+        /// oshrun.
+        #[arg(long, conflicts_with_all = ["mpi", "backend", "nodes", "algorithms", "no_emulate", "threaded_emulator", "batch", "rounds", "json", "plot"])]
+        shmem: bool,
+        /// The interposer for --shmem (default: libbarrier_shmem.so beside this command).
+        #[arg(long, value_name = "PATH", requires = "shmem")]
+        shmem_preload: Option<PathBuf>,
     },
     /// Predict each backend's barrier latency for a job shape this machine cannot run (a model
     /// calibrated here and by published network figures; docs/model.md).
@@ -449,6 +458,8 @@ fn main() -> ExitCode {
             interleave,
             mpi,
             mpi_preload,
+            shmem,
+            shmem_preload,
         } => {
             let zero = [
                 ("-n", ranks.contains(&0)),
@@ -482,6 +493,16 @@ fn main() -> ExitCode {
                     Ok(()) => ExitCode::SUCCESS,
                     Err(e) => {
                         eprintln!("barrier bench --mpi: {e}");
+                        ExitCode::FAILURE
+                    }
+                };
+            }
+            if shmem {
+                let opts = barrier_cli::shmembench::ShmemBenchOptions { pes: ranks, iters, preload: shmem_preload };
+                return match barrier_cli::shmembench::run(&opts) {
+                    Ok(()) => ExitCode::SUCCESS,
+                    Err(e) => {
+                        eprintln!("barrier bench --shmem: {e}");
                         ExitCode::FAILURE
                     }
                 };

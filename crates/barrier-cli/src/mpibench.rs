@@ -53,7 +53,7 @@ fn defines_mpi_barrier(path: &Path) -> Result<bool, String> {
 /// Whether the little-endian 64-bit ELF file `elf` defines the dynamic symbol `name`: an
 /// entry of its `.dynsym` with that name and a section (an import has none). `None` if the
 /// bytes are not such a file, it has no `.dynsym` section, or its tables lie outside it.
-fn defines_symbol(elf: &[u8], name: &str) -> Option<bool> {
+pub(crate) fn defines_symbol(elf: &[u8], name: &str) -> Option<bool> {
     const SHT_DYNSYM: u32 = 11;
     const SHN_UNDEF: u16 = 0;
     let bytes = |at: usize, n: usize| elf.get(at..at.checked_add(n)?);
@@ -118,7 +118,7 @@ fn linked_mpi(elf: &[u8]) -> Option<Mpi> {
     }
 }
 
-fn tool(var: &str, default: &str) -> String {
+pub(crate) fn tool(var: &str, default: &str) -> String {
     std::env::var(var).ok().filter(|v| !v.trim().is_empty()).unwrap_or_else(|| default.to_string())
 }
 

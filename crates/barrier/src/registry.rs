@@ -273,11 +273,35 @@ pub fn all_params() -> Vec<ParamInfo> {
         all.extend(b.params());
     }
     all.extend(mpi_params());
+    all.extend(shmem_params());
     for b in &every[builtin_count..] {
         all.extend(backend_params(b.name(), b.default_priority()));
         all.extend(b.params());
     }
     all
+}
+
+/// The parameters of the OpenSHMEM interposer (`barrier-shmem`): described here so that
+/// `barrier info` lists them and every communicator checks them, read there.
+pub fn shmem_params() -> Vec<ParamInfo> {
+    vec![
+        ParamInfo::new(
+            "BARRIER_SHMEM_NODE_BLOCK",
+            "0",
+            "OpenSHMEM only: pretend that every K consecutive PEs of a machine are one node, so the internode \
+             path (OpenSHMEM puts between node roots) runs on one machine. 0: nodes are the machines (by host \
+             name). Unset: BARRIER_MPI_NODE_BLOCK's value.",
+        )
+        .kind(ParamKind::Int { min: 0, max: i32::MAX as i64 }),
+        ParamInfo::new(
+            "BARRIER_SHMEM_PROGRESS",
+            "1",
+            "OpenSHMEM only: a PE waiting in a barrier keeps the implementation progressing (Open MPI's \
+             opal_progress), so that a put to a static variable aimed at it lands meanwhile. 0 turns it off \
+             (a negative control: such a put before a barrier then never lands).",
+        )
+        .kind(ParamKind::Bool),
+    ]
 }
 
 /// The parameters of communicators made over MPI (`barrier-mpi` and its interposer): described

@@ -1,0 +1,296 @@
+//! # barrier-shmem
+//!
+//! `libbarrier_shmem.so`, an interposer for unmodified OpenSHMEM programs: preloaded, it defines
+//! `shmem_barrier_all`, `shmem_sync_all`, `shmem_barrier` and `shmem_sync` (and the
+//! initialisation and finalisation calls around them) in front of the implementation's, and
+//! serves them with the barrier library's selected barrier. It links no OpenSHMEM library:
+//! the implementation's functions are found at run time (`pshmem_*`, the OpenSHMEM 1.5
+//! profiling names, where the implementation exports them, else `dlsym(RTLD_NEXT, …)`), so
+//! one build serves any implementation that exports the standard names.
+//!
+//! # Set-up (in `shmem_init`, `shmem_init_thread` or `start_pes`, after the implementation's)
+//!
+//! Every PE takes every step; an exchange is an allgather over OpenSHMEM (each PE puts its
+//! words into every PE's row of a symmetric buffer, then `shmem_quiet` and the implementation's
+//! own barrier), and a failure anywhere travels as a word of the next one, so every PE serves
+//! or every PE declines:
+//!
+//! 1. **Settings**: every `BARRIER_*` value checked on every PE, agreed; rank 0's
+//!    `BARRIER_SHMEM_NODE_BLOCK` (or barrier-mpi's `BARRIER_MPI_NODE_BLOCK`).
+//! 2. **Nodes**, from the PEs themselves: each PE's host name (hashed) is exchanged (the
+//!    implementation's "shared" team is not a node everywhere); with a node block, every K PEs
+//!    of a machine are one simulated node. A node's first PE is its root.
+//! 3. **The node's segment**, made the way barrier-mpi makes its own: a memfd of the node's
+//!    first PE, opened by the others through `/proc/<pid>/fd/<n>` and checked to be the same
+//!    file; agreed.
+//! 4. **The node's barrier**: every PE joins the segment as a core `Universe`, whose selector
+//!    picks the node's backend (and wait policy, from the job's PEs on the machine); agreed.
+//! 5. **Between nodes**: the roots' dissemination over `shmem_ulong_atomic_set` into a
+//!    symmetric inbox (a line per round), ⌈log2 nodes⌉ rounds.
+//!
+//! Until set-up has finished (the implementation calls `shmem_barrier_all` inside its own
+//! init), after a decline, and from the start of `shmem_finalize`, every call passes through.
+//!
+//! # Semantics
+//!
+//! * `shmem_barrier_all` = `shmem_quiet` + a barrier of every PE; `shmem_sync_all` = the barrier
+//!   alone (it orders this PE's local stores, as the specification asks, but completes no puts).
+//! * The active-set `shmem_barrier(start, stride, size, pSync)` and `shmem_sync(…)` are served
+//!   when the set is the whole job (`0, 0, npes`), without touching `pSync`; any other set
+//!   passes through to the implementation.
+//! * Ordering: a PE's writes before its arrival are visible to every PE after it leaves: the
+//!   node's barrier stores its flags with release and loads them with acquire (so on a weaker
+//!   memory model, A64FX's included, the same holds), and between nodes each root's remote set
+//!   follows its node's gather and precedes its node's release.
+//! * **Progress**: a waiting PE keeps the implementation progressing where it must (Open MPI's
+//!   OSHMEM moves puts to static variables only while the target calls into it): the wait
+//!   layer's progress hook calls `opal_progress` when the implementation has it
+//!   (`BARRIER_SHMEM_PROGRESS=0` turns it off: a negative control, the put then never lands).
+//! * `BARRIER_VERBOSE=1`: PE 0 says what serves the barriers (or why every PE declined), and at
+//!   finalize how many calls were served and how many passed through.
+
+mod real;
+mod serve;
+mod setup;
+
+use std::ffi::{c_int, c_long};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::{Mutex, OnceLock};
+
+use real::Real;
+use serve::Serving;
+use setup::{Outcome, Symmetric};
+
+/// Where the library is: calls pass through until set-up finishes, and again from finalize.
+static PHASE: AtomicU8 = AtomicU8::new(PASS);
+const PASS: u8 = 0;
+const SERVE: u8 = 1;
+
+/// The implementation's functions, found in the first init call.
+static REAL: OnceLock<Result<Real, String>> = OnceLock::new();
+/// The barrier, once every PE agreed to serve (the lock keeps one thread in it at a time).
+static SERVING: Mutex<Option<Box<Serving>>> = Mutex::new(None);
+/// Symmetric memory to free at finalize.
+static SYMMETRIC: Mutex<Option<Symmetric>> = Mutex::new(None);
+
+/// Calls served and passed through, per entry point (for the verbose summary and the tests).
+static COUNTS: [[AtomicU64; 2]; 4] = [const { [const { AtomicU64::new(0) }, const { AtomicU64::new(0) }] }; 4];
+const NAMES: [&str; 4] = ["shmem_barrier_all", "shmem_sync_all", "shmem_barrier", "shmem_sync"];
+
+fn real() -> Option<&'static Real> {
+    REAL.get_or_init(Real::find).as_ref().ok()
+}
+
+fn say(line: &str) {
+    barrier::sys::say(line);
+}
+
+fn lock<T>(m: &'static Mutex<T>) -> std::sync::MutexGuard<'static, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// After the implementation's init: sets up (collective) and says what happened.
+fn after_init() {
+    let Some(real) = real() else {
+        if let Some(Err(why)) = REAL.get() {
+            say(&format!("barrier-shmem: passes every call through: {why}"));
+        }
+        return;
+    };
+    if PHASE.load(Ordering::Acquire) == SERVE {
+        return; // a second init
+    }
+    let params = barrier::Params::from_env();
+    let verbose = params.flag("BARRIER_VERBOSE").unwrap_or(false);
+    // SAFETY: the implementation is initialized.
+    let me = unsafe { (real.my_pe)() };
+    let (outcome, symmetric) = setup::run(real, &params);
+    *lock(&SYMMETRIC) = Some(symmetric);
+    match outcome {
+        Outcome::Serve(serving) => {
+            if verbose && me == 0 {
+                say(&format!("barrier-shmem: {} (under {}): {}", NAMES[..2].join(", "), real.name, serving.describe()));
+            }
+            *lock(&SERVING) = Some(serving);
+            PHASE.store(SERVE, Ordering::Release);
+        }
+        Outcome::Decline(why) => {
+            if verbose && me == 0 || why.starts_with(&format!("PE {me}:")) {
+                say(&format!("barrier-shmem: every PE passes its barriers through to {}: {why}", real.name));
+            }
+        }
+    }
+}
+
+/// Our barrier, or `None` when the call must pass through.
+fn serve(kind: usize, quiet: bool) -> Option<()> {
+    if PHASE.load(Ordering::Acquire) != SERVE {
+        COUNTS[kind][1].fetch_add(1, Ordering::Relaxed);
+        return None;
+    }
+    let real = real()?;
+    let guard = lock(&SERVING);
+    let Some(serving) = guard.as_ref() else {
+        COUNTS[kind][1].fetch_add(1, Ordering::Relaxed);
+        return None;
+    };
+    if quiet {
+        // SAFETY: the implementation's quiet: this PE's puts complete before it arrives.
+        unsafe { (real.quiet)() };
+    }
+    if let Err(e) = serving.barrier() {
+        // SAFETY: the implementation is initialized.
+        let me = unsafe { (real.my_pe)() };
+        say(&format!("barrier-shmem: {} failed on PE {me}: {e}; ending the job", NAMES[kind]));
+        match real.global_exit {
+            // SAFETY: ends every PE of the job; does not return.
+            Some(exit) => unsafe { exit(70) },
+            None => std::process::exit(70),
+        }
+    }
+    COUNTS[kind][0].fetch_add(1, Ordering::Relaxed);
+    Some(())
+}
+
+/// Whether an active set is the whole job.
+fn whole_job(real: &Real, start: c_int, stride: c_int, size: c_int) -> bool {
+    // SAFETY: the implementation is initialized while we serve.
+    start == 0 && stride == 0 && size == unsafe { (real.n_pes)() }
+}
+
+/// `shmem_init`: the implementation's, then our set-up.
+#[no_mangle]
+pub extern "C" fn shmem_init() {
+    let Some(real) = real() else { return fallback_init() };
+    // SAFETY: the implementation's own init.
+    unsafe { (real.init)() };
+    after_init();
+}
+
+/// Without the implementation's functions we cannot even initialize it: say so and end.
+fn fallback_init() {
+    let why = REAL.get().and_then(|r| r.as_ref().err()).cloned().unwrap_or_default();
+    say(&format!("barrier-shmem: cannot initialize OpenSHMEM: {why}; is the program an OpenSHMEM program?"));
+    std::process::exit(70);
+}
+
+/// `shmem_init_thread`: the implementation's, then our set-up.
+///
+/// # Safety
+/// As the implementation's: `provided` must be writable (or null where it allows).
+#[no_mangle]
+pub unsafe extern "C" fn shmem_init_thread(requested: c_int, provided: *mut c_int) -> c_int {
+    let Some(f) = real().and_then(|r| r.init_thread) else {
+        fallback_init();
+        return -1;
+    };
+    // SAFETY: the implementation's own, with the caller's arguments.
+    let rc = unsafe { f(requested, provided) };
+    if rc == 0 {
+        after_init();
+    }
+    rc
+}
+
+/// `start_pes` (OpenSHMEM 1.0's init): the implementation's, then our set-up.
+#[no_mangle]
+pub extern "C" fn start_pes(npes: c_int) {
+    let Some(f) = real().and_then(|r| r.start_pes) else { return fallback_init() };
+    // SAFETY: the implementation's own, with the caller's argument.
+    unsafe { f(npes) };
+    after_init();
+}
+
+/// `shmem_finalize`: everything passes through from here on; our barrier and symmetric memory
+/// go (collectively) before the implementation's finalize.
+#[no_mangle]
+pub extern "C" fn shmem_finalize() {
+    let Some(real) = real() else { return };
+    let was = PHASE.swap(PASS, Ordering::AcqRel);
+    let serving = lock(&SERVING).take();
+    drop(serving);
+    if let Some(symmetric) = lock(&SYMMETRIC).take() {
+        symmetric.free(real);
+    }
+    let params = barrier::Params::from_env();
+    // SAFETY: the implementation is still initialized.
+    if params.flag("BARRIER_VERBOSE").unwrap_or(false) && unsafe { (real.my_pe)() } == 0 {
+        let counts: Vec<String> = NAMES
+            .iter()
+            .zip(&COUNTS)
+            .map(|(name, c)| {
+                format!(
+                    "{name} {} served, {} passed through",
+                    c[0].load(Ordering::Relaxed),
+                    c[1].load(Ordering::Relaxed)
+                )
+            })
+            .collect();
+        say(&format!(
+            "barrier-shmem: PE 0 at finalize ({}): {}",
+            if was == SERVE { "served" } else { "declined" },
+            counts.join("; ")
+        ));
+    }
+    // SAFETY: the implementation's own finalize.
+    unsafe { (real.finalize)() };
+}
+
+/// `shmem_barrier_all`: `shmem_quiet`, then our barrier of every PE.
+#[no_mangle]
+pub extern "C" fn shmem_barrier_all() {
+    if serve(0, true).is_none() {
+        if let Some(real) = real() {
+            // SAFETY: the implementation's own barrier.
+            unsafe { (real.barrier_all)() };
+        }
+    }
+}
+
+/// `shmem_sync_all`: our barrier of every PE (no quiet).
+#[no_mangle]
+pub extern "C" fn shmem_sync_all() {
+    if serve(1, false).is_none() {
+        if let Some(f) = real().and_then(|r| r.sync_all) {
+            // SAFETY: the implementation's own.
+            unsafe { f() };
+        }
+    }
+}
+
+/// `shmem_barrier` over an active set: ours (after `shmem_quiet`) for the whole job, the
+/// implementation's for any other set. `pSync` is never touched by us.
+///
+/// # Safety
+/// As the implementation's: `p_sync` must be a symmetric work array as OpenSHMEM specifies.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_barrier(start: c_int, stride: c_int, size: c_int, p_sync: *mut c_long) {
+    let Some(real) = real() else { return };
+    if whole_job(real, start, stride, size) && serve(2, true).is_some() {
+        return;
+    }
+    if !whole_job(real, start, stride, size) {
+        COUNTS[2][1].fetch_add(1, Ordering::Relaxed);
+    }
+    // SAFETY: the implementation's own, with the caller's arguments.
+    unsafe { (real.barrier)(start, stride, size, p_sync) };
+}
+
+/// `shmem_sync` over an active set: ours for the whole job, the implementation's otherwise.
+///
+/// # Safety
+/// As the implementation's: `p_sync` must be a symmetric work array as OpenSHMEM specifies.
+#[no_mangle]
+pub unsafe extern "C" fn shmem_sync(start: c_int, stride: c_int, size: c_int, p_sync: *mut c_long) {
+    let Some(real) = real() else { return };
+    if whole_job(real, start, stride, size) && serve(3, false).is_some() {
+        return;
+    }
+    if !whole_job(real, start, stride, size) {
+        COUNTS[3][1].fetch_add(1, Ordering::Relaxed);
+    }
+    if let Some(f) = real.sync {
+        // SAFETY: the implementation's own, with the caller's arguments.
+        unsafe { f(start, stride, size, p_sync) };
+    }
+}

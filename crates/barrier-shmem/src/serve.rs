@@ -1,0 +1,160 @@
+//! Serving a barrier: the node's barrier (the core library's communicator over the node's
+//! segment), and across nodes the roots' dissemination over OpenSHMEM puts, then the node's
+//! barrier again (the root releases its node).
+
+use std::cell::Cell;
+use std::ffi::c_ulong;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use barrier::shm::Segment;
+use barrier::{Error, Params, Result, Universe};
+
+use crate::real::{Real, Void};
+
+/// One flag per cache line in the internode inbox.
+pub(crate) const LINE: usize = 128;
+
+/// The implementation's progress call, for the wait layer's hook (a plain `fn(usize)`).
+static PROGRESS: AtomicUsize = AtomicUsize::new(0);
+
+pub(crate) fn set_progress(progress: Void) {
+    PROGRESS.store(progress as usize, Ordering::Release);
+}
+
+/// One step of the implementation's progress engine (the wait layer calls it on its slow path).
+pub(crate) fn call_progress(_context: usize) {
+    let p = PROGRESS.load(Ordering::Acquire);
+    if p != 0 {
+        // SAFETY: set from the implementation's `void opal_progress(void)`.
+        unsafe { std::mem::transmute::<usize, Void>(p)() };
+    }
+}
+
+/// The node roots' dissemination: ⌈log2 R⌉ rounds for R nodes; in round `r` root `j` sets
+/// round-`r` flag of root `(j + 2^r) mod R` to the epoch (`shmem_ulong_atomic_set`, remote)
+/// and waits until its own round-`r` flag reaches it, keeping the implementation progressing.
+/// Flags only grow: nothing is reset between barriers.
+#[derive(Debug)]
+pub(crate) struct Rounds {
+    real: Real,
+    /// This root's inbox: one flag per round, a line each (symmetric).
+    inbox: usize,
+    /// The partner root's PE per round.
+    partners: Vec<i32>,
+    /// The root whose signal each round waits for (for errors).
+    senders: Vec<usize>,
+    timeout: Option<Duration>,
+    /// Yield between looks (more PEs than cores on this machine).
+    yields: bool,
+}
+
+impl Rounds {
+    pub(crate) fn new(real: Real, inbox: usize, index: usize, roots: Vec<usize>, params: &Params) -> Rounds {
+        let r = roots.len();
+        let rounds = barrier::rounds(r);
+        Rounds {
+            real,
+            inbox,
+            partners: (0..rounds).map(|k| roots[(index + (1 << k)) % r] as i32).collect(),
+            senders: (0..rounds).map(|k| roots[(index + r - (1 << k) % r) % r]).collect(),
+            timeout: params.duration("BARRIER_TIMEOUT").ok().flatten(),
+            yields: barrier::sys::available_cores() < roots.len(),
+        }
+    }
+
+    fn slot(&self, round: usize) -> &AtomicU64 {
+        // SAFETY: inside this PE's symmetric inbox, one aligned line per round, written only by
+        // remote atomic sets (whole words).
+        unsafe { &*((self.inbox + round * LINE) as *const AtomicU64) }
+    }
+
+    fn run(&self, epoch: u64) -> Result<()> {
+        for (round, &partner) in self.partners.iter().enumerate() {
+            // SAFETY: the partner's inbox line of this round (symmetric address); a remote
+            // atomic set of one word.
+            unsafe {
+                (self.real.ulong_atomic_set)((self.inbox + round * LINE) as *mut c_ulong, epoch as c_ulong, partner)
+            };
+            let slot = self.slot(round);
+            let start = Instant::now();
+            let mut polls: u32 = 0;
+            while slot.load(Ordering::Acquire) < epoch {
+                call_progress(0);
+                polls = polls.wrapping_add(1);
+                if self.yields {
+                    std::thread::yield_now();
+                } else {
+                    std::hint::spin_loop();
+                }
+                if polls.is_multiple_of(1024) {
+                    if let Some(limit) = self.timeout.filter(|&l| start.elapsed() >= l) {
+                        return Err(Error::Setup(format!(
+                            "the internode phase of barrier {epoch} timed out after {limit:?} in round {round}: the node \
+                             root PE {} never signalled (its node, or a PE on it, has not arrived)",
+                            self.senders[round]
+                        )));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What serves the barriers of a job that agreed to be served.
+#[derive(Debug)]
+pub(crate) struct Serving {
+    // Field order is drop order: the node's universe before its segment.
+    node: Universe,
+    seg: Arc<Segment>,
+    local_rank: usize,
+    nodes: usize,
+    internode: Option<Rounds>,
+    epoch: Cell<u64>,
+    describe: String,
+}
+
+// SAFETY: the node's universe is used by one thread at a time (the caller holds the library's
+// lock around every use); the inbox address is this process's symmetric memory.
+unsafe impl Send for Serving {}
+
+impl Serving {
+    pub(crate) fn new(
+        node: Universe,
+        seg: Arc<Segment>,
+        local_rank: usize,
+        nodes: usize,
+        internode: Option<Rounds>,
+        describe: String,
+    ) -> Serving {
+        Serving { node, seg, local_rank, nodes, internode, epoch: Cell::new(0), describe }
+    }
+
+    /// What runs the barriers, in one line.
+    pub(crate) fn describe(&self) -> &str {
+        &self.describe
+    }
+
+    /// A barrier of every PE (collective): writes before it on any PE are visible after it on
+    /// every PE (release on arrival, acquire on departure, through the node's barrier and the
+    /// roots' remote sets).
+    pub(crate) fn barrier(&self) -> Result<()> {
+        let world = self.node.world();
+        world.barrier()?;
+        if self.nodes > 1 {
+            if let Some(rounds) = &self.internode {
+                let epoch = self.epoch.get() + 1;
+                self.epoch.set(epoch);
+                if let Err(e) = rounds.run(epoch) {
+                    // The node's PEs waiting for this root stop at once instead of at their timeout.
+                    self.seg.set_abort(self.local_rank);
+                    return Err(e);
+                }
+            }
+            world.barrier()?;
+        }
+        Ok(())
+    }
+}

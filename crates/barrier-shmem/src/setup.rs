@@ -1,0 +1,302 @@
+//! Set-up through OpenSHMEM alone, right after the implementation's own `shmem_init`, on every
+//! PE; see the crate docs for the steps. Every step is taken by every PE, in the same order,
+//! whatever happened before it on this PE: a local failure travels as a word of the next
+//! exchange, so the PEs serve or decline together and nobody waits in an exchange alone.
+
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use barrier::shm::{JobShape, RankNames, Segment};
+use barrier::{Error, Params, Universe};
+
+use crate::real::{host_hash, Real};
+use crate::serve::{Rounds, Serving, LINE};
+
+/// Words per PE in an exchange.
+const WORDS: usize = 8;
+
+/// The settings this library reads beside the core ones.
+pub(crate) const NODE_BLOCK: &str = "BARRIER_SHMEM_NODE_BLOCK";
+pub(crate) const PROGRESS: &str = "BARRIER_SHMEM_PROGRESS";
+
+/// Symmetric memory this library allocated (every PE alike), freed at finalize.
+#[derive(Debug, Default)]
+pub(crate) struct Symmetric {
+    pub exchange: usize,
+    pub inbox: usize,
+}
+
+impl Symmetric {
+    /// Frees it (collective, as the allocation was).
+    pub(crate) fn free(self, real: &Real) {
+        for p in [self.inbox, self.exchange] {
+            if p != 0 {
+                // SAFETY: made by `shmem_align` on every PE; every PE frees it in this order.
+                unsafe { (real.free)(p as *mut c_void) };
+            }
+        }
+    }
+}
+
+/// An allgather over OpenSHMEM: every PE puts its words into every PE's row of a symmetric
+/// buffer, then the implementation's own barrier (after a quiet) makes them visible; a second
+/// barrier keeps the next exchange from overwriting a row not yet read.
+struct Exchange<'a> {
+    real: &'a Real,
+    buf: *mut u64,
+    me: usize,
+    n: usize,
+}
+
+impl Exchange<'_> {
+    fn all(&self, words: &[u64]) -> Vec<[u64; WORDS]> {
+        let mut row = [0u64; WORDS];
+        row[..words.len().min(WORDS)].copy_from_slice(&words[..words.len().min(WORDS)]);
+        for pe in 0..self.n {
+            // SAFETY: `buf` is symmetric, n * WORDS words on every PE; row `me` is this PE's.
+            unsafe {
+                (self.real.putmem)(self.buf.add(self.me * WORDS).cast(), row.as_ptr().cast(), WORDS * 8, pe as i32)
+            };
+        }
+        // SAFETY: the implementation's quiet and barrier, called by every PE.
+        unsafe {
+            (self.real.quiet)();
+            (self.real.barrier_all)();
+        }
+        let all = (0..self.n)
+            .map(|pe| {
+                let mut r = [0u64; WORDS];
+                for (w, slot) in r.iter_mut().enumerate() {
+                    // SAFETY: inside the buffer; written by PE `pe` before the barrier.
+                    *slot = unsafe { self.buf.add(pe * WORDS + w).read_volatile() };
+                }
+                r
+            })
+            .collect();
+        // SAFETY: as above.
+        unsafe { (self.real.barrier_all)() };
+        all
+    }
+
+    /// The first PE whose word `at` is zero (a failure), if any.
+    fn first_failed(&self, ok: bool) -> Option<usize> {
+        self.all(&[u64::from(ok)]).iter().position(|w| w[0] == 0)
+    }
+}
+
+/// What the set-up decided on every PE alike.
+pub(crate) enum Outcome {
+    Serve(Box<Serving>),
+    /// Every PE passes every call through; the reason (printed once with BARRIER_VERBOSE).
+    Decline(String),
+}
+
+/// The PEs' node: which PEs share it, by the host name each PE reported, cut into blocks of
+/// `block` PEs per machine when simulated nodes are asked for.
+pub(crate) struct Nodes {
+    /// Node of each PE, numbered by its first PE.
+    pub node_of: Vec<usize>,
+    /// PEs on this PE's machine.
+    pub on_machine: usize,
+}
+
+pub(crate) fn nodes(hashes: &[u64], block: usize) -> Nodes {
+    let mut keys: Vec<(u64, usize)> = Vec::with_capacity(hashes.len());
+    let mut seen_on_host: Vec<(u64, usize)> = Vec::new();
+    for &h in hashes {
+        let index = match seen_on_host.iter_mut().find(|(x, _)| *x == h) {
+            Some((_, count)) => {
+                *count += 1;
+                *count - 1
+            }
+            None => {
+                seen_on_host.push((h, 1));
+                0
+            }
+        };
+        keys.push((h, index.checked_div(block).unwrap_or(0)));
+    }
+    let mut order: Vec<(u64, usize)> = Vec::new();
+    let node_of = keys
+        .iter()
+        .map(|k| match order.iter().position(|o| o == k) {
+            Some(i) => i,
+            None => {
+                order.push(*k);
+                order.len() - 1
+            }
+        })
+        .collect();
+    Nodes { node_of, on_machine: 0 }
+}
+
+/// Runs the set-up (collective over every PE).
+pub(crate) fn run(real: &Real, params: &Params) -> (Outcome, Symmetric) {
+    // SAFETY: the implementation is initialized (our caller ran its init).
+    let (me, n) = unsafe { ((real.my_pe)() as usize, (real.n_pes)() as usize) };
+    let mut symmetric = Symmetric::default();
+    // SAFETY: collective allocation, the same size on every PE.
+    let buf = unsafe { (real.align)(LINE, n * WORDS * 8) } as *mut u64;
+    if buf.is_null() {
+        return (Outcome::Decline(format!("no symmetric memory for {} bytes of set-up", n * WORDS * 8)), symmetric);
+    }
+    symmetric.exchange = buf as usize;
+    let x = Exchange { real, buf, me, n };
+
+    // 1. Settings, checked on every PE and agreed; rank 0's node block.
+    let known = barrier::registry::all_params();
+    let mut bad = barrier::registry::check_all_but_backend_names(params).err().map(|b| (b.0, b.1.to_string()));
+    // BARRIER_SHMEM_NODE_BLOCK, or barrier-mpi's BARRIER_MPI_NODE_BLOCK when only that is set.
+    let block_var = if params.get(NODE_BLOCK).is_some() { NODE_BLOCK } else { barrier::params::MPI_NODE_BLOCK };
+    let block = params.parse(block_var, 0usize, "a number of PEs").unwrap_or_else(|e| {
+        bad.get_or_insert((known.len(), e.to_string()));
+        0
+    });
+    // The CPUs this PE may use (the first 256): the job's PEs on a machine wait by the cores
+    // they may use together, not by one PE's mask (a launcher binds each PE to one core).
+    let mut mask = [0u64; 4];
+    for cpu in barrier::sys::affinity_cores().into_iter().filter(|&c| c < 256) {
+        mask[cpu / 64] |= 1 << (cpu % 64);
+    }
+    let verdicts = x.all(&[
+        bad.as_ref().map_or(0, |b| b.0 as u64 + 1),
+        host_hash(),
+        block as u64,
+        mask[0],
+        mask[1],
+        mask[2],
+        mask[3],
+    ]);
+    if let Some((i, why)) = bad {
+        let _ = i;
+        return (Outcome::Decline(format!("PE {me}: {why}")), symmetric);
+    }
+    if let Some(pe) = verdicts.iter().position(|w| w[0] != 0) {
+        let name = known.get(verdicts[pe][0] as usize - 1).map_or(block_var, |p| p.name.as_str());
+        return (Outcome::Decline(format!("PE {pe} rejected its value of {name}")), symmetric);
+    }
+    let hashes: Vec<u64> = verdicts.iter().map(|w| w[1]).collect();
+    let block = verdicts[0][2] as usize;
+    let mut topo = nodes(&hashes, block);
+    topo.on_machine = hashes.iter().filter(|&&h| h == hashes[me]).count();
+    let my_node = topo.node_of[me];
+    let members: Vec<usize> = (0..n).filter(|&pe| topo.node_of[pe] == my_node).collect();
+    let local_rank = members.iter().position(|&pe| pe == me).expect("this PE is on its node");
+    let node_count = topo.node_of.iter().max().map_or(1, |m| m + 1);
+    let roots: Vec<usize> =
+        (0..node_count).map(|node| (0..n).find(|&pe| topo.node_of[pe] == node).expect("a node has a PE")).collect();
+
+    // 2. The node's segment: made (a memfd) by its first PE, opened by the others through that
+    // process's descriptor, checked to be the same file; agreed.
+    let union = (0..n).filter(|&pe| hashes[pe] == hashes[me]).fold([0u64; 4], |mut u, pe| {
+        for (w, word) in u.iter_mut().enumerate() {
+            *word |= verdicts[pe][3 + w];
+        }
+        u
+    });
+    let cores = union.iter().map(|w| w.count_ones() as usize).sum::<usize>().max(1);
+    let shape = JobShape { world_size: members.len(), nodes: 1, ranks_on_machine: topo.on_machine, cores };
+    let pool = params.parse("BARRIER_SHM_POOL_BYTES", barrier::shm::DEFAULT_POOL_BYTES, "").unwrap_or_default();
+    let mut made: Option<Result<Arc<Segment>, Error>> = None;
+    let mut offer = [0u64; 5];
+    if local_rank == 0 {
+        let seg = Segment::create_for_job(shape, pool);
+        if let Ok(s) = &seg {
+            if let (Some(fd), Some((dev, ino))) = (s.raw_fd(), s.identity()) {
+                offer = [1, u64::from(std::process::id()), fd as u64, dev, ino];
+            }
+        }
+        made = Some(seg);
+    }
+    let offers = x.all(&offer);
+    let leader = members[0];
+    let seg = match made {
+        Some(seg) => seg,
+        None if offers[leader][0] == 1 => {
+            let o = offers[leader];
+            Segment::open_from_process(o[1] as u32, o[2] as i32, (o[3], o[4]))
+        }
+        None => Err(Error::Setup(format!("PE {leader} could not make its node's shared segment"))),
+    };
+    if let Some(pe) = x.first_failed(seg.is_ok()) {
+        let why = seg.err().map_or_else(|| format!("PE {pe} could not map its node's segment"), |e| e.to_string());
+        return (Outcome::Decline(why), symmetric);
+    }
+    let seg = seg.expect("agreed");
+    // Waits let the implementation progress (see the crate docs), unless turned off.
+    if params.flag_or(PROGRESS, true).unwrap_or(true) {
+        if let Some(progress) = real.progress {
+            crate::serve::set_progress(progress);
+            seg.set_progress(barrier::wait::Progress::new(crate::serve::call_progress, 0));
+        }
+    }
+    seg.set_rank_names(RankNames {
+        world: members.clone(),
+        comm: members.clone(),
+        comm_size: n,
+        hierarchical: node_count > 1,
+    });
+
+    // 3. Every PE joins its node as a core universe (the core selector picks the node's backend).
+    let node_params = params.clone();
+    let joined = Universe::join(seg.clone(), local_rank, node_params);
+    if joined.is_err() {
+        seg.set_abort(local_rank);
+    }
+    if let Some(pe) = x.first_failed(joined.is_ok()) {
+        let why = joined.err().map_or_else(|| format!("PE {pe} could not join its node"), |e| e.to_string());
+        return (Outcome::Decline(why), symmetric);
+    }
+    let node = joined.expect("agreed");
+
+    // 4. Between nodes: the roots' dissemination over OpenSHMEM puts into a symmetric inbox.
+    let rounds = barrier::rounds(node_count);
+    let mut internode = None;
+    if rounds > 0 {
+        // SAFETY: collective allocation, the same size on every PE.
+        let inbox = unsafe { (real.align)(LINE, rounds * LINE) } as usize;
+        if inbox != 0 {
+            symmetric.inbox = inbox;
+            for r in 0..rounds {
+                // SAFETY: this PE's own inbox line, zeroed before anyone signals it.
+                unsafe { (*((inbox + r * LINE) as *const AtomicU64)).store(0, Ordering::Relaxed) };
+            }
+        }
+        if let Some(pe) = x.first_failed(inbox != 0) {
+            return (Outcome::Decline(format!("PE {pe} had no symmetric memory for the internode inbox")), symmetric);
+        }
+        if let Some(j) = roots.iter().position(|&pe| pe == me) {
+            internode = Some(Rounds::new(*real, inbox, j, roots.clone(), params));
+        }
+    }
+    let describe = format!(
+        "{} PEs on {node_count} node(s): intranode {} ({}), {}{}",
+        n,
+        node.world().backend(),
+        node.world().algorithm(),
+        if node_count > 1 { "internode dissemination over OpenSHMEM puts among the node roots, " } else { "" },
+        format_args!(
+            "waits {} ({} PEs on {} cores here)",
+            node.world().wait_policy(),
+            shape.ranks_on_machine,
+            shape.cores
+        )
+    );
+    let serving = Serving::new(node, seg, local_rank, node_count, internode, describe);
+    (Outcome::Serve(Box::new(serving)), symmetric)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nodes_are_hosts_cut_into_blocks_numbered_by_their_first_pe() {
+        let (a, b) = (11, 22);
+        assert_eq!(nodes(&[a, a, b, b], 0).node_of, vec![0, 0, 1, 1]);
+        assert_eq!(nodes(&[a, b, a, b], 0).node_of, vec![0, 1, 0, 1]);
+        assert_eq!(nodes(&[a, a, a, a, a], 2).node_of, vec![0, 0, 1, 1, 2]);
+        assert_eq!(nodes(&[a, b, a, b, a], 1).node_of, vec![0, 1, 2, 3, 4]);
+    }
+}
