@@ -16,10 +16,9 @@ cd "$(dirname "$0")/../.."
 
 FLAVOR=${1:-ompi}
 step() { printf '\n--> [%s] %s\n' "$FLAVOR" "$*"; }
-fail() {
-    echo "MPI TEST FAILED [$FLAVOR]: $*"
-    exit 1
-}
+FAIL_PREFIX="MPI TEST FAILED [$FLAVOR]"
+# shellcheck source=tests/lib.sh
+source tests/lib.sh
 
 case "$FLAVOR" in
     ompi)
@@ -89,44 +88,6 @@ OUTSIDE=$TARGET/release/outside-rsmpi-user
 BIN=$TARGET/mpi
 
 out=$TARGET/mpi/out.txt
-# run NAME EXPECT COMMAND... (or `launch ...`, above): runs under the time limit, keeps the output, checks the exit code
-# (EXPECT: ok or fail) and that it did not hit the limit.
-run() {
-    local name=$1 expect=$2
-    shift 2
-    if [ "$1" = launch ]; then
-        shift
-        launch_command "$@"
-        set -- "${CMD[@]}"
-    fi
-    local rc=0 began=$SECONDS
-    timeout "$LIMIT" "$@" >"$out" 2>&1 || rc=$?
-    if [ "$rc" = 124 ]; then
-        cat "$out"
-        fail "$name: still running after ${LIMIT}s (a hang)"
-    fi
-    if [ "$expect" = ok ] && [ "$rc" != 0 ]; then
-        cat "$out"
-        fail "$name: exit status $rc"
-    fi
-    if [ "$expect" = fail ] && [ "$rc" = 0 ]; then
-        cat "$out"
-        fail "$name: succeeded, but it must fail"
-    fi
-    echo "ok: $name ($((SECONDS - began)) s)"
-}
-expect_text() {
-    grep -q -- "$2" "$out" || {
-        cat "$out"
-        fail "$1: the output does not say: $2"
-    }
-}
-expect_no_text() {
-    ! grep -q -- "$2" "$out" || {
-        cat "$out"
-        fail "$1: the output says what it must not: $2"
-    }
-}
 
 for np in 2 3 4; do
     for block in 0 1 2; do

@@ -12,10 +12,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-fail() {
-    echo "SHMEM TEST FAILED: $*"
-    exit 1
-}
+FAIL_PREFIX="SHMEM TEST FAILED"
+# shellcheck source=tests/lib.sh
+source tests/lib.sh
 # As root, Open MPI's launcher needs both; OSHMEM 4.1.4 crashes in shmem_finalize without the
 # third (open-mpi/ompi#11604, fixed in 4.1.6).
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_opal_common_ucx_opal_mem_hooks=0
@@ -29,33 +28,6 @@ mkdir -p target/shmem
 oshcc -O2 -Wall -Werror -o target/shmem/shmem_check tests/shmem/shmem_check.c
 CHECK=target/shmem/shmem_check
 out=target/shmem/out.txt
-
-# run NAME EXPECT COMMAND...: bounded, output kept, exit status checked (EXPECT: ok or fail).
-run() {
-    local name=$1 expect=$2
-    shift 2
-    local rc=0 began=$SECONDS
-    timeout "$LIMIT" "$@" >"$out" 2>&1 || rc=$?
-    if [ "$rc" = 124 ]; then
-        cat "$out"
-        fail "$name: still running after ${LIMIT}s (a hang)"
-    fi
-    if [ "$expect" = ok ] && [ "$rc" != 0 ]; then
-        cat "$out"
-        fail "$name: exit status $rc"
-    fi
-    if [ "$expect" = fail ] && [ "$rc" = 0 ]; then
-        cat "$out"
-        fail "$name: succeeded, but it must fail"
-    fi
-    echo "ok: $name ($((SECONDS - began)) s)"
-}
-expect_text() {
-    grep -q -- "$2" "$out" || {
-        cat "$out"
-        fail "$1: the output does not say: $2"
-    }
-}
 
 oshmem_info --version 2>&1 | sed -n 1p || true
 ITERS=300
