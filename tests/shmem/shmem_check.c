@@ -8,8 +8,9 @@
  * and the active-set shmem_barrier over the whole job). After it every PE checks that its left
  * neighbour's puts landed, that PE 0's counter holds n*k, and that its right neighbour's word
  * (read with shmem_long_g) is k: a barrier that let a PE through early fails the check. Every
- * 16th iteration the even PEs also meet in an active-set barrier of their own (a set the
- * interposer passes through). One PE in turn sleeps a little before some barriers.
+ * 16th iteration the even PEs also meet in an active-set barrier of their own, and PEs 0 and 1
+ * in one of theirs, checked by a put to each other (the interposer serves a set whose PEs share
+ * a node, and passes any other through). One PE in turn sleeps a little before some barriers.
  * `static-only`: only the put to the static array before shmem_barrier_all, made after PE 0 is
  * already waiting in the barrier (the negative control: with the interposer's progress turned
  * off, a put that needs its target to call into the implementation never completes).
@@ -26,6 +27,8 @@ static long static_slots[MAX_PES];
 static long static_counter;
 static long pSync[SHMEM_BARRIER_SYNC_SIZE];
 static long pSync_even[SHMEM_BARRIER_SYNC_SIZE];
+static long pSync_pair[SHMEM_BARRIER_SYNC_SIZE];
+static long pair[2];
 
 static void fail(const char *what, int me, long k, long got, long want) {
     fprintf(stderr, "shmem_check: FAILED on PE %d at iteration %ld: %s is %ld, expected %ld\n", me, k, what, got, want);
@@ -39,6 +42,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < SHMEM_BARRIER_SYNC_SIZE; i++) {
         pSync[i] = SHMEM_SYNC_VALUE;
         pSync_even[i] = SHMEM_SYNC_VALUE;
+        pSync_pair[i] = SHMEM_SYNC_VALUE;
     }
     shmem_init();
     int me = shmem_my_pe(), n = shmem_n_pes();
@@ -70,7 +74,9 @@ int main(int argc, char **argv) {
         } else {
             shmem_barrier(0, 0, n, pSync);
         }
-        if (static_slots[left] != k) fail("the static slot", me, k, static_slots[left], k);
+        /* static-only has no second barrier: the neighbour may already have put k + 1. */
+        long got = static_slots[left];
+        if (got != k && !(static_only && got == k + 1)) fail("the static slot", me, k, got, k);
         if (static_only) continue;
         if (heap_slots[left] != k) fail("the heap slot", me, k, heap_slots[left], k);
         if (me == 0 && static_counter != (long)n * k) fail("the static counter", me, k, static_counter, (long)n * k);
@@ -79,6 +85,12 @@ int main(int argc, char **argv) {
         /* Nobody changes the counter or the word again before every PE has checked them. */
         shmem_barrier_all();
         if (k % 16 == 0 && me % 2 == 0 && n > 1) shmem_barrier(0, 1, (n + 1) / 2, pSync_even);
+        /* PEs 0 and 1 alone: checked like the whole job's, for their two slots. */
+        if (k % 16 == 8 && me < 2 && n > 2) {
+            shmem_long_p(&pair[me], k, 1 - me);
+            shmem_barrier(0, 0, 2, pSync_pair);
+            if (pair[1 - me] != k) fail("the pair's slot", me, k, pair[1 - me], k);
+        }
     }
     if (me == 0) {
         printf("shmem_check: %d PEs passed %ld iterations%s\n", n, iters, static_only ? " (static puts only)" : "");

@@ -565,9 +565,18 @@ fn ranks_behind_a_wrapper_end_when_the_launcher_is_killed() {
 fn a_killed_daemon_is_a_device_fault_and_a_new_daemon_replaces_its_file() {
     let path = format!("/dev/shm/barrier-cli-test-dies-{}", std::process::id());
     let _cleanup = DeviceFileGuard(path.clone());
+    // Started once it says so: a stale file is already at the path before the new daemon has
+    // replaced it (and the file's device memory is allocated in full first).
     let start_daemon = || {
-        let d = barrier().args(["emu", "--kind", "switch", "--device", &path]).stderr(Stdio::piped()).spawn().unwrap();
-        assert!(wait_until(Duration::from_secs(5), || std::path::Path::new(&path).exists()));
+        use std::io::BufRead;
+        let mut d =
+            barrier().args(["emu", "--kind", "switch", "--device", &path]).stderr(Stdio::piped()).spawn().unwrap();
+        let mut first = String::new();
+        let mut said = std::io::BufReader::new(d.stderr.take().unwrap());
+        said.read_line(&mut first).unwrap();
+        assert!(first.contains("switch device at") && std::path::Path::new(&path).exists(), "{first}");
+        // The rest is read too: a daemon whose stderr is closed fails its last words.
+        std::thread::spawn(move || std::io::copy(&mut said, &mut std::io::sink()));
         d
     };
     let mut daemon = start_daemon();

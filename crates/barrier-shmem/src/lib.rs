@@ -51,13 +51,14 @@
 
 mod real;
 mod serve;
+mod sets;
 mod setup;
 
 use std::ffi::{c_int, c_long};
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Mutex, OnceLock};
 
-use real::Real;
+use real::{Forward, Real};
 use serve::Serving;
 use setup::{Outcome, Symmetric};
 
@@ -66,8 +67,14 @@ static PHASE: AtomicU8 = AtomicU8::new(PASS);
 const PASS: u8 = 0;
 const SERVE: u8 = 1;
 
-/// The implementation's functions, found in the first init call.
+/// The implementation's functions serving needs, found in the first init call.
 static REAL: OnceLock<Result<Real, String>> = OnceLock::new();
+/// The implementation's definitions of our exported names, for the calls that pass through.
+static FORWARD: OnceLock<Forward> = OnceLock::new();
+
+fn forward() -> &'static Forward {
+    FORWARD.get_or_init(Forward::find)
+}
 /// The barrier, once every PE agreed to serve (the lock keeps one thread in it at a time).
 static SERVING: Mutex<Option<Box<Serving>>> = Mutex::new(None);
 /// Symmetric memory to free at finalize.
@@ -93,7 +100,7 @@ fn lock<T>(m: &'static Mutex<T>) -> std::sync::MutexGuard<'static, T> {
 fn after_init() {
     let Some(real) = real() else {
         if let Some(Err(why)) = REAL.get() {
-            say(&format!("barrier-shmem: passes every call through: {why}"));
+            say(&format!("barrier-shmem: passes every call through to the implementation: {why}"));
         }
         return;
     };
@@ -152,6 +159,37 @@ fn serve(kind: usize, quiet: bool) -> Option<()> {
     Some(())
 }
 
+/// An active set's barrier when all its members share this PE's node, or `None` to pass through.
+fn serve_set(kind: usize, quiet: bool, start: c_int, stride: c_int, size: c_int) -> Option<()> {
+    if PHASE.load(Ordering::Acquire) != SERVE {
+        return None;
+    }
+    let real = real()?;
+    let mut guard = lock(&SERVING);
+    let serving = guard.as_mut()?;
+    if quiet {
+        // SAFETY: the implementation's quiet (a no-op for the pass-through path's own).
+        unsafe { (real.quiet)() };
+    }
+    match serving.set_barrier(start, stride, size) {
+        Ok(true) => {
+            COUNTS[kind][0].fetch_add(1, Ordering::Relaxed);
+            Some(())
+        }
+        Ok(false) => None,
+        Err(e) => {
+            // SAFETY: the implementation is initialized.
+            let me = unsafe { (real.my_pe)() };
+            say(&format!("barrier-shmem: {} failed on PE {me}: {e}; ending the job", NAMES[kind]));
+            if let Some(exit) = real.global_exit {
+                // SAFETY: ends every PE of the job.
+                unsafe { exit(70) };
+            }
+            std::process::exit(70)
+        }
+    }
+}
+
 /// Whether an active set is the whole job.
 fn whole_job(real: &Real, start: c_int, stride: c_int, size: c_int) -> bool {
     // SAFETY: the implementation is initialized while we serve.
@@ -161,16 +199,19 @@ fn whole_job(real: &Real, start: c_int, stride: c_int, size: c_int) -> bool {
 /// `shmem_init`: the implementation's, then our set-up.
 #[no_mangle]
 pub extern "C" fn shmem_init() {
-    let Some(real) = real() else { return fallback_init() };
+    let Some(init) = forward().init else { return no_implementation("shmem_init") };
     // SAFETY: the implementation's own init.
-    unsafe { (real.init)() };
+    unsafe { init() };
     after_init();
 }
 
-/// Without the implementation's functions we cannot even initialize it: say so and end.
-fn fallback_init() {
-    let why = REAL.get().and_then(|r| r.as_ref().err()).cloned().unwrap_or_default();
-    say(&format!("barrier-shmem: cannot initialize OpenSHMEM: {why}; is the program an OpenSHMEM program?"));
+/// The program called a name the implementation does not define (it is preloaded into a
+/// program that is not an OpenSHMEM program, or one linked statically): nothing can stand in.
+fn no_implementation(name: &str) {
+    say(&format!(
+        "barrier-shmem: the program's OpenSHMEM defines no {name} (is libbarrier_shmem.so preloaded into an \
+         OpenSHMEM program linked dynamically?); ending the process"
+    ));
     std::process::exit(70);
 }
 
@@ -180,8 +221,8 @@ fn fallback_init() {
 /// As the implementation's: `provided` must be writable (or null where it allows).
 #[no_mangle]
 pub unsafe extern "C" fn shmem_init_thread(requested: c_int, provided: *mut c_int) -> c_int {
-    let Some(f) = real().and_then(|r| r.init_thread) else {
-        fallback_init();
+    let Some(f) = forward().init_thread else {
+        no_implementation("shmem_init_thread");
         return -1;
     };
     // SAFETY: the implementation's own, with the caller's arguments.
@@ -195,7 +236,7 @@ pub unsafe extern "C" fn shmem_init_thread(requested: c_int, provided: *mut c_in
 /// `start_pes` (OpenSHMEM 1.0's init): the implementation's, then our set-up.
 #[no_mangle]
 pub extern "C" fn start_pes(npes: c_int) {
-    let Some(f) = real().and_then(|r| r.start_pes) else { return fallback_init() };
+    let Some(f) = forward().start_pes else { return no_implementation("start_pes") };
     // SAFETY: the implementation's own, with the caller's argument.
     unsafe { f(npes) };
     after_init();
@@ -205,44 +246,47 @@ pub extern "C" fn start_pes(npes: c_int) {
 /// go (collectively) before the implementation's finalize.
 #[no_mangle]
 pub extern "C" fn shmem_finalize() {
-    let Some(real) = real() else { return };
+    let Some(finalize) = forward().finalize else { return no_implementation("shmem_finalize") };
     let was = PHASE.swap(PASS, Ordering::AcqRel);
     let serving = lock(&SERVING).take();
     drop(serving);
-    if let Some(symmetric) = lock(&SYMMETRIC).take() {
-        symmetric.free(real);
-    }
-    let params = barrier::Params::from_env();
-    // SAFETY: the implementation is still initialized.
-    if params.flag("BARRIER_VERBOSE").unwrap_or(false) && unsafe { (real.my_pe)() } == 0 {
-        let counts: Vec<String> = NAMES
-            .iter()
-            .zip(&COUNTS)
-            .map(|(name, c)| {
-                format!(
-                    "{name} {} served, {} passed through",
-                    c[0].load(Ordering::Relaxed),
-                    c[1].load(Ordering::Relaxed)
-                )
-            })
-            .collect();
-        say(&format!(
-            "barrier-shmem: PE 0 at finalize ({}): {}",
-            if was == SERVE { "served" } else { "declined" },
-            counts.join("; ")
-        ));
+    if let Some(real) = real() {
+        if let Some(symmetric) = lock(&SYMMETRIC).take() {
+            symmetric.free(real);
+        }
+        let params = barrier::Params::from_env();
+        // SAFETY: the implementation is still initialized.
+        if params.flag("BARRIER_VERBOSE").unwrap_or(false) && unsafe { (real.my_pe)() } == 0 {
+            let counts: Vec<String> = NAMES
+                .iter()
+                .zip(&COUNTS)
+                .map(|(name, c)| {
+                    format!(
+                        "{name} {} served, {} passed through",
+                        c[0].load(Ordering::Relaxed),
+                        c[1].load(Ordering::Relaxed)
+                    )
+                })
+                .collect();
+            say(&format!(
+                "barrier-shmem: PE 0 at finalize ({}): {}",
+                if was == SERVE { "served" } else { "declined" },
+                counts.join("; ")
+            ));
+        }
     }
     // SAFETY: the implementation's own finalize.
-    unsafe { (real.finalize)() };
+    unsafe { finalize() };
 }
 
 /// `shmem_barrier_all`: `shmem_quiet`, then our barrier of every PE.
 #[no_mangle]
 pub extern "C" fn shmem_barrier_all() {
     if serve(0, true).is_none() {
-        if let Some(real) = real() {
+        match forward().barrier_all {
             // SAFETY: the implementation's own barrier.
-            unsafe { (real.barrier_all)() };
+            Some(f) => unsafe { f() },
+            None => no_implementation("shmem_barrier_all"),
         }
     }
 }
@@ -251,46 +295,58 @@ pub extern "C" fn shmem_barrier_all() {
 #[no_mangle]
 pub extern "C" fn shmem_sync_all() {
     if serve(1, false).is_none() {
-        if let Some(f) = real().and_then(|r| r.sync_all) {
+        match forward().sync_all {
             // SAFETY: the implementation's own.
-            unsafe { f() };
+            Some(f) => unsafe { f() },
+            None => no_implementation("shmem_sync_all"),
         }
     }
 }
 
-/// `shmem_barrier` over an active set: ours (after `shmem_quiet`) for the whole job, the
-/// implementation's for any other set. `pSync` is never touched by us.
+/// Whether an active set is the whole job (never, before set-up found the implementation).
+fn is_whole_job(start: c_int, stride: c_int, size: c_int) -> bool {
+    real().is_some_and(|real| whole_job(real, start, stride, size))
+}
+
+/// `shmem_barrier` over an active set: ours (after `shmem_quiet`) for the whole job or a set
+/// whose PEs share a node, the implementation's for any other set. `pSync` is never touched by
+/// us.
 ///
 /// # Safety
 /// As the implementation's: `p_sync` must be a symmetric work array as OpenSHMEM specifies.
 #[no_mangle]
 pub unsafe extern "C" fn shmem_barrier(start: c_int, stride: c_int, size: c_int, p_sync: *mut c_long) {
-    let Some(real) = real() else { return };
-    if whole_job(real, start, stride, size) && serve(2, true).is_some() {
+    let Some(f) = forward().barrier else { return no_implementation("shmem_barrier") };
+    if is_whole_job(start, stride, size) {
+        if serve(2, true).is_some() {
+            return;
+        }
+    } else if serve_set(2, true, start, stride, size).is_some() {
         return;
-    }
-    if !whole_job(real, start, stride, size) {
+    } else {
         COUNTS[2][1].fetch_add(1, Ordering::Relaxed);
     }
     // SAFETY: the implementation's own, with the caller's arguments.
-    unsafe { (real.barrier)(start, stride, size, p_sync) };
+    unsafe { f(start, stride, size, p_sync) };
 }
 
-/// `shmem_sync` over an active set: ours for the whole job, the implementation's otherwise.
+/// `shmem_sync` over an active set: ours for the whole job or a set whose PEs share a node,
+/// the implementation's otherwise.
 ///
 /// # Safety
 /// As the implementation's: `p_sync` must be a symmetric work array as OpenSHMEM specifies.
 #[no_mangle]
 pub unsafe extern "C" fn shmem_sync(start: c_int, stride: c_int, size: c_int, p_sync: *mut c_long) {
-    let Some(real) = real() else { return };
-    if whole_job(real, start, stride, size) && serve(3, false).is_some() {
+    let Some(f) = forward().sync else { return no_implementation("shmem_sync") };
+    if is_whole_job(start, stride, size) {
+        if serve(3, false).is_some() {
+            return;
+        }
+    } else if serve_set(3, false, start, stride, size).is_some() {
         return;
-    }
-    if !whole_job(real, start, stride, size) {
+    } else {
         COUNTS[3][1].fetch_add(1, Ordering::Relaxed);
     }
-    if let Some(f) = real.sync {
-        // SAFETY: the implementation's own, with the caller's arguments.
-        unsafe { f(start, stride, size, p_sync) };
-    }
+    // SAFETY: the implementation's own, with the caller's arguments.
+    unsafe { f(start, stride, size, p_sync) };
 }

@@ -13,24 +13,60 @@ pub(crate) type Void = unsafe extern "C" fn();
 /// The active-set barrier's signature: `PE_start, logPE_stride, PE_size, pSync`.
 pub(crate) type ActiveSet = unsafe extern "C" fn(c_int, c_int, c_int, *mut c_long);
 
-/// The implementation's functions this library calls.
+macro_rules! load {
+    ($name:literal, $ty:ty) => {
+        match function($name) {
+            // SAFETY: the implementation defines this name with the signature OpenSHMEM
+            // specifies, which is `$ty`.
+            Some(p) => Some(unsafe { std::mem::transmute::<*mut c_void, $ty>(p) }),
+            None => None,
+        }
+    };
+}
+
+/// The implementation's own definitions of the names this library exports: what a call that
+/// is not served goes to. Each is looked up on its own, so a call passes through even when the
+/// implementation lacks something only serving needs ([`Real`]).
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Real {
-    pub init: Void,
+pub(crate) struct Forward {
+    pub init: Option<Void>,
     pub init_thread: Option<unsafe extern "C" fn(c_int, *mut c_int) -> c_int>,
     pub start_pes: Option<unsafe extern "C" fn(c_int)>,
-    pub finalize: Void,
-    pub barrier_all: Void,
+    pub finalize: Option<Void>,
+    pub barrier_all: Option<Void>,
     pub sync_all: Option<Void>,
-    pub barrier: ActiveSet,
+    pub barrier: Option<ActiveSet>,
     pub sync: Option<ActiveSet>,
+}
+
+impl Forward {
+    pub(crate) fn find() -> Forward {
+        Forward {
+            init: load!("shmem_init", Void),
+            init_thread: load!("shmem_init_thread", unsafe extern "C" fn(c_int, *mut c_int) -> c_int),
+            start_pes: load!("start_pes", unsafe extern "C" fn(c_int)),
+            finalize: load!("shmem_finalize", Void),
+            barrier_all: load!("shmem_barrier_all", Void),
+            sync_all: load!("shmem_sync_all", Void),
+            barrier: load!("shmem_barrier", ActiveSet),
+            sync: load!("shmem_sync", ActiveSet),
+        }
+    }
+}
+
+/// The implementation's functions serving needs.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Real {
+    pub barrier_all: Void,
     pub quiet: Void,
     pub my_pe: unsafe extern "C" fn() -> c_int,
     pub n_pes: unsafe extern "C" fn() -> c_int,
     pub align: unsafe extern "C" fn(usize, usize) -> *mut c_void,
     pub free: unsafe extern "C" fn(*mut c_void),
     pub putmem: unsafe extern "C" fn(*mut c_void, *const c_void, usize, c_int),
-    pub ulong_atomic_set: unsafe extern "C" fn(*mut c_ulong, c_ulong, c_int),
+    /// Adds to a remote word: the internode signal (an add, unlike a set, needs no ordering
+    /// between two signals from one PE to one word: `shmem_sync_all` has no quiet between).
+    pub ulong_atomic_add: unsafe extern "C" fn(*mut c_ulong, c_ulong, c_int),
     pub global_exit: Option<unsafe extern "C" fn(c_int)>,
     /// The implementation's progress engine where it has one to call (Open MPI's
     /// `opal_progress`, which OSHMEM needs for puts to static variables: active messages that
@@ -55,19 +91,9 @@ fn function(name: &str) -> Option<*mut c_void> {
     symbol(&profiling, false).or_else(|| symbol(&plain, true))
 }
 
-macro_rules! load {
-    ($name:literal, $ty:ty) => {
-        match function($name) {
-            // SAFETY: the implementation defines this name with the signature OpenSHMEM
-            // specifies, which is `$ty`.
-            Some(p) => Some(unsafe { std::mem::transmute::<*mut c_void, $ty>(p) }),
-            None => None,
-        }
-    };
-}
-
 impl Real {
-    /// Looks every function up; `Err` names the first one the program's OpenSHMEM lacks.
+    /// Looks every function serving needs up; `Err` names the first one the program's OpenSHMEM
+    /// lacks (then every call passes through).
     pub(crate) fn find() -> Result<Real, String> {
         let missing = |name: &str| format!("the program's OpenSHMEM defines no {name}");
         macro_rules! need {
@@ -79,21 +105,14 @@ impl Real {
             // SAFETY: Open MPI's `void opal_progress(void)`.
             .map(|p| unsafe { std::mem::transmute::<*mut c_void, Void>(p) });
         Ok(Real {
-            init: need!("shmem_init", Void),
-            init_thread: load!("shmem_init_thread", unsafe extern "C" fn(c_int, *mut c_int) -> c_int),
-            start_pes: load!("start_pes", unsafe extern "C" fn(c_int)),
-            finalize: need!("shmem_finalize", Void),
             barrier_all: need!("shmem_barrier_all", Void),
-            sync_all: load!("shmem_sync_all", Void),
-            barrier: need!("shmem_barrier", ActiveSet),
-            sync: load!("shmem_sync", ActiveSet),
             quiet: need!("shmem_quiet", Void),
             my_pe: need!("shmem_my_pe", unsafe extern "C" fn() -> c_int),
             n_pes: need!("shmem_n_pes", unsafe extern "C" fn() -> c_int),
             align: need!("shmem_align", unsafe extern "C" fn(usize, usize) -> *mut c_void),
             free: need!("shmem_free", unsafe extern "C" fn(*mut c_void)),
             putmem: need!("shmem_putmem", unsafe extern "C" fn(*mut c_void, *const c_void, usize, c_int)),
-            ulong_atomic_set: need!("shmem_ulong_atomic_set", unsafe extern "C" fn(*mut c_ulong, c_ulong, c_int)),
+            ulong_atomic_add: need!("shmem_ulong_atomic_add", unsafe extern "C" fn(*mut c_ulong, c_ulong, c_int)),
             global_exit: load!("shmem_global_exit", unsafe extern "C" fn(c_int)),
             progress,
             name: implementation_name(progress.is_some()),

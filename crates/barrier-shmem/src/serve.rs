@@ -32,10 +32,11 @@ pub(crate) fn call_progress(_context: usize) {
     }
 }
 
-/// The node roots' dissemination: ⌈log2 R⌉ rounds for R nodes; in round `r` root `j` sets
-/// round-`r` flag of root `(j + 2^r) mod R` to the epoch (`shmem_ulong_atomic_set`, remote)
-/// and waits until its own round-`r` flag reaches it, keeping the implementation progressing.
-/// Flags only grow: nothing is reset between barriers.
+/// The node roots' dissemination: ⌈log2 R⌉ rounds for R nodes; in round `r` root `j` adds one
+/// to round-`r` word of root `(j + 2^r) mod R` (`shmem_ulong_atomic_add`, remote; only `j`
+/// adds to it, once per barrier, so it counts barriers: barrier `e` sees it reach `e`) and
+/// waits until its own round-`r` word reaches the epoch, keeping the implementation
+/// progressing. Words only grow: nothing is reset between barriers.
 #[derive(Debug)]
 pub(crate) struct Rounds {
     real: Real,
@@ -72,11 +73,11 @@ impl Rounds {
 
     fn run(&self, epoch: u64) -> Result<()> {
         for (round, &partner) in self.partners.iter().enumerate() {
+            // One add per barrier from this root alone: the partner's word counts barriers, and
+            // two adds need no ordering between them (two sets would: sync_all has no quiet).
             // SAFETY: the partner's inbox line of this round (symmetric address); a remote
-            // atomic set of one word.
-            unsafe {
-                (self.real.ulong_atomic_set)((self.inbox + round * LINE) as *mut c_ulong, epoch as c_ulong, partner)
-            };
+            // atomic add of one word.
+            unsafe { (self.real.ulong_atomic_add)((self.inbox + round * LINE) as *mut c_ulong, 1, partner) };
             let slot = self.slot(round);
             let start = Instant::now();
             let mut polls: u32 = 0;
@@ -106,7 +107,8 @@ impl Rounds {
 /// What serves the barriers of a job that agreed to be served.
 #[derive(Debug)]
 pub(crate) struct Serving {
-    // Field order is drop order: the node's universe before its segment.
+    // Field order is drop order: the table's window and the node's universe before the segment.
+    sets: crate::sets::Sets,
     node: Universe,
     seg: Arc<Segment>,
     local_rank: usize,
@@ -114,6 +116,24 @@ pub(crate) struct Serving {
     internode: Option<Rounds>,
     epoch: Cell<u64>,
     describe: String,
+    /// The node of every PE, and this PE.
+    node_of: Vec<usize>,
+    me: usize,
+    /// Yield while waiting in an active set's barrier (more PEs than cores here), and give up
+    /// after this long (`BARRIER_TIMEOUT`).
+    yields: bool,
+    timeout: Option<Duration>,
+}
+
+/// Where the node's PEs are, for [`Serving::new`].
+#[derive(Debug)]
+pub(crate) struct Place {
+    pub local_rank: usize,
+    pub nodes: usize,
+    pub node_of: Vec<usize>,
+    pub me: usize,
+    pub yields: bool,
+    pub timeout: Option<Duration>,
 }
 
 // SAFETY: the node's universe is used by one thread at a time (the caller holds the library's
@@ -124,12 +144,37 @@ impl Serving {
     pub(crate) fn new(
         node: Universe,
         seg: Arc<Segment>,
-        local_rank: usize,
-        nodes: usize,
+        place: Place,
+        sets: crate::sets::Sets,
         internode: Option<Rounds>,
         describe: String,
     ) -> Serving {
-        Serving { node, seg, local_rank, nodes, internode, epoch: Cell::new(0), describe }
+        Serving {
+            sets,
+            node,
+            seg,
+            local_rank: place.local_rank,
+            nodes: place.nodes,
+            internode,
+            epoch: Cell::new(0),
+            describe,
+            node_of: place.node_of,
+            me: place.me,
+            yields: place.yields,
+            timeout: place.timeout,
+        }
+    }
+
+    /// The barrier of an active set whose members all share this PE's node: `Ok(false)` when
+    /// it is not such a set (or this PE is not in it, or the node's table is full) and the call
+    /// must pass through.
+    pub(crate) fn set_barrier(&mut self, start: i32, stride: i32, size: i32) -> Result<bool> {
+        let Some(members) = crate::sets::members(start, stride, size, self.node_of.len()) else { return Ok(false) };
+        let mine = self.node_of[self.me];
+        if !members.contains(&self.me) || members.iter().any(|&pe| self.node_of[pe] != mine) {
+            return Ok(false);
+        }
+        self.sets.barrier(start, stride, size, self.yields, self.timeout)
     }
 
     /// What runs the barriers, in one line.

@@ -20,21 +20,20 @@ const WORDS: usize = 8;
 pub(crate) const NODE_BLOCK: &str = "BARRIER_SHMEM_NODE_BLOCK";
 pub(crate) const PROGRESS: &str = "BARRIER_SHMEM_PROGRESS";
 
-/// Symmetric memory this library allocated (every PE alike), freed at finalize.
+/// Symmetric memory this library allocated, freed at finalize: every allocation every PE made
+/// (collectively), null ones included, so that every PE makes the same collective frees.
 #[derive(Debug, Default)]
 pub(crate) struct Symmetric {
-    pub exchange: usize,
-    pub inbox: usize,
+    pub exchange: Option<usize>,
+    pub inbox: Option<usize>,
 }
 
 impl Symmetric {
-    /// Frees it (collective, as the allocation was).
+    /// Frees it (collective, as the allocation was; freeing null is allowed and does nothing).
     pub(crate) fn free(self, real: &Real) {
-        for p in [self.inbox, self.exchange] {
-            if p != 0 {
-                // SAFETY: made by `shmem_align` on every PE; every PE frees it in this order.
-                unsafe { (real.free)(p as *mut c_void) };
-            }
+        for p in [self.inbox, self.exchange].into_iter().flatten() {
+            // SAFETY: made by `shmem_align` on every PE (or null); every PE frees in this order.
+            unsafe { (real.free)(p as *mut c_void) };
         }
     }
 }
@@ -138,10 +137,11 @@ pub(crate) fn run(real: &Real, params: &Params) -> (Outcome, Symmetric) {
     let mut symmetric = Symmetric::default();
     // SAFETY: collective allocation, the same size on every PE.
     let buf = unsafe { (real.align)(LINE, n * WORDS * 8) } as *mut u64;
+    symmetric.exchange = Some(buf as usize);
+    // (A symmetric allocation fails on every PE alike: every PE computes the same heap offset.)
     if buf.is_null() {
         return (Outcome::Decline(format!("no symmetric memory for {} bytes of set-up", n * WORDS * 8)), symmetric);
     }
-    symmetric.exchange = buf as usize;
     let x = Exchange { real, buf, me, n };
 
     // 1. Settings, checked on every PE and agreed; rank 0's node block.
@@ -249,6 +249,13 @@ pub(crate) fn run(real: &Real, params: &Params) -> (Outcome, Symmetric) {
         return (Outcome::Decline(why), symmetric);
     }
     let node = joined.expect("agreed");
+    // The node's table of active sets (collective over the node's PEs; agreed across nodes).
+    let table = node.world().shared_window(crate::sets::SLOTS * crate::sets::ENTRY_WORDS);
+    if let Some(pe) = x.first_failed(table.is_ok()) {
+        let why = table.err().map_or_else(|| format!("PE {pe} could not make its node's table"), |e| e.to_string());
+        return (Outcome::Decline(why), symmetric);
+    }
+    let table = table.expect("agreed");
 
     // 4. Between nodes: the roots' dissemination over OpenSHMEM puts into a symmetric inbox.
     let rounds = barrier::rounds(node_count);
@@ -256,8 +263,8 @@ pub(crate) fn run(real: &Real, params: &Params) -> (Outcome, Symmetric) {
     if rounds > 0 {
         // SAFETY: collective allocation, the same size on every PE.
         let inbox = unsafe { (real.align)(LINE, rounds * LINE) } as usize;
+        symmetric.inbox = Some(inbox);
         if inbox != 0 {
-            symmetric.inbox = inbox;
             for r in 0..rounds {
                 // SAFETY: this PE's own inbox line, zeroed before anyone signals it.
                 unsafe { (*((inbox + r * LINE) as *const AtomicU64)).store(0, Ordering::Relaxed) };
@@ -283,7 +290,15 @@ pub(crate) fn run(real: &Real, params: &Params) -> (Outcome, Symmetric) {
             shape.cores
         )
     );
-    let serving = Serving::new(node, seg, local_rank, node_count, internode, describe);
+    let place = crate::serve::Place {
+        local_rank,
+        nodes: node_count,
+        node_of: topo.node_of.clone(),
+        me,
+        yields: shape.ranks_on_machine > shape.cores,
+        timeout: params.duration("BARRIER_TIMEOUT").ok().flatten(),
+    };
+    let serving = Serving::new(node, seg, place, crate::sets::Sets::new(table), internode, describe);
     (Outcome::Serve(Box::new(serving)), symmetric)
 }
 
