@@ -49,6 +49,7 @@
 //! * `BARRIER_VERBOSE=1`: PE 0 says what serves the barriers (or why every PE declined), and at
 //!   finalize how many calls were served and how many passed through.
 
+mod progress;
 mod real;
 mod serve;
 mod sets;

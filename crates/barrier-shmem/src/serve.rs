@@ -4,33 +4,18 @@
 
 use std::cell::Cell;
 use std::ffi::c_ulong;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use barrier::shm::Segment;
 use barrier::{Error, Params, Result, Universe};
 
-use crate::real::{Real, Void};
+use crate::progress::call_progress;
+use crate::real::Real;
 
 /// One flag per cache line in the internode inbox.
 pub(crate) const LINE: usize = 128;
-
-/// The implementation's progress call, for the wait layer's hook (a plain `fn(usize)`).
-static PROGRESS: AtomicUsize = AtomicUsize::new(0);
-
-pub(crate) fn set_progress(progress: Void) {
-    PROGRESS.store(progress as usize, Ordering::Release);
-}
-
-/// One step of the implementation's progress engine (the wait layer calls it on its slow path).
-pub(crate) fn call_progress(_context: usize) {
-    let p = PROGRESS.load(Ordering::Acquire);
-    if p != 0 {
-        // SAFETY: set from the implementation's `void opal_progress(void)`.
-        unsafe { std::mem::transmute::<usize, Void>(p)() };
-    }
-}
 
 /// The node roots' dissemination: ⌈log2 R⌉ rounds for R nodes; in round `r` root `j` adds one
 /// to round-`r` word of root `(j + 2^r) mod R` (`shmem_ulong_atomic_add`, remote; only `j`

@@ -23,7 +23,7 @@ use std::time::Instant;
 
 use barrier::{Error, Result, SharedWindow};
 
-use crate::serve::call_progress;
+use crate::progress::call_progress;
 
 /// Active sets a node can serve.
 pub(crate) const SLOTS: usize = 64;

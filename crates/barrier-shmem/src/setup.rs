@@ -227,8 +227,8 @@ pub(crate) fn run(real: &Real, params: &Params) -> (Outcome, Symmetric) {
     // Waits let the implementation progress (see the crate docs), unless turned off.
     if params.flag_or(PROGRESS, true).unwrap_or(true) {
         if let Some(progress) = real.progress {
-            crate::serve::set_progress(progress);
-            seg.set_progress(barrier::wait::Progress::new(crate::serve::call_progress, 0));
+            crate::progress::set_progress(progress);
+            seg.set_progress(barrier::wait::Progress::new(crate::progress::call_progress, 0));
         }
     }
     seg.set_rank_names(RankNames {
