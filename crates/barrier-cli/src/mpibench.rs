@@ -132,21 +132,93 @@ fn is_open_mpi(mpirun: &str) -> Result<bool, String> {
     Ok(text.contains("Open MPI") || text.contains("OpenRTE"))
 }
 
-fn build(dir: &Path) -> Result<PathBuf, String> {
-    let mpicc = tool("MPICC", "mpicc");
-    let src = dir.join("barrier_bench.c");
-    let prog = dir.join("barrier_bench");
-    std::fs::write(&src, SOURCE).map_err(|e| format!("writing {}: {e}", src.display()))?;
-    let status = Command::new(&mpicc)
-        .args(["-O2", "-o"])
-        .arg(&prog)
-        .arg(&src)
-        .status()
-        .map_err(|e| format!("cannot run {mpicc} ({e}); install an MPI's compiler wrapper or set MPICC"))?;
-    if !status.success() {
-        return Err(format!("{mpicc} could not build {} ({status})", src.display()));
+/// A benchmark program in C, embedded in this binary: built with a compiler wrapper and run
+/// with a launcher once per process count (`barrier bench --mpi` and `--shmem`).
+pub(crate) struct CProgram<'a> {
+    /// Its file name, without `.c`.
+    pub name: &'a str,
+    pub source: &'a str,
+    /// The compiler wrapper: the variable that names it, its default, and what to install.
+    pub compiler: (&'a str, &'a str, &'a str),
+    /// The launcher: the variable that names it, its default, and what to install.
+    pub launcher: (&'a str, &'a str, &'a str),
+    /// What the header line of each run says (`--mpi: 2 ranks`).
+    pub what: &'a str,
+}
+
+impl CProgram<'_> {
+    /// The launcher this program runs under.
+    pub(crate) fn launcher(&self) -> String {
+        tool(self.launcher.0, self.launcher.1)
     }
-    Ok(prog)
+
+    fn build(&self, dir: &Path) -> Result<PathBuf, String> {
+        let (var, default, install) = self.compiler;
+        let cc = tool(var, default);
+        let src = dir.join(format!("{}.c", self.name));
+        let prog = dir.join(self.name);
+        std::fs::write(&src, self.source).map_err(|e| format!("writing {}: {e}", src.display()))?;
+        let status = Command::new(&cc)
+            .args(["-O2", "-o"])
+            .arg(&prog)
+            .arg(&src)
+            .status()
+            .map_err(|e| format!("cannot run {cc} ({e}); install {install} or set {var}"))?;
+        if !status.success() {
+            return Err(format!("{cc} could not build {} ({status})", src.display()));
+        }
+        Ok(prog)
+    }
+
+    /// Builds the program in a fresh temporary directory and runs it for every count of
+    /// processes with `iters` barriers per variant in [`CHUNKS`] chunks: `options(cmd)` adds
+    /// the launcher's options (the preload) before `-np`. The directory goes afterwards.
+    pub(crate) fn run(
+        &self,
+        counts: &[usize],
+        iters: u64,
+        preload: &Path,
+        options: impl Fn(&mut Command),
+    ) -> Result<(), String> {
+        let launcher = self.launcher();
+        let dir = std::env::temp_dir().join(format!("barrier-{}-{}", self.name, std::process::id()));
+        std::fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+        let result = self.build(&dir).and_then(|prog| {
+            let chunk = (iters / CHUNKS).max(1);
+            for &n in counts {
+                println!("== barrier bench {} {n}, {launcher} with {} preloaded", self.what, preload.display());
+                let mut cmd = Command::new(&launcher);
+                options(&mut cmd);
+                let status = cmd
+                    .arg("-np")
+                    .arg(n.to_string())
+                    .arg(&prog)
+                    .arg(chunk.to_string())
+                    .arg(CHUNKS.to_string())
+                    .status()
+                    .map_err(|e| {
+                        format!("cannot run {launcher} ({e}); install {} or set {}", self.launcher.2, self.launcher.0)
+                    })?;
+                if !status.success() {
+                    return Err(format!("{launcher} -np {n} failed ({status})"));
+                }
+            }
+            Ok(())
+        });
+        let _ = std::fs::remove_dir_all(&dir);
+        result
+    }
+}
+
+/// The MPI benchmark program.
+fn program() -> CProgram<'static> {
+    CProgram {
+        name: "barrier_bench",
+        source: SOURCE,
+        compiler: ("MPICC", "mpicc", "an MPI's compiler wrapper"),
+        launcher: ("MPIRUN", "mpirun", "an MPI (openmpi-bin or mpich)"),
+        what: "--mpi:",
+    }
 }
 
 /// Builds the program and runs it at every rank count; its report goes to stdout.
@@ -170,7 +242,8 @@ pub fn run(opts: &MpiBenchOptions) -> Result<(), String> {
             preload.display()
         ));
     }
-    let mpirun = tool("MPIRUN", "mpirun");
+    let program = program();
+    let mpirun = program.launcher();
     let open_mpi = is_open_mpi(&mpirun)?;
     let bytes = std::fs::read(&preload).map_err(|e| format!("reading {}: {e}", preload.display()))?;
     match linked_mpi(&bytes) {
@@ -191,36 +264,15 @@ pub fn run(opts: &MpiBenchOptions) -> Result<(), String> {
         }
         _ => {}
     }
-    let dir = std::env::temp_dir().join(format!("barrier-mpi-bench-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
-    let result = build(&dir).and_then(|prog| {
-        let chunk = (opts.iters / CHUNKS).max(1);
-        for &n in &opts.ranks {
-            println!("== barrier bench --mpi: {n} ranks, {mpirun} with {} preloaded", preload.display());
-            let mut cmd = Command::new(&mpirun);
-            if open_mpi {
-                // As root, Open MPI wants both variables; they mean nothing to other users.
-                cmd.env("OMPI_ALLOW_RUN_AS_ROOT", "1").env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
-                cmd.args(["--oversubscribe", "-x"]).arg(format!("LD_PRELOAD={}", preload.display()));
-            } else {
-                cmd.args(["-genv", "LD_PRELOAD"]).arg(&preload);
-            }
-            let status = cmd
-                .arg("-np")
-                .arg(n.to_string())
-                .arg(&prog)
-                .arg(chunk.to_string())
-                .arg(CHUNKS.to_string())
-                .status()
-                .map_err(|e| format!("cannot run {mpirun}: {e}"))?;
-            if !status.success() {
-                return Err(format!("{mpirun} -np {n} failed ({status})"));
-            }
+    program.run(&opts.ranks, opts.iters, &preload, |cmd| {
+        if open_mpi {
+            // As root, Open MPI wants both variables; they mean nothing to other users.
+            cmd.env("OMPI_ALLOW_RUN_AS_ROOT", "1").env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+            cmd.args(["--oversubscribe", "-x"]).arg(format!("LD_PRELOAD={}", preload.display()));
+        } else {
+            cmd.args(["-genv", "LD_PRELOAD"]).arg(&preload);
         }
-        Ok(())
-    });
-    let _ = std::fs::remove_dir_all(&dir);
-    result
+    })
 }
 
 #[cfg(test)]

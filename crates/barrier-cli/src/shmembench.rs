@@ -8,10 +8,9 @@
 //! in the same processes, and prints the medians and their ratios. This command needs no
 //! OpenSHMEM itself: only the program it builds does.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::PathBuf;
 
-use crate::mpibench::{defines_symbol, tool, CHUNKS};
+use crate::mpibench::{defines_symbol, CProgram};
 
 /// The benchmark program's source.
 const SOURCE: &str = include_str!("../c/shmem_bench.c");
@@ -21,7 +20,7 @@ const SOURCE: &str = include_str!("../c/shmem_bench.c");
 pub struct ShmemBenchOptions {
     /// PE counts.
     pub pes: Vec<usize>,
-    /// Barriers per variant, split into [`CHUNKS`] chunks.
+    /// Barriers per variant, split into [`CHUNKS`](crate::mpibench::CHUNKS) chunks.
     pub iters: u64,
     /// The interposer; default: `libbarrier_shmem.so` beside this command.
     pub preload: Option<PathBuf>,
@@ -30,21 +29,6 @@ pub struct ShmemBenchOptions {
 /// Where this command looks for the interposer when none is named.
 pub fn preload_candidates() -> Vec<PathBuf> {
     crate::launch::artifact_dirs().into_iter().map(|dir| dir.join("libbarrier_shmem.so")).collect()
-}
-
-fn build(dir: &Path) -> Result<PathBuf, String> {
-    let oshcc = tool("OSHCC", "oshcc");
-    let src = dir.join("shmem_bench.c");
-    let prog = dir.join("shmem_bench");
-    std::fs::write(&src, SOURCE).map_err(|e| format!("writing {}: {e}", src.display()))?;
-    let status =
-        Command::new(&oshcc).args(["-O2", "-o"]).arg(&prog).arg(&src).status().map_err(|e| {
-            format!("cannot run {oshcc} ({e}); install an OpenSHMEM (openmpi-bin has oshcc) or set OSHCC")
-        })?;
-    if !status.success() {
-        return Err(format!("{oshcc} could not build {} ({status})", src.display()));
-    }
-    Ok(prog)
 }
 
 /// Builds the program and runs it at every PE count; its report goes to stdout.
@@ -67,34 +51,20 @@ pub fn run(opts: &ShmemBenchOptions) -> Result<(), String> {
             preload.display()
         ));
     }
-    let oshrun = tool("OSHRUN", "oshrun");
-    let dir = std::env::temp_dir().join(format!("barrier-shmem-bench-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
-    let result = build(&dir).and_then(|prog| {
-        let chunk = (opts.iters / CHUNKS).max(1);
-        for &n in &opts.pes {
-            println!("== barrier bench --shmem: {n} PEs, {oshrun} with {} preloaded", preload.display());
-            let status = Command::new(&oshrun)
-                // Open MPI's launcher as root wants both; OSHMEM 4.1.4 crashes in finalize
-                // without the third (open-mpi/ompi#11604). They mean nothing elsewhere.
-                .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-                .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-                .env("OMPI_MCA_opal_common_ucx_opal_mem_hooks", "0")
-                .args(["--oversubscribe", "-x"])
-                .arg(format!("LD_PRELOAD={}", preload.display()))
-                .arg("-np")
-                .arg(n.to_string())
-                .arg(&prog)
-                .arg(chunk.to_string())
-                .arg(CHUNKS.to_string())
-                .status()
-                .map_err(|e| format!("cannot run {oshrun} ({e}); install an OpenSHMEM or set OSHRUN"))?;
-            if !status.success() {
-                return Err(format!("{oshrun} -np {n} failed ({status})"));
-            }
-        }
-        Ok(())
-    });
-    let _ = std::fs::remove_dir_all(&dir);
-    result
+    let program = CProgram {
+        name: "shmem_bench",
+        source: SOURCE,
+        compiler: ("OSHCC", "oshcc", "an OpenSHMEM (openmpi-bin has oshcc)"),
+        launcher: ("OSHRUN", "oshrun", "an OpenSHMEM (openmpi-bin has oshrun)"),
+        what: "--shmem: PEs",
+    };
+    program.run(&opts.pes, opts.iters, &preload, |cmd| {
+        // Open MPI's launcher as root wants both; OSHMEM 4.1.4 crashes in finalize without the
+        // third (open-mpi/ompi#11604). They mean nothing elsewhere.
+        cmd.env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+            .env("OMPI_MCA_opal_common_ucx_opal_mem_hooks", "0")
+            .args(["--oversubscribe", "-x"])
+            .arg(format!("LD_PRELOAD={}", preload.display()));
+    })
 }
