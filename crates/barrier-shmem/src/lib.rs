@@ -130,6 +130,19 @@ fn after_init() {
     }
 }
 
+/// A barrier of ours failed (a timeout naming who never arrived, a PE that left): the program
+/// cannot go on past it, and the other PEs must not wait for this one.
+fn end_job(real: &Real, kind: usize, e: &barrier::Error) -> ! {
+    // SAFETY: the implementation is initialized.
+    let me = unsafe { (real.my_pe)() };
+    say(&format!("barrier-shmem: {} failed on PE {me}: {e}; ending the job", NAMES[kind]));
+    if let Some(exit) = real.global_exit {
+        // SAFETY: ends every PE of the job.
+        unsafe { exit(70) };
+    }
+    std::process::exit(70)
+}
+
 /// Our barrier, or `None` when the call must pass through.
 fn serve(kind: usize, quiet: bool) -> Option<()> {
     if PHASE.load(Ordering::Acquire) != SERVE {
@@ -147,14 +160,7 @@ fn serve(kind: usize, quiet: bool) -> Option<()> {
         unsafe { (real.quiet)() };
     }
     if let Err(e) = serving.barrier() {
-        // SAFETY: the implementation is initialized.
-        let me = unsafe { (real.my_pe)() };
-        say(&format!("barrier-shmem: {} failed on PE {me}: {e}; ending the job", NAMES[kind]));
-        match real.global_exit {
-            // SAFETY: ends every PE of the job; does not return.
-            Some(exit) => unsafe { exit(70) },
-            None => std::process::exit(70),
-        }
+        end_job(real, kind, &e);
     }
     COUNTS[kind][0].fetch_add(1, Ordering::Relaxed);
     Some(())
@@ -178,16 +184,7 @@ fn serve_set(kind: usize, quiet: bool, start: c_int, stride: c_int, size: c_int)
             Some(())
         }
         Ok(false) => None,
-        Err(e) => {
-            // SAFETY: the implementation is initialized.
-            let me = unsafe { (real.my_pe)() };
-            say(&format!("barrier-shmem: {} failed on PE {me}: {e}; ending the job", NAMES[kind]));
-            if let Some(exit) = real.global_exit {
-                // SAFETY: ends every PE of the job.
-                unsafe { exit(70) };
-            }
-            std::process::exit(70)
-        }
+        Err(e) => end_job(real, kind, &e),
     }
 }
 
@@ -304,9 +301,17 @@ pub extern "C" fn shmem_sync_all() {
     }
 }
 
-/// Whether an active set is the whole job (never, before set-up found the implementation).
-fn is_whole_job(start: c_int, stride: c_int, size: c_int) -> bool {
-    real().is_some_and(|real| whole_job(real, start, stride, size))
+/// Serves an active set's barrier (entry point `kind`, after a quiet if `quiet`): the whole
+/// job's, or one whose PEs share a node; `false` (counted as passed through) for any other.
+fn served_active_set(kind: usize, quiet: bool, start: c_int, stride: c_int, size: c_int) -> bool {
+    if real().is_some_and(|real| whole_job(real, start, stride, size)) {
+        return serve(kind, quiet).is_some();
+    }
+    if serve_set(kind, quiet, start, stride, size).is_some() {
+        return true;
+    }
+    COUNTS[kind][1].fetch_add(1, Ordering::Relaxed);
+    false
 }
 
 /// `shmem_barrier` over an active set: ours (after `shmem_quiet`) for the whole job or a set
@@ -318,14 +323,8 @@ fn is_whole_job(start: c_int, stride: c_int, size: c_int) -> bool {
 #[no_mangle]
 pub unsafe extern "C" fn shmem_barrier(start: c_int, stride: c_int, size: c_int, p_sync: *mut c_long) {
     let Some(f) = forward().barrier else { return no_implementation("shmem_barrier") };
-    if is_whole_job(start, stride, size) {
-        if serve(2, true).is_some() {
-            return;
-        }
-    } else if serve_set(2, true, start, stride, size).is_some() {
+    if served_active_set(2, true, start, stride, size) {
         return;
-    } else {
-        COUNTS[2][1].fetch_add(1, Ordering::Relaxed);
     }
     // SAFETY: the implementation's own, with the caller's arguments.
     unsafe { f(start, stride, size, p_sync) };
@@ -339,14 +338,8 @@ pub unsafe extern "C" fn shmem_barrier(start: c_int, stride: c_int, size: c_int,
 #[no_mangle]
 pub unsafe extern "C" fn shmem_sync(start: c_int, stride: c_int, size: c_int, p_sync: *mut c_long) {
     let Some(f) = forward().sync else { return no_implementation("shmem_sync") };
-    if is_whole_job(start, stride, size) {
-        if serve(3, false).is_some() {
-            return;
-        }
-    } else if serve_set(3, false, start, stride, size).is_some() {
+    if served_active_set(3, false, start, stride, size) {
         return;
-    } else {
-        COUNTS[3][1].fetch_add(1, Ordering::Relaxed);
     }
     // SAFETY: the implementation's own, with the caller's arguments.
     unsafe { f(start, stride, size, p_sync) };

@@ -40,7 +40,8 @@ pub struct Mailboxes {
     peers: Vec<Peer>,
     fabric: Fabric,
     wake: bool,
-    block: Block,
+    /// Held for its drop: this rank's count out of the block (the last one frees it).
+    _block: Block,
 }
 
 /// One rank's hold on the block; the last rank to let go frees it.
@@ -144,12 +145,6 @@ impl Mailboxes {
     pub fn network_ops(&self) -> u64 {
         self.fabric.network_ops()
     }
-
-    /// Where the block is (for tests): its offset in the segment.
-    #[doc(hidden)]
-    pub fn block_offset(&self) -> usize {
-        self.block.offset
-    }
 }
 
 impl EnableContext<'_> {
@@ -224,7 +219,7 @@ impl EnableContext<'_> {
             peers: (0..q.size).map(|r| self.peer(r)).collect(),
             fabric,
             wake: self.policy.wakes(),
-            block,
+            _block: block,
         })
     }
 }
