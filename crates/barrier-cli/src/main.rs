@@ -149,6 +149,11 @@ enum Cmd {
         /// and store them for later runs.
         #[arg(long, conflicts_with_all = ["sweep", "json", "plot", "check"])]
         calibrate: bool,
+        /// With --calibrate: take the flag hand-off (the floor at 2 ranks) and the cost of a
+        /// context switch (rows with more ranks than cores: ns per barrier over switches per
+        /// barrier) from this `barrier bench --json` output instead of measuring them.
+        #[arg(long, value_name = "FILE", requires = "calibrate")]
+        bench: Option<PathBuf>,
         /// Measure dissemination and hierarchical barriers across simulated nodes and compare
         /// them with the model's prediction (exit 1 if one is off by more than 25%).
         #[arg(long, conflicts_with_all = ["sweep", "json", "plot"])]
@@ -537,7 +542,7 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Cmd::Model { nodes, ppn, network, devices, sweep, json, plot, calibrate, check, iters, calibration } => {
+        Cmd::Model { nodes, ppn, network, devices, sweep, json, plot, calibrate, bench, check, iters, calibration } => {
             barrier_cli::model::cli::run(barrier_cli::model::cli::ModelArgs {
                 nodes,
                 ppn,
@@ -547,6 +552,7 @@ fn main() -> ExitCode {
                 json,
                 plot,
                 calibrate,
+                bench,
                 check,
                 iters,
                 calibration,

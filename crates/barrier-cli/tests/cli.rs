@@ -130,8 +130,40 @@ fn bench_json_has_the_reference_rows_and_fields() {
         assert!(lines.iter().any(|l| l.contains(backend)), "no {backend} row in {text}");
     }
     for l in &lines {
-        for key in ["\"ranks\":", "\"iters\":", "\"median_ns\":", "\"p99_ns\":", "\"mean_ns\":", "\"min_ns\":"] {
+        for key in [
+            "\"ranks\":",
+            "\"iters\":",
+            "\"median_ns\":",
+            "\"p99_ns\":",
+            "\"mean_ns\":",
+            "\"min_ns\":",
+            "\"switches_per_barrier\":",
+            "\"switch_floor\":",
+        ] {
             assert!(l.contains(key), "{l} lacks {key}");
+        }
+    }
+    // A floor row at every rank count: a raw protocol's latency where the ranks fit the cores,
+    // the context switches a barrier needs where they do not; every row of the count is a
+    // multiple of its own floor.
+    let cores = barrier::sys::available_cores();
+    for n in [2usize, 3] {
+        let floor = lines
+            .iter()
+            .find(|l| l.contains("\"backend\":\"floor\"") && l.contains(&format!("\"ranks\":{n},")))
+            .unwrap_or_else(|| panic!("no floor row at {n} ranks in {text}"));
+        let dissemination = lines
+            .iter()
+            .find(|l| l.contains("\"backend\":\"dissemination\"") && l.contains(&format!("\"ranks\":{n},")))
+            .unwrap();
+        if n <= cores {
+            assert!(floor.contains("\"algorithm\":\"raw ") && !floor.contains("\"median_ns\":null"), "{floor}");
+            assert!(!dissemination.contains("\"x_floor\":null"), "{dissemination}");
+        } else {
+            let want = format!("\"switches_per_barrier\":{}.00,\"switch_floor\":{}", n - cores, n - cores);
+            assert!(floor.contains("\"median_ns\":null") && floor.contains(&want), "{floor}");
+            assert!(dissemination.contains("\"x_floor\":null"), "{dissemination}");
+            assert!(!dissemination.contains("\"switches_per_barrier\":null"), "{dissemination}");
         }
     }
     let svg = std::fs::read_to_string(&plot).unwrap();
@@ -778,8 +810,8 @@ fn the_plot_says_what_the_table_says() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let svg = std::fs::read_to_string(&plot).unwrap();
     for needle in [
-        "stroke-dasharray=\"4 4\"", // the floor, as a line
-        "switch (emulated)",        // emulated devices marked
+        ">floor</text>",     // the floor at each rank count, as a series
+        "switch (emulated)", // emulated devices marked
         &format!("more ranks than the {cores} cores"),
         "median latency per barrier (ns)",        // the axis has a unit
         "<polygon points=",                       // a third series has a third marker shape
@@ -788,8 +820,12 @@ fn the_plot_says_what_the_table_says() {
     ] {
         assert!(svg.contains(needle), "the plot lacks {needle}");
     }
-    // The table says how far the floor moved in this run.
-    assert!(String::from_utf8_lossy(&out.stdout).contains("x floor: the floor's median ranged"), "{out:?}");
+    // The table says what each raw protocol measured, and what the switches column counts.
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        table.contains("floor at 2 ranks: raw ") && table.contains("switches: context switches per barrier"),
+        "{table}"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

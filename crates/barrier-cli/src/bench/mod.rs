@@ -1,11 +1,17 @@
 //! `barrier bench`: latency per barrier for every backend, beside two references measured in
 //! the same run.
 //!
-//! * **floor**: two threads pinned to two cores, each storing its epoch into its own cache line
-//!   and spinning until the other's line reaches the same epoch. That is the least work any
-//!   two-party barrier can do on this machine; every row is also given as a multiple of it.
-//!   Virtual machines change speed from one second to the next, so the floor is measured before
-//!   every row and the row reported as `floor` pools those measurements (median of medians).
+//! * **floor**, at every rank count the ranks fit the cores: the best of three raw protocols
+//!   ([`RawProtocol`]: dissemination flags, a flat gather with one release flag, a 4-ary gather
+//!   with one release flag) run in threads pinned one per core, with one writer per 256-byte
+//!   block and nothing but the protocol. That is the least a barrier of that many ranks costs
+//!   on this machine; every row of the count is also given as a multiple of it (`x floor`).
+//!   Virtual machines change speed from one second to the next, so each protocol is measured
+//!   once per round, between the rounds of the other rows, and pooled (median of medians).
+//! * **switches**: where ranks outnumber the cores a barrier cannot be cheaper than the context
+//!   switches it needs (every rank must run once per barrier: at least ranks less cores
+//!   switches), so the floor there is that count, and every row reports the switches per
+//!   barrier the kernel counted for its ranks (`getrusage`, all ranks together).
 //! * **std**: `std::sync::Barrier` with as many threads as ranks.
 //! * **hurdles**: `hurdles::Barrier`, the fastest Rust barrier crate measured here, likewise.
 //!
@@ -26,12 +32,15 @@ mod table;
 
 pub use options::BenchOptions;
 pub use rank::{rank_main, SETTLING_WARMUP};
-pub use reference::{floor, hurdles_barrier, interleave, ratio, run_interleave, std_barrier, Interleaved};
+pub use reference::{
+    floor, hurdles_barrier, interleave, process_switches, ratio, raw_floor, run_interleave, std_barrier, Interleaved,
+    RawProtocol,
+};
 pub use stats::{Row, Stats, P99_SAMPLES};
 pub(crate) use table::today_utc;
 
 use rank::timed_barriers;
-use stats::{pool, pool_rounds};
+use stats::{pool, pool_rounds, Floors};
 use table::{machine_name, print_table};
 
 use std::io::{IsTerminal, Write};
@@ -121,6 +130,13 @@ pub fn measure_backend(
             line.and_then(|v| v.trim().parse::<u64>().ok()).ok_or(format!("rank {rank} printed no network count"))?;
     }
     let network_ops = Some(network as f64 / iters as f64);
+    let mut switches = 0u64;
+    for (rank, out) in report.stdout.iter().enumerate() {
+        let line = out.lines().find_map(|l| l.strip_prefix("SWITCHES\t"));
+        switches += line
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .ok_or(format!("rank {rank} printed no context-switch count"))?;
+    }
     Ok(Row {
         backend,
         algorithm,
@@ -130,6 +146,7 @@ pub fn measure_backend(
         stats,
         emulator_ns,
         network_ops,
+        switches: Some(switches as f64 / iters as f64),
         label: String::new(),
     })
 }
@@ -152,6 +169,7 @@ pub fn measure_a64fx(
     let info = barrier::backends::a64fx::node_info(&params)?;
     let cpus = info.compact_cpus(n).ok_or_else(|| format!("the node has fewer than {n} CPUs"))?;
     let warmup = (iters / 10).min(20_000);
+    let switches_before = process_switches();
     let out = barrier::threads::Job::new(n)
         .pin_cpus(cpus)
         .params(params)
@@ -164,6 +182,7 @@ pub fn measure_a64fx(
             Ok((world.backend().to_string(), world.algorithm(), samples))
         })
         .map_err(|e| e.to_string())?;
+    let switches = (process_switches() - switches_before) as f64 / (iters + warmup + 1) as f64;
     let mut ranks = out.into_iter();
     let (backend, algorithm, samples) = ranks.next().ok_or("no ranks")?.map_err(|e| e.to_string())?;
     for r in ranks {
@@ -178,8 +197,44 @@ pub fn measure_a64fx(
         stats: Stats::from_samples(samples),
         emulator_ns: None,
         network_ops: Some(0.0),
+        switches: Some(switches),
         label: String::new(),
     })
+}
+
+/// The floor row at `n` ranks: the raw protocol with the lowest pooled median (its note, with
+/// every protocol's median, goes to `notes`); with more ranks than cores, the context switches
+/// a barrier needs (ranks less cores), and no latency.
+fn floor_row(
+    n: usize,
+    cores: usize,
+    raw: &[(RawProtocol, Vec<Stats>)],
+    floor_iters: u64,
+    notes: &mut Vec<String>,
+) -> Option<Row> {
+    let row = |algorithm: String, measurements: u64, stats: Stats, switches: Option<f64>| Row {
+        backend: "floor".into(),
+        algorithm,
+        ranks: n,
+        iters: floor_iters * measurements,
+        measurements,
+        stats,
+        emulator_ns: None,
+        network_ops: None,
+        switches,
+        label: "floor".into(),
+    };
+    if n > cores {
+        let nan = Stats { median: f64::NAN, p99: f64::NAN, mean: f64::NAN, min: f64::NAN };
+        let switches = (n - cores) as f64;
+        return Some(row(format!("{n} ranks on {cores} cores: {} switch(es)", n - cores), 0, nan, Some(switches)));
+    }
+    let pooled: Vec<(RawProtocol, Stats, u64)> =
+        raw.iter().filter(|(_, s)| !s.is_empty()).map(|(p, s)| (*p, pool(s), s.len() as u64)).collect();
+    let (best, stats, measurements) = *pooled.iter().min_by(|a, b| a.1.median.total_cmp(&b.1.median))?;
+    let each: Vec<String> = pooled.iter().map(|(p, s, _)| format!("{} {:.1}", p.name(), s.median)).collect();
+    notes.push(format!("floor at {n} ranks: {} (medians, ns: {})", best.name(), each.join(", ")));
+    Some(row(best.name(), measurements, stats, Some(0.0)))
 }
 
 /// Runs the whole benchmark and prints it.
@@ -241,38 +296,54 @@ pub fn run(opts: &BenchOptions) -> Result<Vec<Row>, String> {
     }
     // Ctrl-C stops the measurement, and the rows measured until then are still printed.
     let _signals = crate::signals::install();
+    let cores = barrier::sys::available_cores();
+    // The raw protocols run where the ranks fit the cores (they only spin).
+    let raw_at = |n: usize| if (2..=cores).contains(&n) { RawProtocol::ALL.len() } else { 0 };
     let mut progress = Progress {
-        total: 1 + opts.ranks.len() * rounds as usize * (2 + configs.len()),
+        total: opts.ranks.iter().map(|&n| rounds as usize * (2 + configs.len() + raw_at(n))).sum(),
         done: 0,
         tty: std::io::stderr().is_terminal(),
     };
     let mut rows = Vec::new();
     // Rows that could not be measured: (label, ranks, why). The others go on.
     let mut skipped: Vec<(String, usize, String)> = Vec::new();
-    // The VM's speed changes from second to second, so the floor is measured again before every
-    // row and the reported floor pools all of those samples.
-    // (A floor measurement is a quarter of a whole row's barriers: it takes milliseconds.)
-    let floor_iters = (opts.iters / 4).max(opts.batch);
-    let mut floor_samples: Vec<Stats> = Vec::new();
-    progress.step("floor (2 pinned threads)");
-    floor_samples.push(floor(floor_iters, opts.batch));
+    // Each raw protocol is measured once per round at a quarter of a row's barriers.
+    let floor_iters = (round_iters / 4).max(opts.batch);
+    // What each raw protocol measured, per rank count (for the lines under the table).
+    let mut floor_notes: Vec<String> = Vec::new();
     for &n in &opts.ranks {
         // The rows of this rank count take turns, round by round, so that a slow spell of the
         // machine falls on all of them alike; each row pools its rounds.
         let mut measured: Vec<Vec<Row>> = Vec::new();
+        let mut raw: Vec<(RawProtocol, Vec<Stats>)> =
+            RawProtocol::ALL.iter().take(raw_at(n)).map(|&p| (p, Vec::new())).collect();
         for round in 0..rounds {
             let of = if rounds > 1 { format!(", round {}/{rounds}", round + 1) } else { String::new() };
             let mut this_round = Vec::new();
+            for (protocol, samples) in &mut raw {
+                progress.step(&format!("{} n={n}{of}", protocol.name()));
+                // (A raw protocol always runs to its end: what it measured counts.)
+                samples.push(raw_floor(*protocol, n, floor_iters, opts.batch));
+                if crate::signals::peek().is_some() {
+                    break;
+                }
+            }
+            if crate::signals::peek().is_some() {
+                measured.push(this_round);
+                break;
+            }
             progress.step(&format!("std::sync::Barrier n={n}{of}"));
+            let (stats, switches) = std_barrier(n, round_iters, opts.batch);
             this_round.push(Row {
                 backend: "std".into(),
                 algorithm: "-".into(),
                 ranks: n,
                 iters: round_iters,
                 measurements: 1,
-                stats: std_barrier(n, round_iters, opts.batch),
+                stats,
                 emulator_ns: None,
                 network_ops: None,
+                switches: Some(switches),
                 label: "std".into(),
             });
             if crate::signals::peek().is_some() {
@@ -282,15 +353,17 @@ pub fn run(opts: &BenchOptions) -> Result<Vec<Row>, String> {
                 break;
             }
             progress.step(&format!("hurdles n={n}{of}"));
+            let (stats, switches) = hurdles_barrier(n, round_iters, opts.batch);
             this_round.push(Row {
                 backend: "hurdles".into(),
                 algorithm: "-".into(),
                 ranks: n,
                 iters: round_iters,
                 measurements: 1,
-                stats: hurdles_barrier(n, round_iters, opts.batch),
+                stats,
                 emulator_ns: None,
                 network_ops: None,
+                switches: Some(switches),
                 label: "hurdles".into(),
             });
             if crate::signals::peek().is_some() {
@@ -303,7 +376,6 @@ pub fn run(opts: &BenchOptions) -> Result<Vec<Row>, String> {
                 if skipped.iter().any(|(l, r, _)| l == label && *r == n) {
                     continue;
                 }
-                floor_samples.push(floor(floor_iters, opts.batch));
                 let mut env = env.clone();
                 env.push(("BARRIER_TIMEOUT".into(), "60s".into()));
                 let device = crate::device_map(label).filter(|_| opts.emulate).map(|map| {
@@ -334,6 +406,11 @@ pub fn run(opts: &BenchOptions) -> Result<Vec<Row>, String> {
                 break;
             }
         }
+        // The floor of this rank count: the best raw protocol (pooled over its rounds), or
+        // with more ranks than cores the context switches a barrier needs.
+        if let Some(row) = floor_row(n, cores, &raw, floor_iters, &mut floor_notes) {
+            rows.push(row);
+        }
         // Pool each row's rounds (a row that failed in a later round is dropped whole).
         let labels: Vec<String> = measured.iter().flatten().map(|r| r.label.clone()).collect();
         let mut seen: Vec<&String> = Vec::new();
@@ -355,36 +432,19 @@ pub fn run(opts: &BenchOptions) -> Result<Vec<Row>, String> {
         }
     }
     progress.finish();
-    let floor_stats = pool(&floor_samples);
-    rows.insert(
-        0,
-        Row {
-            backend: "floor".into(),
-            algorithm: "-".into(),
-            ranks: 2,
-            iters: floor_iters * floor_samples.len() as u64,
-            measurements: floor_samples.len() as u64,
-            stats: floor_stats,
-            emulator_ns: None,
-            network_ops: None,
-            label: "floor".into(),
-        },
-    );
-    let floor_ns = floor_stats.median;
+    let floors = Floors::of(&rows, cores);
     if opts.json {
         for r in &rows {
-            println!("{}", r.to_json_with(Some(floor_ns), r.p99_meaningful(opts.batch)));
+            println!(
+                "{}",
+                r.to_json_with(floors.latency(r.ranks), floors.switches(r.ranks), r.p99_meaningful(opts.batch))
+            );
         }
     } else {
-        print_table(&rows, floor_ns, opts, rounds, round_iters * rounds);
-        let medians: Vec<f64> = floor_samples.iter().map(|f| f.median).collect();
-        let (lo, hi) = (medians.iter().cloned().fold(f64::MAX, f64::min), medians.iter().cloned().fold(0.0, f64::max));
-        println!(
-            "x floor: the floor's median ranged {lo:.1}-{hi:.1} ns over its {} measurements in this run (one before each \
-             row); a ratio moves with it, so compare rows of one run with each other, and repeat runs before \
-             trusting a ratio across runs",
-            medians.len()
-        );
+        print_table(&rows, &floors, opts, rounds, round_iters * rounds);
+        for note in &floor_notes {
+            println!("{note}");
+        }
     }
     for (label, n, why) in &skipped {
         if opts.json {
@@ -399,14 +459,14 @@ pub fn run(opts: &BenchOptions) -> Result<Vec<Row>, String> {
     }
     if let Some(path) = &opts.plot {
         let caption = format!(
-            "{}, {} cores; {} UTC; {} barriers per row in batches of {} over {rounds} round(s); floor {floor_ns:.1} ns",
+            "{}, {} cores; {} UTC; {} barriers per row in batches of {} over {rounds} round(s); floor: best raw protocol per rank count",
             machine_name(),
             barrier::sys::available_cores(),
             today_utc(),
             round_iters * rounds,
             opts.batch
         );
-        std::fs::write(path, crate::plot::svg(&rows, floor_ns, barrier::sys::available_cores(), &caption))
+        std::fs::write(path, crate::plot::svg(&rows, barrier::sys::available_cores(), &caption))
             .map_err(|e| format!("writing {}: {e}", path.display()))?;
         if !opts.json {
             println!("plot written to {}", path.display());

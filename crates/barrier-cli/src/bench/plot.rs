@@ -59,8 +59,8 @@ fn marker(k: usize, x: f64, y: f64, color: &str, title: &str) -> String {
 /// line per series; the floor as a dashed horizontal line; rank counts above `cores` shaded.
 ///
 /// `caption` (the machine, the date, the iterations and rounds) is written under the plot.
-pub fn svg(rows: &[Row], floor_ns: f64, cores: usize, caption: &str) -> String {
-    draw(rows, Some(floor_ns), cores, "ranks", ("median ns per barrier", "median latency per barrier (ns)"), caption)
+pub fn svg(rows: &[Row], cores: usize, caption: &str) -> String {
+    draw(rows, None, cores, "ranks", ("median ns per barrier", "median latency per barrier (ns)"), caption)
 }
 
 /// Renders `barrier model --sweep`'s predictions: ns per barrier (log scale) against nodes (the
@@ -74,7 +74,9 @@ fn draw(rows: &[Row], floor: Option<f64>, cores: usize, x_name: &str, y_names: (
     let (y_name, y_axis) = y_names;
     let floor_ns = floor.unwrap_or(f64::NAN);
     let mut series: BTreeMap<String, Vec<(usize, f64)>> = BTreeMap::new();
-    for r in rows.iter().filter(|r| r.backend != "floor") {
+    // The floor rows are a series of their own (a latency only where the ranks fit the cores).
+    let rows: Vec<&Row> = rows.iter().filter(|r| r.stats.median.is_finite()).collect();
+    for r in &rows {
         series.entry(series_name(r)).or_default().push((r.ranks, r.stats.median.max(0.1)));
     }
     let xs: Vec<f64> = rows.iter().map(|r| (r.ranks.max(1) as f64).log2()).collect();

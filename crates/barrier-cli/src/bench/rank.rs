@@ -35,11 +35,14 @@ pub fn rank_main(iters: u64, batch: u64) -> Result<(), barrier::Error> {
         world.barrier()?;
     }
     let network_before = world.network_ops();
+    let switches_before = super::reference::process_switches();
     let samples = timed_barriers(world, iters, batch)?;
+    let switches = super::reference::process_switches() - switches_before;
     let network = world.network_ops() - network_before;
     // Everyone finishes timing before anyone exits.
     world.barrier()?;
     println!("NETWORK\t{network}");
+    println!("SWITCHES\t{switches}");
     if world.rank() == 0 {
         println!("RESULT\t{}\t{}\t{}", world.backend(), world.algorithm(), Stats::from_samples(samples).encode());
     }

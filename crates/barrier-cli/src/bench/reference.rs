@@ -1,6 +1,7 @@
-//! The reference rows measured in the same run as the backends: the floor (two pinned threads
-//! handing an epoch back and forth), `std::sync::Barrier` and `hurdles::Barrier`, and the
-//! interleaved comparison of ours, the floor protocol and hurdles (`--interleave`).
+//! The reference rows measured in the same run as the backends: the floor at each rank count
+//! (the best of three raw protocols in pinned threads, [`raw_floor`]), `std::sync::Barrier` and
+//! `hurdles::Barrier`, and the interleaved comparison of ours, the two-thread floor protocol
+//! and hurdles (`--interleave`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -49,11 +50,160 @@ pub fn floor(iters: u64, batch: u64) -> Stats {
     Stats::from_samples(samples)
 }
 
+/// Context switches of this process so far, voluntary and involuntary, as the kernel counts
+/// them (all its threads).
+pub fn process_switches() -> u64 {
+    // SAFETY: getrusage writes the struct it is given and has no other precondition.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; RUSAGE_SELF is always valid.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) } != 0 {
+        return 0;
+    }
+    (usage.ru_nvcsw as u64).saturating_add(usage.ru_nivcsw as u64)
+}
+
+/// The raw protocols the floor at a rank count is the best of: each a barrier at its barest,
+/// with one writer per 256-byte block, epochs that only grow, and threads pinned one per core.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RawProtocol {
+    /// ⌈log2 n⌉ rounds: in round r, thread i stores the epoch into round-r flag of thread
+    /// (i + 2^r) mod n and waits for its own (at 2 threads: the two-thread floor).
+    DisseminationFlags,
+    /// Every other thread stores its own flag; thread 0 waits for them all, then stores one
+    /// release flag that the others wait for.
+    FlatGather,
+    /// The same with a k-ary tree: a thread waits for its children's flags before storing its own.
+    KaryGather(usize),
+}
+
+impl RawProtocol {
+    /// The protocols measured at every rank count.
+    pub const ALL: [RawProtocol; 3] =
+        [RawProtocol::DisseminationFlags, RawProtocol::FlatGather, RawProtocol::KaryGather(4)];
+
+    /// As the floor rows name it.
+    pub fn name(self) -> String {
+        match self {
+            RawProtocol::DisseminationFlags => "raw dissemination flags".into(),
+            RawProtocol::FlatGather => "raw flat gather + release flag".into(),
+            RawProtocol::KaryGather(k) => format!("raw {k}-ary gather + release flag"),
+        }
+    }
+}
+
+/// One thread's part of a raw protocol: (flag to store, flag to wait for) per round, or its
+/// children's flags, its own (none for thread 0) and the release flag.
+enum RawPlan {
+    Rounds(Vec<(usize, usize)>),
+    Gather { children: Vec<usize>, up: Option<usize>, release: usize },
+}
+
+/// One writer's flag alone in a 256-byte block (two lines: no adjacent-line prefetch shares it).
+#[repr(align(256))]
+#[derive(Default)]
+struct Block(AtomicU64);
+
+#[inline(always)]
+fn spin_until(flag: &AtomicU64, epoch: u64) {
+    while flag.load(Ordering::Acquire) < epoch {
+        std::hint::spin_loop();
+    }
+}
+
+/// The floor protocol `protocol` at `n` threads pinned to the first `n` cores of this process's
+/// affinity; thread 0's timings (ns per barrier per batch). `n` must not exceed the cores: a
+/// raw protocol only spins.
+pub fn raw_floor(protocol: RawProtocol, n: usize, iters: u64, batch: u64) -> Stats {
+    let cores = barrier::sys::affinity_cores();
+    assert!(n >= 2 && n <= cores.len(), "raw floor of {n} threads on {} cores", cores.len());
+    let rounds = barrier::rounds(n);
+    // Dissemination: flags[i * rounds + r]; gathers: flags[i] up, flags[n] release.
+    let flags: Arc<Vec<Block>> = Arc::new((0..n * rounds.max(1) + 1).map(|_| Block::default()).collect());
+    let radix = match protocol {
+        RawProtocol::DisseminationFlags => 0,
+        RawProtocol::FlatGather => n - 1,
+        RawProtocol::KaryGather(k) => k.max(1),
+    };
+    let warmup = (iters / 10).next_multiple_of(batch);
+    let total = warmup + (iters / batch).max(1) * batch;
+    // Each thread's flags, worked out before the clock starts: the protocol is loads and stores.
+    let plan = move |i: usize| -> RawPlan {
+        if radix == 0 {
+            let rounds = (0..rounds).map(|r| (((i + (1 << r)) % n) * rounds + r, i * rounds + r)).collect();
+            RawPlan::Rounds(rounds)
+        } else {
+            RawPlan::Gather {
+                children: ((i * radix + 1)..(i * radix + radix + 1).min(n)).collect(),
+                up: (i > 0).then_some(i),
+                release: n,
+            }
+        }
+    };
+    let step = |flags: &[Block], plan: &RawPlan, e: u64| match plan {
+        RawPlan::Rounds(rounds) => {
+            for &(send, wait) in rounds {
+                flags[send].0.store(e, Ordering::Release);
+                spin_until(&flags[wait].0, e);
+            }
+        }
+        RawPlan::Gather { children, up, release } => {
+            for &c in children {
+                spin_until(&flags[c].0, e);
+            }
+            match up {
+                None => flags[*release].0.store(e, Ordering::Release),
+                Some(up) => {
+                    flags[*up].0.store(e, Ordering::Release);
+                    spin_until(&flags[*release].0, e);
+                }
+            }
+        }
+    };
+    let others: Vec<_> = (1..n)
+        .map(|i| {
+            let flags = flags.clone();
+            let core = cores[i];
+            let plan = plan(i);
+            std::thread::spawn(move || {
+                let _ = barrier::sys::pin_to_core(core);
+                for e in 1..=total {
+                    step(&flags, &plan, e);
+                }
+            })
+        })
+        .collect();
+    let before = barrier::sys::affinity_cores();
+    let _ = barrier::sys::pin_to_core(cores[0]);
+    let mine = plan(0);
+    let mut e = 0;
+    for _ in 0..warmup {
+        e += 1;
+        step(&flags, &mine, e);
+    }
+    let samples = timed_batches(total - warmup, batch, || {
+        e += 1;
+        step(&flags, &mine, e);
+    });
+    for t in others {
+        t.join().expect("raw floor thread");
+    }
+    // Restore the mask: the ranks launched later inherit this thread's affinity.
+    let _ = barrier::sys::set_affinity(&before);
+    Stats::from_samples(samples)
+}
+
 /// A thread barrier with `n` threads, each waiting through its own `waiter()`; thread 0's
 /// timings. A signal (Ctrl-C) stops every thread after the same number of waits: thread 0
 /// sets a limit two batches ahead of its own count, and no thread can be a whole batch ahead of
 /// another (they are in one barrier), so every thread sees the limit in time.
-fn thread_barrier<W: FnMut() + Send + 'static>(n: usize, iters: u64, batch: u64, waiter: impl Fn() -> W) -> Stats {
+/// Also returns the process's context switches per wait, warm-up included.
+fn thread_barrier<W: FnMut() + Send + 'static>(
+    n: usize,
+    iters: u64,
+    batch: u64,
+    waiter: impl Fn() -> W,
+) -> (Stats, f64) {
+    let switches_before = process_switches();
     // Whole batches of warm-up: the timed batches then start on a batch boundary, all of them.
     let warmup = (iters / 10).min(10_000).next_multiple_of(batch);
     let batches = (iters / batch).max(1);
@@ -101,14 +251,15 @@ fn thread_barrier<W: FnMut() + Send + 'static>(n: usize, iters: u64, batch: u64,
     for t in others {
         t.join().expect("reference barrier thread");
     }
+    let switches = (process_switches() - switches_before) as f64 / i.max(1) as f64;
     if samples.is_empty() {
         samples.push(f64::NAN);
     }
-    Stats::from_samples(samples)
+    (Stats::from_samples(samples), switches)
 }
 
-/// `std::sync::Barrier` with `n` threads; thread 0's timings.
-pub fn std_barrier(n: usize, iters: u64, batch: u64) -> Stats {
+/// `std::sync::Barrier` with `n` threads; thread 0's timings, and context switches per barrier.
+pub fn std_barrier(n: usize, iters: u64, batch: u64) -> (Stats, f64) {
     let b = Arc::new(std::sync::Barrier::new(n));
     thread_barrier(n, iters, batch, || {
         let b = b.clone();
@@ -119,8 +270,8 @@ pub fn std_barrier(n: usize, iters: u64, batch: u64) -> Stats {
 }
 
 /// `hurdles::Barrier` (the fastest Rust barrier crate measured here) with `n` threads; thread
-/// 0's timings.
-pub fn hurdles_barrier(n: usize, iters: u64, batch: u64) -> Stats {
+/// 0's timings, and context switches per barrier.
+pub fn hurdles_barrier(n: usize, iters: u64, batch: u64) -> (Stats, f64) {
     let b = hurdles::Barrier::new(n);
     thread_barrier(n, iters, batch, || {
         let mut b = b.clone();

@@ -64,12 +64,15 @@ pub(super) fn pool_rounds(rounds: &[&Row]) -> Row {
     let emulator_ns = median_round.and_then(|r| r.emulator_ns);
     let net: Vec<f64> = rounds.iter().filter_map(|r| r.network_ops).collect();
     let network_ops = (!net.is_empty()).then(|| net.iter().sum::<f64>() / net.len() as f64);
+    let sw: Vec<f64> = rounds.iter().filter_map(|r| r.switches).collect();
+    let switches = (!sw.is_empty()).then(|| sw.iter().sum::<f64>() / sw.len() as f64);
     Row {
         iters: rounds.iter().map(|r| r.iters).sum(),
         measurements: rounds.iter().map(|r| r.measurements).sum(),
         stats: pooled,
         emulator_ns,
         network_ops,
+        switches,
         ..rounds[0].clone()
     }
 }
@@ -106,16 +109,21 @@ pub struct Row {
     /// Operations sent across the (simulated) network per barrier, all ranks together: puts,
     /// atomics and device arrival messages. `None` for the thread references.
     pub network_ops: Option<f64>,
+    /// Context switches per barrier, all ranks together, as the kernel counted them for the
+    /// ranks while they were timed (thread rows: the process, warm-up included). On a floor row
+    /// of more ranks than cores: the floor, ranks less cores.
+    pub switches: Option<f64>,
     /// What was asked for: `floor`, `std`, a backend (its automatic choice), or
     /// `backend/algorithm` (forced); the plot draws one line per label.
     pub label: String,
 }
 
 impl Row {
-    /// This row as a multiple of the floor: only for rows of two or more ranks (the floor is
-    /// a two-party barrier; a one-rank "barrier" waits for nobody).
-    pub fn x_floor(&self, floor: f64) -> Option<f64> {
-        (self.ranks >= 2).then(|| self.stats.median / floor)
+    /// This row as a multiple of `floor`, the floor at its rank count: `None` where there is
+    /// none (one rank waits for nobody; with more ranks than cores the floor is a count of
+    /// context switches, not a latency) and on the floor rows themselves.
+    pub fn x_floor(&self, floor: Option<f64>) -> Option<f64> {
+        floor.filter(|f| f.is_finite() && self.ranks >= 2 && self.backend != "floor").map(|f| self.stats.median / f)
     }
 
     /// Whether the p99 of each pooled measurement rests on enough batches to differ from its
@@ -124,26 +132,33 @@ impl Row {
         self.iters / self.measurements.max(1) / batch.max(1) >= P99_SAMPLES
     }
 
-    pub(super) fn to_json_with(&self, floor: Option<f64>, p99_ok: bool) -> String {
-        let x = floor.and_then(|f| self.x_floor(f)).map_or("null".to_string(), |x| format!("{x:.3}"));
+    /// One JSON object; `floor`: the floor's median at this row's rank count; `switch_floor`:
+    /// ranks less cores, where ranks outnumber the cores.
+    pub(super) fn to_json_with(&self, floor: Option<f64>, switch_floor: Option<usize>, p99_ok: bool) -> String {
+        let x = self.x_floor(floor).map_or("null".to_string(), |x| format!("{x:.3}"));
+        let num = |v: f64| if v.is_finite() { format!("{v:.1}") } else { "null".into() };
+        let switches = self.switches.map_or("null".to_string(), |s| format!("{s:.2}"));
+        let switch_floor = switch_floor.map_or("null".to_string(), |s| s.to_string());
         let host = self.host_ns().map_or("null".to_string(), |h| format!("{h:.1}"));
-        let p99 = if p99_ok { format!("{:.1}", self.stats.p99) } else { "null".into() };
+        let p99 = if p99_ok { num(self.stats.p99) } else { "null".into() };
         let emu = self.emulator_ns.map_or("null".to_string(), |e| format!("{e:.1}"));
         let net = self.network_ops.map_or("null".to_string(), |e| format!("{e:.2}"));
         format!(
-            "{{\"backend\":\"{}\",\"algorithm\":\"{}\",\"ranks\":{},\"iters\":{},\"median_ns\":{:.1},\"p99_ns\":{},\"mean_ns\":{:.1},\"min_ns\":{:.1},\"x_floor\":{},\"emulator_ns_per_barrier\":{},\"host_ns_per_barrier\":{},\"network_ops_per_barrier\":{}}}",
+            "{{\"backend\":\"{}\",\"algorithm\":\"{}\",\"ranks\":{},\"iters\":{},\"median_ns\":{},\"p99_ns\":{},\"mean_ns\":{},\"min_ns\":{},\"x_floor\":{},\"emulator_ns_per_barrier\":{},\"host_ns_per_barrier\":{},\"network_ops_per_barrier\":{},\"switches_per_barrier\":{},\"switch_floor\":{}}}",
             self.backend.replace('"', "'"),
             self.algorithm.replace('"', "'"),
             self.ranks,
             self.iters,
-            self.stats.median,
+            num(self.stats.median),
             p99,
-            self.stats.mean,
-            self.stats.min,
+            num(self.stats.mean),
+            num(self.stats.min),
             x,
             emu,
             host,
-            net
+            net,
+            switches,
+            switch_floor
         )
     }
 
@@ -151,6 +166,34 @@ impl Row {
     /// and the calls around them), the median less the device model's share.
     pub fn host_ns(&self) -> Option<f64> {
         self.emulator_ns.map(|e| (self.stats.median - e).max(0.0))
+    }
+}
+
+/// The floors of a run, by rank count.
+pub(crate) struct Floors {
+    /// (ranks, the floor's median ns) where the ranks fit the cores.
+    latency: Vec<(usize, f64)>,
+    cores: usize,
+}
+
+impl Floors {
+    pub(crate) fn of(rows: &[Row], cores: usize) -> Floors {
+        let latency = rows
+            .iter()
+            .filter(|r| r.backend == "floor" && r.stats.median.is_finite())
+            .map(|r| (r.ranks, r.stats.median))
+            .collect();
+        Floors { latency, cores }
+    }
+
+    /// The floor's median at `n` ranks, if it was measured.
+    pub(crate) fn latency(&self, n: usize) -> Option<f64> {
+        self.latency.iter().find(|(r, _)| *r == n).map(|(_, f)| *f)
+    }
+
+    /// Ranks less cores, where the ranks outnumber the cores.
+    pub(crate) fn switches(&self, n: usize) -> Option<usize> {
+        (n > self.cores).then(|| n - self.cores)
     }
 }
 
@@ -179,9 +222,10 @@ mod tests {
             stats: Stats { median: 2.0, p99: 3.0, mean: 2.5, min: 1.0 },
             emulator_ns: None,
             network_ops: None,
+            switches: Some(0.5),
             label: "std".into(),
         };
-        let j = r.to_json_with(Some(1.0), true);
+        let j = r.to_json_with(Some(1.0), None, true);
         for key in [
             "\"backend\":\"std\"",
             "\"ranks\":4",
@@ -191,6 +235,9 @@ mod tests {
             "\"mean_ns\":2.5",
             "\"min_ns\":1.0",
             "\"network_ops_per_barrier\":null",
+            "\"x_floor\":2.000",
+            "\"switches_per_barrier\":0.50",
+            "\"switch_floor\":null",
         ] {
             assert!(j.contains(key), "{j} lacks {key}");
         }

@@ -25,6 +25,83 @@ pub fn calibrate() -> Result<Machine, String> {
     })
 }
 
+/// This machine's constants, with the flag hand-off and the cost of a context switch read from
+/// `barrier bench --json` output (`text`) instead of measured: the flag hand-off is the floor's
+/// median at 2 ranks (its raw dissemination is one store and one wait: one hand-off); a switch
+/// is the least, over the library's rows with more ranks than cores, of the median per barrier
+/// divided by the switches per barrier the kernel counted. The futex wake and the emulated
+/// device are measured as `--calibrate` measures them.
+pub fn calibrate_from_bench(text: &str) -> Result<Machine, String> {
+    let rows: Vec<BenchRow> =
+        text.lines().filter(|l| l.trim_start().starts_with('{')).filter_map(BenchRow::parse).collect();
+    if rows.is_empty() {
+        return Err("no rows of `barrier bench --json` in it".into());
+    }
+    let flag_ns = rows
+        .iter()
+        .find(|r| r.backend == "floor" && r.ranks == 2)
+        .and_then(|r| r.median_ns)
+        .ok_or("no floor row at 2 ranks (run `barrier bench -n 2,... --json`)")?;
+    let reference = ["floor", "std", "hurdles"];
+    let yield_ns = rows
+        .iter()
+        .filter(|r| !reference.contains(&r.backend.as_str()) && r.switch_floor.is_some())
+        .filter_map(|r| Some(r.median_ns? / r.switches.filter(|&s| s > 0.0)?))
+        .min_by(f64::total_cmp)
+        .ok_or(
+            "no row with more ranks than cores and its switches (run `barrier bench -n ... --json` with such a count)",
+        )?;
+    let cores = barrier::sys::affinity_cores();
+    let wake_ns = pingpong(cores.first().copied(), cores.get(1).copied(), Wait::Park, 20_000);
+    let device_ns = device_work()?;
+    Ok(Machine {
+        flag_ns,
+        wake_ns,
+        yield_ns,
+        device_ns,
+        cores: cores.len(),
+        source: format!(
+            "calibrated {} on {} cores, flag and switch from barrier bench",
+            crate::bench::today_utc(),
+            cores.len()
+        ),
+    })
+}
+
+/// The fields of a `barrier bench --json` line that the calibration reads.
+#[derive(Debug, PartialEq)]
+struct BenchRow {
+    backend: String,
+    ranks: usize,
+    median_ns: Option<f64>,
+    switches: Option<f64>,
+    switch_floor: Option<f64>,
+}
+
+impl BenchRow {
+    fn parse(line: &str) -> Option<BenchRow> {
+        // The bench writes flat objects of strings and numbers: `"key":value` pairs.
+        let field = |key: &str| -> Option<&str> {
+            let at = line.find(&format!("\"{key}\":"))? + key.len() + 3;
+            let rest = &line[at..];
+            let end = if let Some(quoted) = rest.strip_prefix('"') {
+                return quoted.find('"').map(|e| &quoted[..e]);
+            } else {
+                rest.find([',', '}']).unwrap_or(rest.len())
+            };
+            Some(rest[..end].trim())
+        };
+        let number = |key: &str| field(key).and_then(|v| v.parse::<f64>().ok());
+        Some(BenchRow {
+            backend: field("backend")?.to_string(),
+            ranks: field("ranks")?.parse().ok()?,
+            median_ns: number("median_ns"),
+            switches: number("switches_per_barrier"),
+            switch_floor: number("switch_floor"),
+        })
+    }
+}
+
 #[derive(Clone, Copy, PartialEq)]
 enum Wait {
     Spin,
@@ -127,4 +204,29 @@ fn device_work() -> Result<f64, String> {
     let after = emu.counters();
     let barriers = after.barriers.saturating_sub(before.barriers).max(1);
     Ok(after.busy_ns.saturating_sub(before.busy_ns) as f64 / barriers as f64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bench_rows_are_read_with_their_nulls() {
+        let line = r#"{"backend":"floor","algorithm":"4 ranks on 2 cores: 2 switch(es)","ranks":4,"iters":0,"median_ns":null,"switches_per_barrier":2.00,"switch_floor":2}"#;
+        let row = BenchRow::parse(line).unwrap();
+        assert_eq!(
+            row,
+            BenchRow {
+                backend: "floor".into(),
+                ranks: 4,
+                median_ns: None,
+                switches: Some(2.0),
+                switch_floor: Some(2.0)
+            }
+        );
+        assert!(calibrate_from_bench("not json").unwrap_err().contains("no rows"));
+        let only_floor =
+            r#"{"backend":"floor","ranks":2,"median_ns":40.0,"switches_per_barrier":0.00,"switch_floor":null}"#;
+        assert!(calibrate_from_bench(only_floor).unwrap_err().contains("more ranks than cores"));
+    }
 }

@@ -22,6 +22,8 @@ pub struct ModelArgs {
     pub plot: Option<PathBuf>,
     /// `--calibrate`.
     pub calibrate: bool,
+    /// `--bench`: a `barrier bench --json` output that `--calibrate` reads.
+    pub bench: Option<PathBuf>,
     /// `--check`.
     pub check: bool,
     /// `--iters`.
@@ -60,11 +62,19 @@ pub fn run(a: ModelArgs) -> ExitCode {
             eprintln!("barrier model --calibrate: no HOME or XDG_CACHE_HOME to store the calibration in: name a file with --calibration");
             return ExitCode::from(2);
         };
-        return match model::calibrate().and_then(|m| m.save(&path).map(|()| m)) {
+        let measured = match &a.bench {
+            None => model::calibrate(),
+            Some(file) => {
+                std::fs::read_to_string(file).map_err(|e| format!("--bench {}: {e}", file.display())).and_then(|text| {
+                    model::calibrate_from_bench(&text).map_err(|e| format!("--bench {}: {e}", file.display()))
+                })
+            }
+        };
+        return match measured.and_then(|m| m.save(&path).map(|()| m)) {
             Ok(m) => {
                 println!(
-                    "barrier model: flag hand-off {:.1} ns, futex wake {:.0} ns, yield hand-off {:.0} ns, emulated device {:.1} ns per barrier, {} cores; stored in {}",
-                    m.flag_ns, m.wake_ns, m.yield_ns, m.device_ns, m.cores, path.display()
+                    "barrier model: flag hand-off {:.1} ns, futex wake {:.0} ns, yield hand-off {:.0} ns, emulated device {:.1} ns per barrier, {} cores ({}); stored in {}",
+                    m.flag_ns, m.wake_ns, m.yield_ns, m.device_ns, m.cores, m.source, path.display()
                 );
                 ExitCode::SUCCESS
             }

@@ -36,7 +36,7 @@ mod report;
 #[cfg(test)]
 mod tests;
 
-pub use calibrate::calibrate;
+pub use calibrate::{calibrate, calibrate_from_bench};
 pub use check::{check, Check, CHECK_ATTEMPTS, CHECK_TOLERANCE};
 pub use predict::*;
 pub use report::{json, report, sweep, sweep_nodes};

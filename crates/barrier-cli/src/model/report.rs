@@ -92,6 +92,7 @@ pub fn sweep(ppn: usize, net: &Network, machine: &Machine) -> (String, Vec<crate
                     stats: crate::bench::Stats { median: p.ns(), p99: p.ns(), mean: p.ns(), min: p.ns() },
                     emulator_ns: None,
                     network_ops: Some(p.network_ops),
+                    switches: None,
                     label: if p.backend == "dissemination" { "dissemination (flat)".into() } else { short(&p.backend) },
                 });
             }
