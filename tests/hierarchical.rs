@@ -218,11 +218,16 @@ fn simulated_network_latency_slows_the_network_puts_it_is_meant_to() {
 
 #[test]
 fn phase_times_are_reported_with_hier_debug() {
-    let report =
-        common::run_example(4, "hello", &[], &[("BARRIER_BACKEND", "hierarchical"), ("BARRIER_HIER_DEBUG", "1")]);
+    // Two nodes: on one the backend runs the flat barrier, which has no phases.
+    let _machine = common::one_job_at_a_time();
+    let mut spec = barrier_cli::launch::JobSpec::new(4, common::example("hello"));
+    spec.nodes = 2;
+    spec.env = vec![("BARRIER_BACKEND".into(), "hierarchical".into()), ("BARRIER_HIER_DEBUG".into(), "1".into())];
+    spec.capture_stderr = true;
+    let report = barrier_cli::launch::launch(&spec).unwrap();
     assert!(report.success(), "{:?}", report.stderr);
     let all = report.stderr.concat();
-    assert!(all.contains("per barrier: gather") && all.contains("internode") && all.contains("fanout"), "{all}");
+    assert!(all.contains("per barrier: gather") && all.contains("internode") && all.contains("release"), "{all}");
 }
 
 #[test]
@@ -269,5 +274,95 @@ fn asynchronous_network_puts_complete_through_progress_calls() {
                 assert_eq!(r, &(Ok(300), Ok(100)), "{backend} {nodes}x{per} latency {latency}: rank {rank}");
             }
         }
+    }
+}
+
+/// A small xorshift, so that each rank's delays differ and repeat from run to run.
+fn next(state: &mut u64) -> u64 {
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    *state
+}
+
+/// The halves of `Communicator::halves` (barrier-mpi's and barrier-shmem's node phases): the
+/// root's phase runs only once every rank has arrived (the gather), and no rank leaves the
+/// release before the root's phase is over; blocking and split phase, odd sizes, random delays.
+#[test]
+fn the_halves_gather_before_the_roots_phase_and_release_after_it() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    for n in [1, 2, 3, 5, 8, 13] {
+        for radix in ["1", "3", "64"] {
+            let arrived = AtomicU64::new(0);
+            let phase = AtomicU64::new(0);
+            let iterations = 200u64;
+            Job::new(n)
+                .params(params().set("BARRIER_HIER_RADIX", radix))
+                .run(|w| {
+                    let h = w.halves().unwrap();
+                    assert_eq!(h.backend().to_string(), "hierarchical");
+                    assert!(h.algorithm().contains(&format!("radix {radix}")), "{}", h.algorithm());
+                    let mut state = 0x9e37_79b9_7f4a_7c15u64 ^ ((w.rank() as u64 + 1) * 7919);
+                    for k in 1..=iterations {
+                        if next(&mut state).is_multiple_of(8) {
+                            std::thread::sleep(Duration::from_micros(next(&mut state) % 50));
+                        }
+                        arrived.fetch_add(1, Ordering::SeqCst);
+                        // Split phase on every third barrier, blocking otherwise.
+                        let split = k % 3 == 0;
+                        if split {
+                            let mut r = h.ibarrier().unwrap();
+                            while !r.test().unwrap() {
+                                std::hint::spin_loop();
+                            }
+                        } else {
+                            h.barrier().unwrap();
+                        }
+                        if w.rank() == 0 {
+                            let seen = arrived.load(Ordering::SeqCst);
+                            assert!(
+                                seen >= n as u64 * k,
+                                "n {n} radix {radix}: the gather of {k} let the root on at {seen} arrivals"
+                            );
+                            if next(&mut state).is_multiple_of(4) {
+                                std::thread::sleep(Duration::from_micros(next(&mut state) % 100));
+                            }
+                            phase.store(k, Ordering::SeqCst);
+                        }
+                        if split {
+                            h.ibarrier().unwrap().wait().unwrap();
+                        } else {
+                            h.barrier().unwrap();
+                        }
+                        let now = phase.load(Ordering::SeqCst);
+                        assert!(
+                            now >= k,
+                            "n {n} radix {radix} rank {}: left release {k} before the root's phase ({now})",
+                            w.rank()
+                        );
+                    }
+                })
+                .unwrap();
+        }
+    }
+}
+
+#[test]
+fn halves_refuse_a_communicator_that_spans_nodes() {
+    let out = Job::new(4).nodes(2).params(params()).run(|w| w.halves().map(|_| ()).map_err(|e| e.to_string())).unwrap();
+    for r in out {
+        let e = r.unwrap_err();
+        assert!(e.contains("spans 2 nodes"), "{e}");
+    }
+}
+
+/// On one node the hierarchical backend runs the flat barrier the software backend would (its
+/// gather and release only pay where they keep ranks off the network); across nodes, the node
+/// phases with one release flag.
+#[test]
+fn hierarchical_runs_the_flat_barrier_on_one_node_and_its_node_phases_across_nodes() {
+    for (nodes, want) in [(1, "one node: flat "), (2, "radix 8; roots: dissemination")] {
+        let out = Job::new(4).nodes(nodes).params(params()).run(|w| w.algorithm()).unwrap();
+        assert!(out[0].starts_with(want), "{nodes} node(s): {}", out[0]);
     }
 }

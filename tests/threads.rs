@@ -98,3 +98,35 @@ proptest! {
         }
     }
 }
+
+/// The flat algorithm `auto` picks follows the rank count where ranks spin (a machine with a
+/// core per rank, faked here with `BARRIER_WAIT_POLICY=spin`), and is central where they park;
+/// every choice runs correct barriers.
+#[test]
+fn the_automatic_flat_algorithm_follows_the_rank_count() {
+    let cases = [
+        (4, "spin", "dissemination"),
+        (11, "spin", "dissemination"),
+        (12, "spin", "gather"),
+        (13, "spin", "gather"),
+        (4, "park", "central"),
+    ];
+    for (n, policy, want) in cases {
+        let params = barrier::Params::defaults_only()
+            .set("BARRIER_BACKEND", "dissemination")
+            .set("BARRIER_WAIT_POLICY", policy)
+            .set("BARRIER_TIMEOUT", "60s");
+        let out = barrier::threads::Job::new(n)
+            .params(params)
+            .run(|w| {
+                let opts = barrier_suite::StressOptions { iterations: 50, seed: n as u64, ..Default::default() };
+                barrier_suite::stress(&w, &opts).map_err(|e| e.to_string())?;
+                Ok::<_, String>(w.algorithm())
+            })
+            .unwrap();
+        for r in out {
+            let algorithm = r.unwrap();
+            assert!(algorithm.starts_with(want), "{n} ranks, {policy}: {algorithm}");
+        }
+    }
+}

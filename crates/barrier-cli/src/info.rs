@@ -136,6 +136,27 @@ pub fn report(
         let _ = writeln!(out, "  {line}");
     }
     let _ = writeln!(out, "  rank 0's module: {algorithm}");
+    // The flat algorithm that `auto` picks for this communicator (the software backend's, and
+    // the hierarchical backend's on one node), and why.
+    let auto = barrier::backends::dissemination::Algorithm::Auto;
+    let parks = policy.wakes();
+    let flat = auto.resolve(ranks, parks);
+    let why = if nodes > 1 {
+        "across nodes the software backend runs dissemination (every flag one writer: a put)".to_string()
+    } else {
+        barrier::backends::dissemination::Algorithm::reason(ranks, parks)
+    };
+    let flat = if nodes > 1 { barrier::backends::dissemination::Algorithm::Dissemination } else { flat };
+    let set = Params::from_env().get("BARRIER_SW_ALGORITHM").filter(|a| !a.trim().eq_ignore_ascii_case("auto"));
+    match set {
+        Some(a) => {
+            let _ =
+                writeln!(out, "  flat algorithm: {a} (BARRIER_SW_ALGORITHM; auto would pick {}: {why})", flat.name());
+        }
+        None => {
+            let _ = writeln!(out, "  flat algorithm (BARRIER_SW_ALGORITHM=auto): {}: {why}", flat.name());
+        }
+    }
     Ok(out)
 }
 

@@ -16,9 +16,12 @@ use crate::settings::{agree_settings, node_params, Agreed, FAULT, HIERARCHICAL, 
 pub(crate) enum Path {
     /// One node: the node's own barrier (the core selector's choice among its backends).
     Node(Universe),
-    /// Several nodes: the node's barrier, then the roots' dissemination over MPI, then the
-    /// node's barrier again.
+    /// Several nodes: the node's gather (every rank has arrived, the root learns it), then the
+    /// roots' dissemination over MPI, then the node's release: the two halves of the node's
+    /// `halves` communicator (`barrier::Communicator::halves`), two barriers of it per barrier.
     Hierarchical {
+        /// Declared (and so dropped) before the node's universe it was made from.
+        halves: barrier::Communicator,
         node: Universe,
         internode: Option<Internode>,
         /// The node's segment: a root whose internode phase fails marks it failed, so that the
@@ -263,6 +266,11 @@ impl BarrierComm {
             }
         };
         let node = self.agree(joined, world_rank, "join the node")?;
+        // Across nodes the node's part is a gather and a release around the roots' phase.
+        let halves = match self.nodes > 1 {
+            true => Some(self.agree(node.world().halves(), world_rank, "make the node's gather and release")?),
+            false => None,
+        };
         let internode = match &roots {
             Some(r) if self.nodes > 1 => {
                 let injected = fault("internode");
@@ -305,7 +313,7 @@ impl BarrierComm {
                 barrier::sys::say(&format!("barrier-mpi: {FAULT}={stage}:{world_rank} did not fire: {why}"));
             }
         }
-        let node_backend = node.world().backend();
+        let node_backend = halves.as_ref().map_or_else(|| node.world().backend(), |h| h.backend());
         // What decided the wait policy: the job's ranks on this machine, not this communicator's.
         let waits = format!(
             "waits {} ({} ranks of the job on {} cores here)",
@@ -313,16 +321,16 @@ impl BarrierComm {
             job.ranks,
             job.cores
         );
-        if self.nodes > 1 {
+        if let Some(halves) = halves {
             self.detail = format!(
                 "{} nodes: intranode {} ({} over shared memory, {} ranks on this node, {waits}), internode \
                  dissemination over mpi-p2p among the node roots",
                 self.nodes,
                 node_backend,
-                node.world().algorithm(),
+                halves.algorithm(),
                 self.local_size
             );
-            self.path = Path::Hierarchical { node, internode, seg };
+            self.path = Path::Hierarchical { halves, node, internode, seg };
         } else {
             self.detail = format!(
                 "one node of {} ranks: {} ({}) over shared memory, {waits}{DECLINED_LIST}{}",
@@ -361,10 +369,12 @@ impl BarrierComm {
         self.on_home_thread()?;
         match &self.path {
             Path::Node(node) => node.world().barrier().map_err(|e| self.in_mpi_ranks(e)),
-            Path::Hierarchical { node, internode, seg } => {
+            Path::Hierarchical { halves, internode, seg, .. } => {
                 // Split-phase barriers started before this one complete first.
                 self.finish_flights()?;
-                let world = node.world();
+                // The gather: the root returns once the node's ranks have all arrived, the
+                // others at once; then the roots' phase; then the release.
+                let world = halves;
                 world.barrier().map_err(|e| self.in_mpi_ranks(e))?;
                 if let Some(inter) = internode {
                     let epoch = self.epoch.get() + 1;

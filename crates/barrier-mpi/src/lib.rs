@@ -57,9 +57,10 @@
 //!
 //! ## A barrier
 //!
-//! One node: the node's barrier. Several nodes (`hierarchical`): the node's barrier (every
-//! rank of the node has arrived), the roots' dissemination over MPI, the node's barrier again
-//! (the root releases its node). `mpi`: `PMPI_Barrier`.
+//! One node: the node's barrier. Several nodes (`hierarchical`): the node's gather (the root
+//! learns that every rank of the node has arrived; the others go on at once), the roots'
+//! dissemination over MPI, the node's release (one flag the root stores, the others wait for):
+//! one gather and one release, not two whole node barriers. `mpi`: `PMPI_Barrier`.
 //!
 //! Every MPI call of this crate goes to a `PMPI_` entry point, so neither the interposer nor a
 //! profiler sees the library's own traffic.

@@ -6,16 +6,17 @@
 //! * **`mpi`**: `MPI_Ibarrier` on the private duplicate, completed with `MPI_Test`/`MPI_Wait`.
 //! * **Several nodes**: the blocking barrier's three phases, as a queue of *flights* kept in
 //!   the communicator, advanced without waiting by any request's `test` (or completed by `wait`
-//!   and by the next blocking barrier). The node's barriers of all its ranks must pair up in
-//!   the same order, and they do:
-//!   - a rank that is not its node's root arrives at both of a flight's node barriers (the
-//!     gather, then the release) when the flight starts, and its flight is done when the
-//!     release completes;
+//!   and by the next blocking barrier). The node's halves (the barriers of its `halves`
+//!   communicator: a gather, then a release) of all its ranks must pair up in the same order,
+//!   and they do:
+//!   - a rank that is not its node's root arrives at both of a flight's halves (the gather,
+//!     which a leaf completes at once and a rank with children once they have arrived, then the
+//!     release) when the flight starts, and its flight is done when the release completes;
 //!   - the node's root arrives at a flight's gather when the flight before it is done (at
 //!     once if there is none), runs the internode rounds once the gather completes, and only
 //!     then arrives at the release.
 //!
-//!   So every rank's node barriers go gather 1, release 1, gather 2, release 2, …, and no rank
+//!   So every rank's halves go gather 1, release 1, gather 2, release 2, …, and no rank
 //!   of any node is released before every root has finished the rounds that prove every node
 //!   gathered.
 //!
@@ -42,9 +43,9 @@ impl BarrierComm {
         let stage = match &self.path {
             Path::Node(node) => Stage::Node(node.world().ibarrier().map_err(|e| self.in_mpi_ranks(e))?),
             Path::Mpi => Stage::Mpi(raw::ibarrier(self.comm)?),
-            Path::Hierarchical { node, internode, .. } => {
+            Path::Hierarchical { halves, internode, .. } => {
                 self.usable()?;
-                let world = node.world();
+                let world = halves;
                 let flights = &self.flights;
                 let first = flights.queue.borrow().is_empty();
                 let leg = if internode.is_some() {
@@ -83,10 +84,10 @@ impl BarrierComm {
     /// Advances the flights in order until flight `flight` is done (`Ok(true)`) or, unless
     /// `blocking`, until one must wait (`Ok(false)`).
     fn drive(&self, flight: u64, blocking: bool) -> Result<bool> {
-        let Path::Hierarchical { node, internode, seg } = &self.path else {
+        let Path::Hierarchical { halves, internode, seg, .. } = &self.path else {
             unreachable!("flights run only across nodes")
         };
-        let world = node.world();
+        let world = halves;
         let flights = &self.flights;
         // The node's barrier `epoch`: done, or (not blocking) not yet.
         let node_done = |epoch: u64| -> Result<bool> {

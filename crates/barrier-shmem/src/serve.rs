@@ -1,6 +1,8 @@
 //! Serving a barrier: the node's barrier (the core library's communicator over the node's
-//! segment), and across nodes the roots' dissemination over OpenSHMEM puts, then the node's
-//! barrier again (the root releases its node).
+//! segment); across nodes the node's gather (its root learns that every PE of the node has
+//! arrived), the roots' dissemination over OpenSHMEM puts, and the node's release (the two
+//! halves of `barrier::Communicator::halves`: one gather and one release, not two whole node
+//! barriers).
 
 use std::cell::Cell;
 use std::ffi::c_ulong;
@@ -94,10 +96,12 @@ impl Rounds {
 pub(crate) struct Serving {
     // Field order is drop order: the table's window and the node's universe before the segment.
     sets: crate::sets::Sets,
+    /// Across nodes: the node's gather and release (made from the node's universe, dropped
+    /// before it).
+    halves: Option<barrier::Communicator>,
     node: Universe,
     seg: Arc<Segment>,
     local_rank: usize,
-    nodes: usize,
     internode: Option<Rounds>,
     epoch: Cell<u64>,
     describe: String,
@@ -114,7 +118,6 @@ pub(crate) struct Serving {
 #[derive(Debug)]
 pub(crate) struct Place {
     pub local_rank: usize,
-    pub nodes: usize,
     pub node_of: Vec<usize>,
     pub me: usize,
     pub yields: bool,
@@ -128,6 +131,7 @@ unsafe impl Send for Serving {}
 impl Serving {
     pub(crate) fn new(
         node: Universe,
+        halves: Option<barrier::Communicator>,
         seg: Arc<Segment>,
         place: Place,
         sets: crate::sets::Sets,
@@ -136,10 +140,10 @@ impl Serving {
     ) -> Serving {
         Serving {
             sets,
+            halves,
             node,
             seg,
             local_rank: place.local_rank,
-            nodes: place.nodes,
             internode,
             epoch: Cell::new(0),
             describe,
@@ -171,20 +175,19 @@ impl Serving {
     /// every PE (release on arrival, acquire on departure, through the node's barrier and the
     /// roots' remote sets).
     pub(crate) fn barrier(&self) -> Result<()> {
-        let world = self.node.world();
-        world.barrier()?;
-        if self.nodes > 1 {
-            if let Some(rounds) = &self.internode {
-                let epoch = self.epoch.get() + 1;
-                self.epoch.set(epoch);
-                if let Err(e) = rounds.run(epoch) {
-                    // The node's PEs waiting for this root stop at once instead of at their timeout.
-                    self.seg.set_abort(self.local_rank);
-                    return Err(e);
-                }
+        let Some(halves) = &self.halves else { return self.node.world().barrier() };
+        // The gather: the root returns once its node's PEs have all arrived, the others at once.
+        halves.barrier()?;
+        if let Some(rounds) = &self.internode {
+            let epoch = self.epoch.get() + 1;
+            self.epoch.set(epoch);
+            if let Err(e) = rounds.run(epoch) {
+                // The node's PEs waiting for this root stop at once instead of at their timeout.
+                self.seg.set_abort(self.local_rank);
+                return Err(e);
             }
-            world.barrier()?;
         }
-        Ok(())
+        // The release: the root stores it, the others wait for it.
+        halves.barrier()
     }
 }

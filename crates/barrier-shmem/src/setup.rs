@@ -256,6 +256,17 @@ pub(crate) fn run(real: &Real, params: &Params) -> (Outcome, Symmetric) {
         return (Outcome::Decline(why), symmetric);
     }
     let table = table.expect("agreed");
+    // Across nodes the node's part is a gather and a release around the roots' phase.
+    let halves = if node_count > 1 {
+        let made = node.world().halves();
+        if let Some(pe) = x.first_failed(made.is_ok()) {
+            let why = made.err().map_or_else(|| format!("PE {pe} could not make its node's gather"), |e| e.to_string());
+            return (Outcome::Decline(why), symmetric);
+        }
+        made.ok()
+    } else {
+        None
+    };
 
     // 4. Between nodes: the roots' dissemination over OpenSHMEM puts into a symmetric inbox.
     let rounds = barrier::rounds(node_count);
@@ -280,8 +291,8 @@ pub(crate) fn run(real: &Real, params: &Params) -> (Outcome, Symmetric) {
     let describe = format!(
         "{} PEs on {node_count} node(s): intranode {} ({}), {}{}",
         n,
-        node.world().backend(),
-        node.world().algorithm(),
+        halves.as_ref().map_or_else(|| node.world().backend(), |h| h.backend()),
+        halves.as_ref().map_or_else(|| node.world().algorithm(), |h| h.algorithm()),
         if node_count > 1 { "internode dissemination over OpenSHMEM puts among the node roots, " } else { "" },
         format_args!(
             "waits {} ({} PEs on {} cores here)",
@@ -292,13 +303,12 @@ pub(crate) fn run(real: &Real, params: &Params) -> (Outcome, Symmetric) {
     );
     let place = crate::serve::Place {
         local_rank,
-        nodes: node_count,
         node_of: topo.node_of.clone(),
         me,
         yields: shape.ranks_on_machine > shape.cores,
         timeout: params.duration("BARRIER_TIMEOUT").ok().flatten(),
     };
-    let serving = Serving::new(node, seg, place, crate::sets::Sets::new(table), internode, describe);
+    let serving = Serving::new(node, halves, seg, place, crate::sets::Sets::new(table), internode, describe);
     (Outcome::Serve(Box::new(serving)), symmetric)
 }
 

@@ -100,7 +100,7 @@ pub mod pad;
 pub mod wait;
 pub use wait::WaitPolicy;
 
-/// Under loom: the k-ary gather and fanout slot protocol, the same file as `algo::tree`, built
+/// Under loom: the k-ary gather and release slot protocol, the same file as `algo::tree`, built
 /// on loom's primitives for `tests/loom.rs`.
 #[cfg(loom)]
 #[path = "algo/tree.rs"]

@@ -301,6 +301,10 @@ pub(crate) fn select(input: SelectInput<'_>) -> Result<(Engine, Selection)> {
         }
         let result = if b.name() == SOFTWARE.name() {
             SOFTWARE.enable_software(&enable_ctx).map(Engine::Software)
+        } else if b.name() == crate::backends::hierarchical::NAME && enable_ctx.query.nodes < 2 {
+            // On one node the hierarchical backend runs the flat barrier: dispatched statically
+            // like the software backend's, so that it costs what that one does.
+            crate::backends::hierarchical::one_node(&enable_ctx).map(Engine::Software)
         } else {
             b.enable(&enable_ctx).map(Engine::Dyn)
         };

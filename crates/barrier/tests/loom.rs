@@ -64,8 +64,8 @@ fn a_waiter_for_a_later_epoch_sleeps_through_earlier_signals_and_wakes_at_its_ow
     });
 }
 
-// The hierarchical backend's intranode phases (gather up a k-ary tree of up-slots, fanout down
-// its down-slots): every interleaving of a small node, over consecutive epochs, with parking
+// The hierarchical backend's intranode phases (gather up a k-ary tree of up-slots, release
+// through the node's one release flag): every interleaving of a small node, over consecutive epochs, with parking
 // waits. Each rank records its arrival with a relaxed store before the barrier and, after it,
 // requires every rank's record to be there: that checks both "nobody leaves before everybody
 // arrived" and that the release/acquire chain up and down the tree makes earlier writes
@@ -86,7 +86,7 @@ mod hier {
         tree: LocalTree,
         l: usize,
         up: &[Arc<Flag>],
-        down: &[Arc<Flag>],
+        release: &Arc<Flag>,
         skip_last_child: bool,
     ) -> TreeSlots<Arc<Flag>> {
         let children: Vec<usize> = tree.children(l).collect();
@@ -94,9 +94,8 @@ mod hier {
             if skip_last_child && !children.is_empty() { &children[..children.len() - 1] } else { &children[..] };
         TreeSlots {
             up: tree.parent(l).map(|_| up[l].clone()),
-            down: tree.parent(l).map(|_| down[l].clone()),
             children_up: waited.iter().map(|&c| up[c].clone()).collect(),
-            children_down: children.iter().map(|&c| down[c].clone()).collect(),
+            release: release.clone(),
         }
     }
 
@@ -108,7 +107,7 @@ mod hier {
                 parking().wait(flag, e, &Unwatched).unwrap();
             }
             // (The root would run the internode phase here; one node has none.)
-            while let Err(flag) = s.fanout(e, true) {
+            while let Err(flag) = s.release(e, true) {
                 parking().wait(flag, e, &Unwatched).unwrap();
             }
             for (peer, a) in arrived.iter().enumerate() {
@@ -126,16 +125,16 @@ mod hier {
         builder.check(move || {
             let tree = LocalTree::new(size, radix);
             let up: Vec<Arc<Flag>> = (0..size).map(|_| Arc::new(Flag::default())).collect();
-            let down: Vec<Arc<Flag>> = (0..size).map(|_| Arc::new(Flag::default())).collect();
+            let release = Arc::new(Flag::default());
             let arrived: Vec<Arc<AtomicU64>> = (0..size).map(|_| Arc::new(AtomicU64::new(0))).collect();
             let others: Vec<_> = (1..size)
                 .map(|l| {
-                    let s = slots(tree, l, &up, &down, skip_last_child);
+                    let s = slots(tree, l, &up, &release, skip_last_child);
                     let arrived = arrived.clone();
                     thread::spawn(move || rank(&s, l, &arrived, epochs))
                 })
                 .collect();
-            rank(&slots(tree, 0, &up, &down, skip_last_child), 0, &arrived, epochs);
+            rank(&slots(tree, 0, &up, &release, skip_last_child), 0, &arrived, epochs);
             for t in others {
                 t.join().unwrap();
             }

@@ -385,7 +385,8 @@ pub fn predict(shape: Shape, net: &Network, machine: &Machine) -> Vec<Prediction
         }
         out.push(Prediction { backend: map.kind.into(), priority, parts, network_ops: messages, declined });
     }
-    // hierarchical: gather over a k-ary tree, an internode leg among node roots, fanout.
+    // hierarchical: gather over a k-ary tree, an internode leg among node roots, the release
+    // through one flag (one hand-over).
     let tree = LocalTree::new(shape.ppn, barrier::backends::hierarchical::DEFAULT_RADIX);
     let tree_ns = tree.depth() as f64 * local;
     let hier_declined = if shape.nodes < 2 {
@@ -409,7 +410,7 @@ pub fn predict(shape: Shape, net: &Network, machine: &Machine) -> Vec<Prediction
             let declined = if !has(leg) { Some(format!("{} has no {leg} device", net.name)) } else { fits };
             (messages, hier_declined.clone().or(declined))
         };
-        parts.push(Part { name: "intranode fanout", ns: tree_ns });
+        parts.push(Part { name: "intranode release", ns: local });
         out.push(Prediction {
             backend: format!("hierarchical ({leg} among roots)"),
             priority: 50,

@@ -21,6 +21,11 @@
 //! * **tree**: a k-ary tree (`BARRIER_TREE_ARITY`, default 4). Each rank waits for its children's
 //!   up-flags, stores its own up-flag, waits for its down-flag, and stores its children's
 //!   down-flags.
+//! * **gather**: the hierarchical backend's node phases ([`super::tree`]) as a flat barrier:
+//!   the ranks gather up a k-ary tree of padded up-slots (`BARRIER_GATHER_RADIX`, default
+//!   [`DEFAULT_GATHER_RADIX`]: flat, rank 0 reads every slot, up to that many ranks and one),
+//!   and rank 0 releases everybody through one flag. Two hand-overs, one after the other, but
+//!   neither grows with the ranks as long as the root can read their slots as fast as they come.
 //!
 //! Why `>= e` is enough, even for the fallback: a rank only ever stores epoch `e` after it has
 //! itself arrived at `e`, and a rank reaching `e + 1` implies that every rank arrived at `e`.
@@ -55,12 +60,22 @@ pub enum Algorithm {
     Tournament,
     /// k-ary gather/release tree.
     Tree,
+    /// k-ary gather into padded slots, one release flag.
+    Gather,
 }
+
+/// Children per rank of the `gather` algorithm's tree unless `BARRIER_GATHER_RADIX` says
+/// otherwise: a flat gather up to 17 ranks.
+pub const DEFAULT_GATHER_RADIX: usize = 16;
+
+/// With a core per rank, `auto` runs `gather` from this many ranks on (dissemination below);
+/// see [`Algorithm::resolve`].
+pub const GATHER_FROM: usize = 12;
 
 impl Algorithm {
     /// Every concrete algorithm.
-    pub const ALL: [Algorithm; 4] =
-        [Algorithm::Central, Algorithm::Dissemination, Algorithm::Tournament, Algorithm::Tree];
+    pub const ALL: [Algorithm; 5] =
+        [Algorithm::Central, Algorithm::Dissemination, Algorithm::Tournament, Algorithm::Tree, Algorithm::Gather];
 
     /// The parameter spelling.
     pub fn name(self) -> &'static str {
@@ -70,14 +85,13 @@ impl Algorithm {
             Algorithm::Dissemination => "dissemination",
             Algorithm::Tournament => "tournament",
             Algorithm::Tree => "tree",
+            Algorithm::Gather => "gather",
         }
     }
 
     /// Parses the parameter spelling.
     pub fn parse(text: &str) -> Option<Self> {
-        [Algorithm::Auto, Algorithm::Central, Algorithm::Dissemination, Algorithm::Tournament, Algorithm::Tree]
-            .into_iter()
-            .find(|a| a.name().eq_ignore_ascii_case(text.trim()))
+        std::iter::once(Algorithm::Auto).chain(Algorithm::ALL).find(|a| a.name().eq_ignore_ascii_case(text.trim()))
     }
 
     fn code(self) -> u64 {
@@ -90,24 +104,47 @@ impl Algorithm {
             2 => Algorithm::Dissemination,
             3 => Algorithm::Tournament,
             4 => Algorithm::Tree,
+            5 => Algorithm::Gather,
             _ => Algorithm::Auto,
         }
     }
 
-    /// The `auto` choice, from measurements on a 2-core x86_64 VM (see `docs/benchmark.md`):
+    /// The `auto` choice for `n` ranks, from measurements (`docs/benchmark.md`; the reason
+    /// in words is [`Algorithm::reason`], which `barrier info` prints):
     ///
     /// * ranks park (oversubscribed): **central**. One release flag means one futex wake
     ///   releases everyone; dissemination needs a wake per round per rank (8 ranks on 2 cores:
     ///   central ~9 us, dissemination ~15 us, `std::sync::Barrier` ~47 us).
-    /// * ranks spin (a core each): **dissemination**. At 2 ranks it is one flag store and one
-    ///   wait, the same work as the floor (measured 1.1x the floor in the same processes, central
-    ///   1.4x: its counter line and release line both cross between cores every barrier), and its
-    ///   ⌈log2 n⌉ parallel rounds do not serialize on one line as n grows.
-    pub fn resolve(self, _n: usize, parks: bool) -> Algorithm {
+    /// * ranks spin (a core each), fewer than [`GATHER_FROM`]: **dissemination**. At 2 ranks it
+    ///   is one flag store and one wait, the same work as the floor, and its ⌈log2 n⌉ rounds run
+    ///   in parallel on every rank.
+    /// * ranks spin, [`GATHER_FROM`] or more: **gather**. The rounds grow with n; the gather's
+    ///   two hand-overs do not, and on a 16-core node the raw flat gather with one release flag
+    ///   was ahead of raw dissemination from 12 ranks on (the floor rows of `barrier bench`).
+    pub fn resolve(self, n: usize, parks: bool) -> Algorithm {
         match self {
             Algorithm::Auto if parks => Algorithm::Central,
+            Algorithm::Auto if n >= GATHER_FROM => Algorithm::Gather,
             Algorithm::Auto => Algorithm::Dissemination,
             a => a,
+        }
+    }
+
+    /// Why `auto` resolves as it does for `n` ranks (`barrier info`).
+    pub fn reason(n: usize, parks: bool) -> String {
+        if n < 2 {
+            return "one rank: there is nobody to wait for".into();
+        }
+        match Algorithm::Auto.resolve(n, parks) {
+            Algorithm::Central => "the ranks park (more ranks than cores): one release flag, one wake for all".into(),
+            Algorithm::Gather => format!(
+                "{n} ranks spin, {GATHER_FROM} or more: a gather and one release flag, which do not grow with the \
+                 ranks as dissemination's rounds do"
+            ),
+            _ => format!(
+                "{n} ranks spin, fewer than {GATHER_FROM}: dissemination's {} parallel rounds",
+                crate::region::rounds(n)
+            ),
         }
     }
 }
@@ -149,16 +186,23 @@ pub fn enable(ctx: &EnableContext<'_>) -> Result<SoftwareModule, Decline> {
     let local_arity = params.parse::<u64>("BARRIER_TREE_ARITY", 4, "").unwrap_or(4).clamp(2, 64);
     // In nanoseconds (at most a millisecond: 20 bits), so that `500ns` is not rounded to 0.
     let local_tail = tail_spin(params).unwrap_or(tail::DEFAULT_TAIL_SPIN).as_nanos() as u64;
-    // Rank 0's choices win, so that every rank runs the same algorithm the same way.
+    let local_radix = params
+        .parse::<u64>("BARRIER_GATHER_RADIX", DEFAULT_GATHER_RADIX as u64, "")
+        .unwrap_or(DEFAULT_GATHER_RADIX as u64)
+        .clamp(1, 64);
+    // Rank 0's choices win, so that every rank runs the same algorithm the same way. (The tail
+    // spin, in ns, is at most a millisecond: 20 bits from bit 16.)
     let agreed = ctx
-        .broadcast(0, local_algo.code() | (local_arity << 8) | (local_tail << 16))
+        .broadcast(0, local_algo.code() | (local_arity << 8) | (local_tail << 16) | (local_radix << 40))
         .map_err(|e| Decline::new(e.to_string()))?;
     let n = ctx.query.size;
     let wakes = ctx.policy.wakes();
     let algo = Algorithm::from_code(agreed & 0xff).resolve(n, wakes);
     let arity = ((agreed >> 8) as u8 as usize).clamp(2, 64);
+    let radix = ((agreed >> 40) as u8 as usize).clamp(1, 64);
+    let arity = if algo == Algorithm::Gather { radix } else { arity };
     let mut module = SoftwareModule::new(ctx.region.clone(), ctx.query.rank, algo, arity, wakes);
-    module.tail_limit = Duration::from_nanos(agreed >> 16);
+    module.tail_limit = Duration::from_nanos((agreed >> 16) & 0xff_ffff);
     if algo == Algorithm::Central && tail::wanted(ctx) {
         module.tail = tail::TailSpin::new(ctx.region, ctx.query.rank, module.tail_limit);
     }
@@ -215,6 +259,9 @@ pub struct SoftwareModule {
     fabric: Option<Box<Fabric>>,
     /// A transport of the outbox needs this rank's progress calls to complete its puts.
     net_progress: bool,
+    /// What [`Module::algorithm`] says instead of the algorithm's name (another backend runs
+    /// this module for a communicator on one node).
+    label: Option<String>,
 }
 
 impl SoftwareModule {
@@ -238,6 +285,7 @@ impl SoftwareModule {
             down: None,
             fabric: None,
             net_progress: false,
+            label: None,
         };
         let f = |flag: &Flag| region.shared_flag(flag);
         let store = |flag: &Flag| Signal::Store(region.shared_flag(flag));
@@ -280,6 +328,20 @@ impl SoftwareModule {
                 if tree.parent(rank).is_some() {
                     m.up = Some(store(&region.tree_up()[rank]));
                     m.down = Some(f(&region.tree_down()[rank]));
+                }
+            }
+            Algorithm::Gather => {
+                // The slots of `super::tree`: up-slots, and rank 0's down-slot as the one
+                // release flag (rank 0 has no parent to write it otherwise).
+                let tree = LocalTree::new(n, arity);
+                for c in tree.children(rank) {
+                    m.inbox.push(f(&region.tree_up()[c]));
+                }
+                if tree.parent(rank).is_some() {
+                    m.up = Some(store(&region.tree_up()[rank]));
+                    m.down = Some(f(&region.tree_down()[0]));
+                } else {
+                    m.outbox.push(store(&region.tree_down()[0]));
                 }
             }
         }
@@ -345,8 +407,19 @@ impl SoftwareModule {
     }
 }
 
+impl SoftwareModule {
+    /// The module with `label(algorithm)` as what it reports for its algorithm.
+    pub(crate) fn labelled(mut self, label: impl FnOnce(&str) -> String) -> Self {
+        self.label = Some(label(self.algorithm()));
+        self
+    }
+}
+
 impl Module for SoftwareModule {
     fn algorithm(&self) -> &str {
+        if let Some(label) = &self.label {
+            return label;
+        }
         if self.tail.is_some() {
             "central + tail spin"
         } else {
@@ -385,8 +458,8 @@ impl Module for SoftwareModule {
                     first.signal(epoch, self.wake)?;
                 }
             }
-            // Tournament losers and tree leaves report upwards without waiting.
-            Algorithm::Tournament | Algorithm::Tree => {
+            // Tournament losers and tree and gather leaves report upwards without waiting.
+            Algorithm::Tournament | Algorithm::Tree | Algorithm::Gather => {
                 self.progress(epoch)?;
             }
         }
@@ -426,7 +499,7 @@ impl Module for SoftwareModule {
 }
 
 impl SoftwareModule {
-    /// [`Module::progress`] for central, tournament, tree and dissemination across nodes.
+    /// [`Module::progress`] for central, tournament, tree, gather and dissemination across nodes.
     #[inline(never)]
     fn progress_other(&mut self, epoch: u64) -> Result<Poll<'_>, Error> {
         match self.algo {
@@ -440,7 +513,7 @@ impl SoftwareModule {
                 Ok(Poll::Pending { flag, target: epoch, recheck: None, last: true, spin })
             }
             Algorithm::Dissemination => self.progress_helping_the_network(epoch),
-            Algorithm::Tournament | Algorithm::Tree => {
+            Algorithm::Tournament | Algorithm::Tree | Algorithm::Gather => {
                 if self.phase == Phase::Gather {
                     while self.step < self.inbox.len() {
                         if !self.inbox[self.step].reached(epoch) {
@@ -473,6 +546,24 @@ impl SoftwareModule {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn auto_follows_the_rank_count_and_the_wait_policy() {
+        for n in 1..GATHER_FROM {
+            assert_eq!(Algorithm::Auto.resolve(n, false), Algorithm::Dissemination, "{n} spinning ranks");
+        }
+        for n in [GATHER_FROM, 16, 64, 1000] {
+            assert_eq!(Algorithm::Auto.resolve(n, false), Algorithm::Gather, "{n} spinning ranks");
+        }
+        for n in [2, 8, GATHER_FROM, 64] {
+            assert_eq!(Algorithm::Auto.resolve(n, true), Algorithm::Central, "{n} parked ranks");
+            assert!(Algorithm::reason(n, true).contains("park"));
+        }
+        assert!(Algorithm::reason(4, false).contains("2 parallel rounds"));
+        assert!(Algorithm::reason(16, false).contains("gather"));
+        // A choice that is set stays set.
+        assert_eq!(Algorithm::Tree.resolve(16, false), Algorithm::Tree);
+    }
 
     #[test]
     fn the_tail_spin_setting_is_capped_defaulted_and_turned_off() {

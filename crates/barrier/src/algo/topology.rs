@@ -2,7 +2,8 @@
 //! rank) and this rank's node tree. The hierarchical backend's phases and the A64FX backend's
 //! CMG leaders (CMGs in the role of nodes) are planned from it.
 
-use super::tree::LocalTree;
+use super::tree::{LocalTree, TreeSlots};
+use crate::wait::Flag;
 
 /// Who is where: the nodes of a communicator, their roots, and this rank's node tree.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -47,5 +48,17 @@ impl Topology {
     /// The communicator rank of this node's local rank `l`.
     pub(crate) fn rank_of(&self, l: usize) -> usize {
         self.local[l]
+    }
+}
+
+/// This rank's slots of its node's gather and release in a communicator's `region`: the
+/// up-slots are the region's tree up-slots, and the node's release flag is its root's down-slot
+/// (which no tree of the region writes otherwise: a root has no parent).
+pub(crate) fn node_slots(region: &crate::region::Region, topo: &Topology) -> TreeSlots<crate::shm::Shared<Flag>> {
+    let up = |rank: usize| region.shared_flag(&region.tree_up()[rank]);
+    TreeSlots {
+        up: (topo.me != 0).then(|| up(topo.rank_of(topo.me))),
+        children_up: topo.tree.children(topo.me).map(|l| up(topo.rank_of(l))).collect(),
+        release: region.shared_flag(&region.tree_down()[topo.rank_of(0)]),
     }
 }

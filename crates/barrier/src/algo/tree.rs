@@ -1,28 +1,31 @@
-//! Phases 1 and 3 of the hierarchical barrier: one node's ranks as a k-ary tree over
-//! cache-line-padded slots.
+//! The node phases of a hierarchical barrier: one node's ranks gather up a k-ary tree of
+//! cache-line-padded slots, and the node root releases them all through one flag.
 //!
 //! Local rank 0 (the lowest communicator rank on the node) is the node root; the parent of
-//! local rank `l` is `(l - 1) / k` and its children are `k*l + 1 ..= k*l + k`. Every rank owns
-//! two slots, each a [`Flag`] alone on its cache line:
+//! local rank `l` is `(l - 1) / k` and its children are `k*l + 1 ..= k*l + k`. A radix of at
+//! least the node's size less one is the flat gather (the root reads every rank's slot). Every
+//! rank owns an **up-slot**, a [`Flag`] alone on its cache line, written only by itself and read
+//! only by its parent: "my subtree has arrived at epoch e". The node has one **release flag**,
+//! written only by the root and read by every other rank of the node: "you may leave epoch e".
 //!
-//! * its **up-slot**, written only by itself and read only by its parent: "my subtree has
-//!   arrived at epoch e";
-//! * its **down-slot**, written only by its parent and read only by itself: "you may leave
-//!   epoch e".
+//! **Gather**: wait until every child's up-slot holds at least `e`, then store `e` into the own
+//! up-slot (the root stores nothing: it goes on to the phase among roots, if any).
+//! **Release**: the root stores `e` into the release flag; every other rank waits until it
+//! holds at least `e`.
 //!
-//! **Gather** (phase 1): wait until every child's up-slot holds at least `e`, then store `e`
-//! into the own up-slot (the root stores nothing: it goes on to the internode phase).
-//! **Fanout** (phase 3): a non-root waits until its down-slot holds at least `e`; then every
-//! rank stores `e` into each child's down-slot.
+//! One release flag rather than a fanout down the tree: the root makes one store instead of one
+//! per child, a rank waits for one line instead of for each level above it, and a parked node
+//! is woken by one futex call (the raw protocols of `barrier bench`'s floor compare the two
+//! shapes; docs/benchmark.md).
 //!
 //! Values only grow (epochs), so nothing is reset, no sense flag is kept, and a slot left at
 //! `e` is already correct for a waiter of any epoch up to `e`. A child cannot store `e + 1`
-//! into its up-slot before its parent released it from `e`, which the parent does only after
-//! its own gather of `e`; so the parent never mistakes a later epoch for this one, and no rank
-//! passes the fanout of `e` before the root finished `e`, which needed every rank of the node
-//! to arrive. Each store is a release and each wait an acquire, so everything a rank wrote
-//! before arriving is visible to every rank after the barrier (a chain up the tree, across the
-//! internode phase, and down).
+//! into its up-slot before the root released `e`, which the root does only after its own gather
+//! of `e`; so a parent never mistakes a later epoch for this one, and no rank passes the release
+//! of `e` before the root finished `e`, which needed every rank of the node to arrive. Each
+//! store is a release and each wait an acquire, so everything a rank wrote before arriving is
+//! visible to every rank after the barrier (a chain up the tree, across the phase among roots,
+//! and through the release flag).
 //!
 //! The protocol is generic over how a slot is held (`S: Deref<Target = Flag>`), so that the
 //! same code runs on shared-memory slots in the library and on loom's model in
@@ -48,7 +51,7 @@ impl LocalTree {
     }
 
     /// Levels below the root: the stores on the way up from the deepest rank (and down to
-    /// it), which a gather or a fanout waits through one after another.
+    /// it), which a gather waits through one after another.
     pub fn depth(&self) -> usize {
         let mut l = self.size.saturating_sub(1);
         let mut depth = 0;
@@ -72,17 +75,16 @@ impl LocalTree {
     }
 }
 
-/// The slots one rank touches: its own two (none for the root) and its children's.
+/// The slots one rank touches: its own up-slot (none for the root), its children's, and the
+/// node's release flag.
 #[derive(Debug)]
 pub struct TreeSlots<S> {
     /// This rank's up-slot (it writes, the parent reads); `None` for the root.
     pub up: Option<S>,
-    /// This rank's down-slot (the parent writes, it reads); `None` for the root.
-    pub down: Option<S>,
     /// Each child's up-slot, in child order.
     pub children_up: Vec<S>,
-    /// Each child's down-slot, in child order.
-    pub children_down: Vec<S>,
+    /// The node's release flag: the root stores it, every other rank waits on it.
+    pub release: S,
 }
 
 impl<S: Deref<Target = Flag>> TreeSlots<S> {
@@ -91,7 +93,12 @@ impl<S: Deref<Target = Flag>> TreeSlots<S> {
         !self.children_up.is_empty()
     }
 
-    /// Phase 1 at `epoch`, resumable: `next_child` is where the previous call stopped (0 to
+    /// Whether this rank is the node root (it has no up-slot).
+    pub fn is_root(&self) -> bool {
+        self.up.is_none()
+    }
+
+    /// The gather at `epoch`, resumable: `next_child` is where the previous call stopped (0 to
     /// start). `Err(slot)`: wait until that slot reaches `epoch`, then call again. `Ok`: the
     /// subtree has arrived and (for a non-root) the up-slot says so.
     #[inline]
@@ -108,19 +115,19 @@ impl<S: Deref<Target = Flag>> TreeSlots<S> {
         Ok(())
     }
 
-    /// Phase 3 at `epoch`: `Err(slot)` while this rank's down-slot has not reached `epoch`;
-    /// then releases every child and returns `Ok`.
+    /// The release at `epoch`: the root stores it and returns `Ok`; any other rank gets
+    /// `Err(flag)` until the release flag reaches `epoch`.
     #[inline]
-    pub fn fanout(&self, epoch: u64, wake: bool) -> Result<(), &Flag> {
-        if let Some(down) = &self.down {
-            if !down.reached(epoch) {
-                return Err(down);
-            }
+    pub fn release(&self, epoch: u64, wake: bool) -> Result<(), &Flag> {
+        if self.is_root() {
+            self.release.signal(epoch, wake);
+            return Ok(());
         }
-        for child in &self.children_down {
-            child.signal(epoch, wake);
+        if self.release.reached(epoch) {
+            Ok(())
+        } else {
+            Err(&self.release)
         }
-        Ok(())
     }
 }
 
@@ -156,21 +163,20 @@ mod tests {
 
     #[test]
     fn a_parent_waits_for_the_child_that_has_not_arrived() {
-        let flags: Vec<Flag> = (0..4).map(|_| Flag::default()).collect();
-        let root = TreeSlots { up: None, down: None, children_up: vec![&flags[0]], children_down: vec![&flags[1]] };
-        let child =
-            TreeSlots { up: Some(&flags[0]), down: Some(&flags[1]), children_up: vec![], children_down: vec![] };
+        let flags: Vec<Flag> = (0..2).map(|_| Flag::default()).collect();
+        let root = TreeSlots { up: None, children_up: vec![&flags[0]], release: &flags[1] };
+        let child = TreeSlots { up: Some(&flags[0]), children_up: vec![], release: &flags[1] };
         let mut next = 0;
         assert!(std::ptr::eq(root.gather(&mut next, 1, false).unwrap_err(), &flags[0]));
-        assert!(child.fanout(1, false).is_err(), "nobody released the child yet");
+        assert!(child.release(1, false).is_err(), "nobody released the child yet");
         let mut c = 0;
         child.gather(&mut c, 1, false).unwrap();
         root.gather(&mut next, 1, false).unwrap();
-        root.fanout(1, false).unwrap();
-        child.fanout(1, false).unwrap();
+        root.release(1, false).unwrap();
+        child.release(1, false).unwrap();
         // The next epoch starts from where the slots are: no reset needed.
         let mut next = 0;
         assert!(root.gather(&mut next, 2, false).is_err());
-        assert!(child.fanout(2, false).is_err());
+        assert!(child.release(2, false).is_err());
     }
 }

@@ -4,7 +4,8 @@
 //! * [`offload`]: the switch offload and the Global Barrier Accelerator (registered as `switch`
 //!   and `gba`: one protocol, the two devices as data);
 //! * [`a64fx`]: the A64FX's barrier blades;
-//! * [`hierarchical`]: gather in each node, the node roots among themselves, fanout;
+//! * [`hierarchical`]: gather in each node, the node roots among themselves, one release flag
+//!   per node (on one node: the flat barrier);
 //! * [`dissemination`]: the software barrier that works everywhere (its flag algorithms are in
 //!   [`crate::algo::flag`]; it chooses among them).
 

@@ -17,6 +17,15 @@ use crate::wait::{WaitConfig, WaitPolicy};
 use super::communicator::*;
 use super::names::{Color, Key};
 
+/// What runs a new communicator's barriers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Make {
+    /// The backend the selector agrees on.
+    Select,
+    /// The node's gather and release as alternate barriers ([`crate::algo::halves`]).
+    Halves,
+}
+
 impl Communicator {
     /// Builds a communicator over an initialized region (collective over its members). If it
     /// fails, this rank is recorded as departed from the region, so that members still waiting
@@ -28,11 +37,29 @@ impl Communicator {
         members: Vec<usize>,
         params: Params,
     ) -> Result<Self> {
-        let fallback = region.clone();
-        Self::build(seg, region, rank, members, params).inspect_err(|_| fallback.depart(rank, 0, true))
+        Self::create_as(seg, region, rank, members, params, Make::Select)
     }
 
-    fn build(seg: Arc<Segment>, region: Region, rank: usize, members: Vec<usize>, params: Params) -> Result<Self> {
+    fn create_as(
+        seg: Arc<Segment>,
+        region: Region,
+        rank: usize,
+        members: Vec<usize>,
+        params: Params,
+        make: Make,
+    ) -> Result<Self> {
+        let fallback = region.clone();
+        Self::build(seg, region, rank, members, params, make).inspect_err(|_| fallback.depart(rank, 0, true))
+    }
+
+    fn build(
+        seg: Arc<Segment>,
+        region: Region,
+        rank: usize,
+        members: Vec<usize>,
+        params: Params,
+        make: Make,
+    ) -> Result<Self> {
         let size = members.len();
         let ctrl_epoch = Cell::new(0);
         let shape = seg.shape();
@@ -75,6 +102,10 @@ impl Communicator {
 
         let nodes = distinct_nodes(&members, shape.world_size, shape.nodes);
         let node_of_member: Vec<usize> = members.iter().map(|&w| node_of(w, shape.world_size, shape.nodes)).collect();
+        if make == Make::Halves {
+            let (engine, selection) = halves(&ctrl, &region, rank, &node_of_member, &params, policy)?;
+            return Ok(Self::assemble(seg, region, rank, members, params, wait, stall, ctrl_epoch, engine, selection));
+        }
         let (engine, selection) = selector::select(selector::SelectInput {
             query: QueryContext {
                 rank,
@@ -95,10 +126,25 @@ impl Communicator {
             ctrl: &ctrl,
             region: &region,
         })?;
+        Ok(Self::assemble(seg, region, rank, members, params, wait, stall, ctrl_epoch, engine, selection))
+    }
 
+    #[allow(clippy::too_many_arguments)]
+    fn assemble(
+        seg: Arc<Segment>,
+        region: Region,
+        rank: usize,
+        members: Vec<usize>,
+        params: Params,
+        wait: WaitConfig,
+        stall: Option<Duration>,
+        ctrl_epoch: Cell<u64>,
+        engine: crate::engine::Engine,
+        selection: selector::Selection,
+    ) -> Self {
         let arrival = region.shared_flag(&region.arrivals()[rank]);
         seg.communicator_made(members[rank]);
-        Ok(Communicator {
+        Communicator {
             arrival,
             seg,
             region,
@@ -116,7 +162,7 @@ impl Communicator {
             selection,
             state: Cell::new(USABLE),
             broken: RefCell::new(None),
-        })
+        }
     }
 
     /// The parameters communicators split from this one are created with.
@@ -142,6 +188,10 @@ impl Communicator {
     }
 
     fn split_as(&self, call: &'static str, color: Color, key: Key) -> Result<Option<Communicator>> {
+        self.split_made(call, color, key, Make::Select)
+    }
+
+    fn split_made(&self, call: &'static str, color: Color, key: Key, make: Make) -> Result<Option<Communicator>> {
         self.check_usable()?;
         // Collective calls happen in order: outstanding ibarriers complete first (the control
         // plane does not move the barrier module, and peers may need this rank's rounds).
@@ -192,11 +242,52 @@ impl Communicator {
         let region = Region::attach(&self.seg, base as usize, group.len())?;
         let new_rank = group.iter().position(|&r| r == self.rank).expect("member of own group");
         let members = group.iter().map(|&r| self.members[r]).collect();
-        Communicator::create(self.seg.clone(), region, new_rank, members, self.params.clone()).map(Some)
+        Communicator::create_as(self.seg.clone(), region, new_rank, members, self.params.clone(), make).map(Some)
     }
 
     /// A new communicator with the same members and ranks (collective).
     pub fn dup(&self) -> Result<Communicator> {
         Ok(self.split_as("dup", Color::Value(0), self.rank.into())?.expect("every rank has color 0"))
     }
+
+    /// A new communicator over the same members, all on one node, whose barriers are the two
+    /// halves of a barrier around a phase that rank 0 runs between them: odd barriers gather
+    /// (rank 0 returns once every rank has arrived, the others at once), even barriers release
+    /// (rank 0 at once, the others once rank 0 has called it). Collective. For crates that run
+    /// their own phase among node roots (barrier-mpi, barrier-shmem); see
+    /// `algo/halves.rs`. `BARRIER_HIER_RADIX` (rank 0's) shapes the gather.
+    ///
+    /// Errors: [`Error::InvalidArgument`] when the members span nodes.
+    #[doc(hidden)]
+    pub fn halves(&self) -> Result<Communicator> {
+        if self.num_nodes() > 1 {
+            return Err(Error::InvalidArgument(format!(
+                "halves: the communicator spans {} nodes; a gather and a release are a node's",
+                self.num_nodes()
+            )));
+        }
+        Ok(self.split_made("halves", Color::Value(0), self.rank.into(), Make::Halves)?.expect("every rank has color 0"))
+    }
+}
+
+/// The engine of a [`Make::Halves`] communicator (collective: rank 0's radix is agreed).
+fn halves(
+    ctrl: &Ctrl<'_>,
+    region: &Region,
+    rank: usize,
+    node_of: &[usize],
+    params: &Params,
+    policy: WaitPolicy,
+) -> Result<(crate::engine::Engine, selector::Selection)> {
+    use crate::backends::hierarchical;
+    let local = params
+        .parse::<usize>("BARRIER_HIER_RADIX", hierarchical::DEFAULT_RADIX, "")
+        .unwrap_or(hierarchical::DEFAULT_RADIX);
+    let radix = (ctrl.allgather(&[local as u64])?[0][0] as usize).clamp(1, 64);
+    let topo = crate::algo::topology::Topology::new(node_of, rank, radix);
+    let module =
+        crate::algo::halves::HalvesModule::new(crate::algo::topology::node_slots(region, &topo), radix, policy.wakes());
+    let algorithm = crate::backend::Module::algorithm(&module).to_string();
+    let selection = selector::Selection { backend: hierarchical::NAME, algorithm, candidates: Vec::new() };
+    Ok((crate::engine::Engine::Dyn(Box::new(module)), selection))
 }
