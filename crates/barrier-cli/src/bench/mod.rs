@@ -33,8 +33,8 @@ mod table;
 pub use options::BenchOptions;
 pub use rank::{rank_main, SETTLING_WARMUP};
 pub use reference::{
-    floor, hurdles_barrier, interleave, process_switches, ratio, raw_floor, run_interleave, std_barrier, Interleaved,
-    RawProtocol,
+    hurdles_barrier, interleave, process_switches, ratio, raw_floor, run_interleave, std_barrier, thread_switches,
+    Interleaved, RawProtocol,
 };
 pub use stats::{Row, Stats, P99_SAMPLES};
 pub(crate) use table::today_utc;
@@ -169,7 +169,6 @@ pub fn measure_a64fx(
     let info = barrier::backends::a64fx::node_info(&params)?;
     let cpus = info.compact_cpus(n).ok_or_else(|| format!("the node has fewer than {n} CPUs"))?;
     let warmup = (iters / 10).min(20_000);
-    let switches_before = process_switches();
     let out = barrier::threads::Job::new(n)
         .pin_cpus(cpus)
         .params(params)
@@ -177,17 +176,20 @@ pub fn measure_a64fx(
             for _ in 0..warmup {
                 world.barrier()?;
             }
+            // Each rank thread's own switches while it was timed, as a rank process counts its.
+            let switches_before = thread_switches();
             let samples = timed_barriers(&world, iters, batch)?;
+            let switches = thread_switches() - switches_before;
             world.barrier()?;
-            Ok((world.backend().to_string(), world.algorithm(), samples))
+            Ok((world.backend().to_string(), world.algorithm(), samples, switches))
         })
         .map_err(|e| e.to_string())?;
-    let switches = (process_switches() - switches_before) as f64 / (iters + warmup + 1) as f64;
     let mut ranks = out.into_iter();
-    let (backend, algorithm, samples) = ranks.next().ok_or("no ranks")?.map_err(|e| e.to_string())?;
+    let (backend, algorithm, samples, mut switches) = ranks.next().ok_or("no ranks")?.map_err(|e| e.to_string())?;
     for r in ranks {
-        r.map_err(|e| e.to_string())?;
+        switches += r.map_err(|e| e.to_string())?.3;
     }
+    let switches = switches as f64 / iters as f64;
     Ok(Row {
         backend,
         algorithm: format!("{algorithm} (threads)"),
@@ -208,7 +210,7 @@ pub fn measure_a64fx(
 fn floor_row(
     n: usize,
     cores: usize,
-    raw: &[(RawProtocol, Vec<Stats>)],
+    raw: &[(RawProtocol, Vec<(Stats, f64)>)],
     floor_iters: u64,
     notes: &mut Vec<String>,
 ) -> Option<Row> {
@@ -229,12 +231,19 @@ fn floor_row(
         let switches = (n - cores) as f64;
         return Some(row(format!("{n} ranks on {cores} cores: {} switch(es)", n - cores), 0, nan, Some(switches)));
     }
-    let pooled: Vec<(RawProtocol, Stats, u64)> =
-        raw.iter().filter(|(_, s)| !s.is_empty()).map(|(p, s)| (*p, pool(s), s.len() as u64)).collect();
-    let (best, stats, measurements) = *pooled.iter().min_by(|a, b| a.1.median.total_cmp(&b.1.median))?;
-    let each: Vec<String> = pooled.iter().map(|(p, s, _)| format!("{} {:.1}", p.name(), s.median)).collect();
+    let pooled: Vec<(RawProtocol, Stats, u64, f64)> = raw
+        .iter()
+        .filter(|(_, s)| !s.is_empty())
+        .map(|(p, s)| {
+            let stats: Vec<Stats> = s.iter().map(|m| m.0).collect();
+            let switches = s.iter().map(|m| m.1).sum::<f64>() / s.len() as f64;
+            (*p, pool(&stats), s.len() as u64, switches)
+        })
+        .collect();
+    let (best, stats, measurements, switches) = *pooled.iter().min_by(|a, b| a.1.median.total_cmp(&b.1.median))?;
+    let each: Vec<String> = pooled.iter().map(|(p, s, _, _)| format!("{} {:.1}", p.name(), s.median)).collect();
     notes.push(format!("floor at {n} ranks: {} (medians, ns: {})", best.name(), each.join(", ")));
-    Some(row(best.name(), measurements, stats, Some(0.0)))
+    Some(row(best.name(), measurements, stats, Some(switches)))
 }
 
 /// Runs the whole benchmark and prints it.
@@ -308,14 +317,14 @@ pub fn run(opts: &BenchOptions) -> Result<Vec<Row>, String> {
     // Rows that could not be measured: (label, ranks, why). The others go on.
     let mut skipped: Vec<(String, usize, String)> = Vec::new();
     // Each raw protocol is measured once per round at a quarter of a row's barriers.
-    let floor_iters = (round_iters / 4).max(opts.batch);
+    let floor_iters = (round_iters / 4 / opts.batch).max(1) * opts.batch;
     // What each raw protocol measured, per rank count (for the lines under the table).
     let mut floor_notes: Vec<String> = Vec::new();
     for &n in &opts.ranks {
         // The rows of this rank count take turns, round by round, so that a slow spell of the
         // machine falls on all of them alike; each row pools its rounds.
         let mut measured: Vec<Vec<Row>> = Vec::new();
-        let mut raw: Vec<(RawProtocol, Vec<Stats>)> =
+        let mut raw: Vec<(RawProtocol, Vec<(Stats, f64)>)> =
             RawProtocol::ALL.iter().take(raw_at(n)).map(|&p| (p, Vec::new())).collect();
         for round in 0..rounds {
             let of = if rounds > 1 { format!(", round {}/{rounds}", round + 1) } else { String::new() };

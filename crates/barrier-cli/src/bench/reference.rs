@@ -11,45 +11,6 @@ use barrier::pad::CachePadded;
 
 use super::stats::{timed_batches, Stats};
 
-/// The floor: two pinned threads, each storing its epoch on its own line, waiting for the other's.
-pub fn floor(iters: u64, batch: u64) -> Stats {
-    let cores = barrier::sys::affinity_cores();
-    let lines: Arc<[CachePadded<AtomicU64>; 2]> = Arc::new(Default::default());
-    let warmup = iters / 10;
-    let peer = {
-        let lines = lines.clone();
-        let core = cores.get(1).copied().unwrap_or(0);
-        std::thread::spawn(move || {
-            let _ = barrier::sys::pin_to_core(core);
-            let total = warmup + (iters / batch).max(1) * batch;
-            for e in 1..=total {
-                lines[1].store(e, Ordering::Release);
-                while lines[0].load(Ordering::Acquire) < e {
-                    std::hint::spin_loop();
-                }
-            }
-        })
-    };
-    let before = barrier::sys::affinity_cores();
-    let _ = barrier::sys::pin_to_core(cores.first().copied().unwrap_or(0));
-    let mut e = 0u64;
-    let mut step = || {
-        e += 1;
-        lines[0].store(e, Ordering::Release);
-        while lines[1].load(Ordering::Acquire) < e {
-            std::hint::spin_loop();
-        }
-    };
-    for _ in 0..warmup {
-        step();
-    }
-    let samples = timed_batches(iters, batch, step);
-    peer.join().expect("floor peer thread");
-    // Restore the mask: the ranks launched later inherit this thread's affinity.
-    let _ = barrier::sys::set_affinity(&before);
-    Stats::from_samples(samples)
-}
-
 /// Context switches of this process so far, voluntary and involuntary, as the kernel counts
 /// them (all its threads).
 pub fn process_switches() -> u64 {
@@ -57,6 +18,17 @@ pub fn process_switches() -> u64 {
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: as above; RUSAGE_SELF is always valid.
     if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) } != 0 {
+        return 0;
+    }
+    (usage.ru_nvcsw as u64).saturating_add(usage.ru_nivcsw as u64)
+}
+
+/// Context switches of the calling thread so far, voluntary and involuntary.
+pub fn thread_switches() -> u64 {
+    // SAFETY: getrusage writes the struct it is given and has no other precondition.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; RUSAGE_THREAD is valid on Linux (the only target).
+    if unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut usage) } != 0 {
         return 0;
     }
     (usage.ru_nvcsw as u64).saturating_add(usage.ru_nivcsw as u64)
@@ -111,9 +83,11 @@ fn spin_until(flag: &AtomicU64, epoch: u64) {
 }
 
 /// The floor protocol `protocol` at `n` threads pinned to the first `n` cores of this process's
-/// affinity; thread 0's timings (ns per barrier per batch). `n` must not exceed the cores: a
-/// raw protocol only spins.
-pub fn raw_floor(protocol: RawProtocol, n: usize, iters: u64, batch: u64) -> Stats {
+/// affinity; thread 0's timings (ns per barrier per batch), and the process's context switches
+/// per barrier (warm-up and thread start included). `n` must not exceed the cores: a raw
+/// protocol only spins.
+pub fn raw_floor(protocol: RawProtocol, n: usize, iters: u64, batch: u64) -> (Stats, f64) {
+    let switches_before = process_switches();
     let cores = barrier::sys::affinity_cores();
     assert!(n >= 2 && n <= cores.len(), "raw floor of {n} threads on {} cores", cores.len());
     let rounds = barrier::rounds(n);
@@ -189,7 +163,8 @@ pub fn raw_floor(protocol: RawProtocol, n: usize, iters: u64, batch: u64) -> Sta
     }
     // Restore the mask: the ranks launched later inherit this thread's affinity.
     let _ = barrier::sys::set_affinity(&before);
-    Stats::from_samples(samples)
+    let switches = (process_switches() - switches_before) as f64 / total as f64;
+    (Stats::from_samples(samples), switches)
 }
 
 /// A thread barrier with `n` threads, each waiting through its own `waiter()`; thread 0's

@@ -27,7 +27,8 @@ pub fn calibrate() -> Result<Machine, String> {
 
 /// This machine's constants, with the flag hand-off and the cost of a context switch read from
 /// `barrier bench --json` output (`text`) instead of measured: the flag hand-off is the floor's
-/// median at 2 ranks (its raw dissemination is one store and one wait: one hand-off); a switch
+/// median at 2 ranks (the best raw protocol there, dissemination flags: one store and one wait,
+/// one hand-off); a switch
 /// is the least, over the library's rows with more ranks than cores, of the median per barrier
 /// divided by the switches per barrier the kernel counted. The futex wake and the emulated
 /// device are measured as `--calibrate` measures them.
@@ -51,6 +52,11 @@ pub fn calibrate_from_bench(text: &str) -> Result<Machine, String> {
         .ok_or(
             "no row with more ranks than cores and its switches (run `barrier bench -n ... --json` with such a count)",
         )?;
+    // The bench's machine: a row's switch floor is its ranks less that machine's cores.
+    let bench_cores = rows
+        .iter()
+        .find_map(|r| r.switch_floor.map(|f| r.ranks.saturating_sub(f as usize)))
+        .ok_or("no row says how many cores the bench had")?;
     let cores = barrier::sys::affinity_cores();
     let wake_ns = pingpong(cores.first().copied(), cores.get(1).copied(), Wait::Park, 20_000);
     let device_ns = device_work()?;
@@ -59,9 +65,9 @@ pub fn calibrate_from_bench(text: &str) -> Result<Machine, String> {
         wake_ns,
         yield_ns,
         device_ns,
-        cores: cores.len(),
+        cores: bench_cores,
         source: format!(
-            "calibrated {} on {} cores, flag and switch from barrier bench",
+            "calibrated {} on {} cores, flag and switch from barrier bench on {bench_cores} cores",
             crate::bench::today_utc(),
             cores.len()
         ),
@@ -83,7 +89,7 @@ impl BenchRow {
         // The bench writes flat objects of strings and numbers: `"key":value` pairs.
         let field = |key: &str| -> Option<&str> {
             let at = line.find(&format!("\"{key}\":"))? + key.len() + 3;
-            let rest = &line[at..];
+            let rest = line[at..].trim_start();
             let end = if let Some(quoted) = rest.strip_prefix('"') {
                 return quoted.find('"').map(|e| &quoted[..e]);
             } else {
@@ -213,6 +219,9 @@ mod tests {
     #[test]
     fn bench_rows_are_read_with_their_nulls() {
         let line = r#"{"backend":"floor","algorithm":"4 ranks on 2 cores: 2 switch(es)","ranks":4,"iters":0,"median_ns":null,"switches_per_barrier":2.00,"switch_floor":2}"#;
+        // Spaces after the colons (a reformatted file) read the same.
+        let spaced = line.replace("\":", "\": ");
+        assert_eq!(BenchRow::parse(&spaced), BenchRow::parse(line));
         let row = BenchRow::parse(line).unwrap();
         assert_eq!(
             row,
