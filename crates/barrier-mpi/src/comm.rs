@@ -20,9 +20,11 @@ pub(crate) enum Path {
     /// roots' dissemination over MPI, then the node's release: the two halves of the node's
     /// `halves` communicator (`barrier::Communicator::halves`), two barriers of it per barrier.
     Hierarchical {
-        /// Declared (and so dropped) before the node's universe it was made from.
-        halves: barrier::Communicator,
-        node: Universe,
+        /// Declared (and so dropped) before the node's universe it was made from. Boxed: a
+        /// communicator is large, and the other variants hold at most one of them.
+        halves: Box<barrier::Communicator>,
+        /// The node's universe, held only so that it outlives `halves` (nothing calls it).
+        _node: Universe,
         internode: Option<Internode>,
         /// The node's segment: a root whose internode phase fails marks it failed, so that the
         /// node's ranks waiting for the root stop at once instead of at their timeout.
@@ -330,7 +332,7 @@ impl BarrierComm {
                 halves.algorithm(),
                 self.local_size
             );
-            self.path = Path::Hierarchical { halves, node, internode, seg };
+            self.path = Path::Hierarchical { halves: Box::new(halves), _node: node, internode, seg };
         } else {
             self.detail = format!(
                 "one node of {} ranks: {} ({}) over shared memory, {waits}{DECLINED_LIST}{}",
