@@ -31,7 +31,8 @@ pub fn calibrate() -> Result<Machine, String> {
 /// one hand-off); a switch
 /// is the least, over the library's rows with more ranks than cores, of the median per barrier
 /// divided by the switches per barrier the kernel counted. The futex wake and the emulated
-/// device are measured as `--calibrate` measures them.
+/// device are measured as `--calibrate` measures them (which measures the other two as well,
+/// and drops them: a second's work, not worth a second way to measure).
 pub fn calibrate_from_bench(text: &str) -> Result<Machine, String> {
     let rows: Vec<BenchRow> =
         text.lines().filter(|l| l.trim_start().starts_with('{')).filter_map(BenchRow::parse).collect();
@@ -53,24 +54,19 @@ pub fn calibrate_from_bench(text: &str) -> Result<Machine, String> {
             "no row with more ranks than cores and its switches (run `barrier bench -n ... --json` with such a count)",
         )?;
     // The bench's machine: a row's switch floor is its ranks less that machine's cores.
-    let bench_cores = rows
+    let cores = rows
         .iter()
         .find_map(|r| r.switch_floor.map(|f| r.ranks.saturating_sub(f as usize)))
-        .ok_or("no row says how many cores the bench had")?;
-    let cores = barrier::sys::affinity_cores();
-    let wake_ns = pingpong(cores.first().copied(), cores.get(1).copied(), Wait::Park, 20_000);
-    let device_ns = device_work()?;
+        .filter(|&c| c >= 1)
+        .ok_or("no row says how many cores the bench had (a switch floor below its rank count)")?;
+    // The futex wake and the device are this machine's, measured as `--calibrate` does.
+    let measured = calibrate()?;
     Ok(Machine {
         flag_ns,
-        wake_ns,
         yield_ns,
-        device_ns,
-        cores: bench_cores,
-        source: format!(
-            "calibrated {} on {} cores, flag and switch from barrier bench on {bench_cores} cores",
-            crate::bench::today_utc(),
-            cores.len()
-        ),
+        cores,
+        source: format!("{}; flag and switch from barrier bench on {cores} cores", measured.source),
+        ..measured
     })
 }
 

@@ -47,8 +47,9 @@ use super::dissemination::FabricDissemination;
 use super::tail;
 use super::tree::LocalTree;
 
-/// The software barrier algorithms.
+/// The software barrier algorithms (more may come: match with a `_` arm).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Algorithm {
     /// Pick by communicator size and wait policy (see [`Algorithm::resolve`]).
     Auto,

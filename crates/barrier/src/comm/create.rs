@@ -102,49 +102,33 @@ impl Communicator {
 
         let nodes = distinct_nodes(&members, shape.world_size, shape.nodes);
         let node_of_member: Vec<usize> = members.iter().map(|&w| node_of(w, shape.world_size, shape.nodes)).collect();
-        if make == Make::Halves {
-            let (engine, selection) = halves(&ctrl, &region, rank, &node_of_member, &params, policy)?;
-            return Ok(Self::assemble(seg, region, rank, members, params, wait, stall, ctrl_epoch, engine, selection));
-        }
-        let (engine, selection) = selector::select(selector::SelectInput {
-            query: QueryContext {
-                rank,
-                size,
-                job: shape,
-                nodes,
-                node: node_of_member[rank],
-                members: &members,
-                node_of: &node_of_member,
-                one_process: {
-                    let me = u64::from(std::process::id());
-                    members.iter().all(|&w| region.segment().joined_pid(w) == Some(me))
+        let (engine, selection) = match make {
+            Make::Halves => halves(&ctrl, &region, rank, &node_of_member, &params, policy)?,
+            Make::Select => selector::select(selector::SelectInput {
+                query: QueryContext {
+                    rank,
+                    size,
+                    job: shape,
+                    nodes,
+                    node: node_of_member[rank],
+                    members: &members,
+                    node_of: &node_of_member,
+                    one_process: {
+                        let me = u64::from(std::process::id());
+                        members.iter().all(|&w| region.segment().joined_pid(w) == Some(me))
+                    },
+                    params: &params,
                 },
-                params: &params,
-            },
-            members: &members,
-            policy,
-            ctrl: &ctrl,
-            region: &region,
-        })?;
-        Ok(Self::assemble(seg, region, rank, members, params, wait, stall, ctrl_epoch, engine, selection))
-    }
+                members: &members,
+                policy,
+                ctrl: &ctrl,
+                region: &region,
+            })?,
+        };
 
-    #[allow(clippy::too_many_arguments)]
-    fn assemble(
-        seg: Arc<Segment>,
-        region: Region,
-        rank: usize,
-        members: Vec<usize>,
-        params: Params,
-        wait: WaitConfig,
-        stall: Option<Duration>,
-        ctrl_epoch: Cell<u64>,
-        engine: crate::engine::Engine,
-        selection: selector::Selection,
-    ) -> Self {
         let arrival = region.shared_flag(&region.arrivals()[rank]);
         seg.communicator_made(members[rank]);
-        Communicator {
+        Ok(Communicator {
             arrival,
             seg,
             region,
@@ -162,7 +146,7 @@ impl Communicator {
             selection,
             state: Cell::new(USABLE),
             broken: RefCell::new(None),
-        }
+        })
     }
 
     /// The parameters communicators split from this one are created with.
