@@ -246,6 +246,18 @@ for block in 0 1; do
     [ $(($(date +%s) - start)) -lt 50 ] || fail "absent rank: the others took $(($(date +%s) - start))s to give up"
 done
 
+step "a timeout and a retry never release a rank early (nodes of two; world rank 1 three seconds late)"
+# World rank 0 alone has a short timeout; the others none. Before the fix, node 1's root timed
+# out in the internode phase and its retry joined the failed barrier's release as a new gather,
+# releasing world rank 3 before rank 1 arrived. Every call must fail, or pass after rank 1 came.
+SHORT='if [ "${OMPI_COMM_WORLD_RANK:-$PMI_RANK}" = 0 ]; then export BARRIER_TIMEOUT=300ms; fi; exec "$@"'
+for block in 2 1; do
+    run "late rank and retries, block=$block" ok launch BARRIER_MPI_NODE_BLOCK=$block -- -np 4 \
+        sh -c "$SHORT" sh "$RUST_EXAMPLE" late-retry
+    expect_no_text "late rank and retries" "FAILED"
+    expect_text "late rank and retries" "attempt 2 of barrier 1 failed: communicator is unusable after an earlier failure"
+done
+
 step "stall reports name MPI ranks, within a node and across nodes"
 # One rank per node: the roots' internode wait reports the root it waits for (world rank 1).
 run "stall report across nodes" ok launch LD_PRELOAD="$PRELOAD" BARRIER_STALL_REPORT=1s BARRIER_MPI_NODE_BLOCK=1 \

@@ -8,6 +8,9 @@
 //! mpirun -np 4 target/release/examples/mpi_barrier 2000
 //! BARRIER_MPI_NODE_BLOCK=2 mpirun -np 4 target/release/examples/mpi_barrier 2000
 //! ```
+//!
+//! `mpi_barrier late-retry` instead checks one barrier that world rank 1 reaches three seconds
+//! late while the others time out and call it again: none may pass before rank 1 arrives.
 
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -137,11 +140,42 @@ fn setup_failed(
     }
 }
 
+/// `late-retry`: world rank 1 arrives at the first barrier three seconds late, and every rank
+/// whose barrier fails (a timeout set on some ranks) calls it again, up to three times. No call
+/// may return `Ok` before rank 1 has arrived (the counts say so); failing is fine.
+fn late_retry(comm: &BarrierComm, counts: &Counts, world_rank: i32) {
+    if world_rank == 1 {
+        std::thread::sleep(std::time::Duration::from_secs(3));
+    }
+    counts.publish(1);
+    for attempt in 1..=3 {
+        match comm.barrier() {
+            Ok(()) => {
+                counts.check(1, "a retried barrier");
+                println!("mpi_barrier: rank {world_rank}: barrier 1 completed on attempt {attempt}, after every rank arrived");
+                return;
+            }
+            Err(e) => eprintln!("mpi_barrier: rank {world_rank}: attempt {attempt} of barrier 1 failed: {e}"),
+        }
+    }
+}
+
 fn main() {
-    let iters: u64 = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(1000);
+    let mode = std::env::args().nth(1).unwrap_or_default();
+    let iters: u64 = mode.parse().unwrap_or(1000);
     let universe = barrier_mpi::mpi::initialize().expect("MPI_Init");
     let world = universe.world();
     let comm = BarrierComm::new(&world).unwrap_or_else(|e| setup_failed(&world, world.rank(), &e));
+    if mode == "late-retry" {
+        let machine = world.split_shared(world.rank());
+        let counts = Counts::new(&machine);
+        late_retry(&comm, &counts, world.rank());
+        drop(comm);
+        // Every rank is past its attempts before the window goes (MPI_Win_free is collective).
+        barrier_mpi::mpi::traits::CommunicatorCollectives::barrier(&world);
+        drop(counts);
+        return;
+    }
     if comm.rank() == 0 {
         println!("mpi_barrier: {} ranks, {} nodes: {}", comm.size(), comm.num_nodes(), comm.describe());
     }

@@ -259,8 +259,14 @@ impl BarrierComm {
             hierarchical: self.nodes > 1,
         });
 
+        // Every node waits as long as the internode phase: the timeout is the communicator's
+        // agreed one (its rank 0's), not each node root's own.
+        let node_settings = node_params(params).set(
+            "BARRIER_TIMEOUT",
+            agreed.timeout.map_or_else(|| "none".to_string(), |t| format!("{}us", t.as_micros())),
+        );
         let joined = match fault("join") {
-            Ok(()) => Universe::join(seg.clone(), self.local_rank, node_params(params)),
+            Ok(()) => Universe::join(seg.clone(), self.local_rank, node_settings),
             Err(e) => {
                 // As a failed join does: the node's others must not wait for this rank.
                 seg.set_abort(self.local_rank);
@@ -375,21 +381,37 @@ impl BarrierComm {
                 // Split-phase barriers started before this one complete first.
                 self.finish_flights()?;
                 // The gather: the root returns once the node's ranks have all arrived, the
-                // others at once; then the roots' phase; then the release.
+                // others at once; then the roots' phase; then the release. A failure anywhere
+                // breaks the communicator (see `broken_by`): a retry must never start half a
+                // barrier out of step with the node.
                 let world = halves;
-                world.barrier().map_err(|e| self.in_mpi_ranks(e))?;
+                world.barrier().map_err(|e| self.broken_by(self.in_mpi_ranks(e)))?;
                 if let Some(inter) = internode {
                     let epoch = self.epoch.get() + 1;
                     self.epoch.set(epoch);
                     if let Err(e) = inter.barrier(epoch) {
                         seg.set_abort(self.local_rank);
-                        return Err(e);
+                        return Err(self.broken_by(e));
                     }
                 }
-                world.barrier().map_err(|e| self.in_mpi_ranks(e))
+                world.barrier().map_err(|e| self.broken_by(self.in_mpi_ranks(e)))
             }
             Path::Mpi => raw::barrier(self.comm),
         }
+    }
+
+    /// Marks the communicator unusable after `e` (a barrier across nodes failed) and returns
+    /// `e`. Its node's barriers and the roots' rounds are out of step from here on: a rank
+    /// that called again would join the failed barrier's release as a new gather and let its
+    /// node's ranks through before the others arrived. Every later call fails instead (the
+    /// node's others learn it from the abort word a root sets, or from their own failure).
+    #[cold]
+    pub(crate) fn broken_by(&self, e: Error) -> Error {
+        let mut broken = self.flights.broken.borrow_mut();
+        if broken.is_none() {
+            *broken = Some(format!("barrier failed on rank {}: {e}", self.rank));
+        }
+        e
     }
 
     /// An error when MPI allows only the thread that made this communicator to call it and

@@ -78,7 +78,7 @@ impl BarrierComm {
     /// Completes every flight started so far (the blocking barrier's first step across nodes).
     pub(crate) fn finish_flights(&self) -> Result<()> {
         self.usable()?;
-        self.drive(self.flights.started.get(), true).map(|_| ())
+        self.drive(self.flights.started.get(), true).map(|_| ()).map_err(|e| self.broken_by(e))
     }
 
     /// Advances the flights in order until flight `flight` is done (`Ok(true)`) or, unless
@@ -199,7 +199,8 @@ impl Request<'_> {
             Stage::Mpi(request) => raw::test(request),
             Stage::Flight(flight) => {
                 let flight = *flight;
-                comm.usable().and_then(|()| comm.drive(flight, blocking))
+                // A failed flight breaks the communicator, as a failed blocking barrier does.
+                comm.usable().and_then(|()| comm.drive(flight, blocking).map_err(|e| comm.broken_by(e)))
             }
         };
         // A failure completes the request too: the error is returned once.
