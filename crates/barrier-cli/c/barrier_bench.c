@@ -6,6 +6,10 @@
  *
  *   mpicc -O2 -o barrier_bench barrier_bench.c
  *   mpirun -np 2 -x LD_PRELOAD=target/release/libbarrier_pmpi.so ./barrier_bench 2000 31 [settle s]
+ *
+ * With Open MPI's coll component `fastbar` loaded, the argument `component` (after the settle
+ * time) adds it as a third variant: PMPI_Barrier on MPI_COMM_WORLD is then the component's, and
+ * the library's own is timed on a duplicate whose info (coll_fastbar_disable) keeps it off.
  */
 #include <mpi.h>
 #include <stdio.h>
@@ -17,12 +21,23 @@ static int cmp(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+/* Where PMPI_Barrier is the MPI library's own: MPI_COMM_WORLD, or (when Open MPI's coll
+ * component `fastbar` is loaded) a duplicate that opted out of it. */
+static MPI_Comm own_comm;
+
+/* The coll component (below PMPI): PMPI_Barrier on MPI_COMM_WORLD. */
+static int component_barrier(MPI_Comm comm) {
+    (void)comm;
+    return PMPI_Barrier(MPI_COMM_WORLD);
+}
+
 /* Mean seconds per barrier over `n` barriers, the slowest rank's. */
 static double chunk(int (*bar)(MPI_Comm), long n) {
     double t, worst;
     PMPI_Barrier(MPI_COMM_WORLD);
+    MPI_Comm comm = bar == PMPI_Barrier ? own_comm : MPI_COMM_WORLD;
     t = MPI_Wtime();
-    for (long i = 0; i < n; i++) bar(MPI_COMM_WORLD);
+    for (long i = 0; i < n; i++) bar(comm);
     t = (MPI_Wtime() - t) / (double)n;
     PMPI_Allreduce(&t, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     return worst;
@@ -36,7 +51,20 @@ int main(int argc, char **argv) {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     if (rounds < 1) rounds = 1;
+    /* "component": the coll component is loaded; time it too (PMPI_Barrier on MPI_COMM_WORLD),
+     * and the library's own on a duplicate whose info keeps it off the component. */
+    int component = argc > 4 && strcmp(argv[4], "component") == 0;
+    own_comm = MPI_COMM_WORLD;
+    if (component) {
+        MPI_Info info;
+        MPI_Info_create(&info);
+        MPI_Info_set(info, "coll_fastbar_disable", "true");
+        PMPI_Comm_dup(MPI_COMM_WORLD, &own_comm);
+        MPI_Comm_set_info(own_comm, info);
+        MPI_Info_free(&info);
+    }
     double *lib = malloc(sizeof(double) * (size_t)rounds), *ours = malloc(sizeof(double) * (size_t)rounds);
+    double *comp = malloc(sizeof(double) * (size_t)rounds);
     /* Warm up both (the first MPI_Barrier on a communicator sets up the interposer's), for a
      * second at least: processes that mpirun starts together begin crowded on a few cores, and
      * the kernel spreads them one migration at a time over up to a second, during which an
@@ -47,6 +75,7 @@ int main(int argc, char **argv) {
     while (more) {
         chunk(PMPI_Barrier, iters);
         chunk(MPI_Barrier, iters);
+        if (component) chunk(component_barrier, iters);
         more = MPI_Wtime() - start < settle;
         PMPI_Bcast(&more, 1, MPI_INT, 0, MPI_COMM_WORLD);
     }
@@ -55,7 +84,9 @@ int main(int argc, char **argv) {
         if (r % 2 == 0) {
             lib[r] = chunk(PMPI_Barrier, iters);
             ours[r] = chunk(MPI_Barrier, iters);
+            if (component) comp[r] = chunk(component_barrier, iters);
         } else {
+            if (component) comp[r] = chunk(component_barrier, iters);
             ours[r] = chunk(MPI_Barrier, iters);
             lib[r] = chunk(PMPI_Barrier, iters);
         }
@@ -74,7 +105,15 @@ int main(int argc, char **argv) {
         printf("%-34s median %10.0f ns   best %10.0f ns\n", "PMPI_Barrier (the MPI library)", ml, lib[0] * 1e9);
         printf("%-34s median %10.0f ns   best %10.0f ns\n", "MPI_Barrier (this process's)", mo, ours[0] * 1e9);
         printf("ratio MPI_Barrier / PMPI_Barrier: %.3f\n", mo / ml);
+        if (component) {
+            qsort(comp, (size_t)rounds, sizeof(double), cmp);
+            double mc = comp[rounds / 2] * 1e9;
+            printf("%-34s median %10.0f ns   best %10.0f ns\n", "coll/fastbar (the component)", mc, comp[0] * 1e9);
+            printf("ratio coll/fastbar / PMPI_Barrier: %.3f\n", mc / ml);
+        }
     }
+    if (own_comm != MPI_COMM_WORLD) MPI_Comm_free(&own_comm);
+    free(comp);
     free(lib);
     free(ours);
     MPI_Finalize();

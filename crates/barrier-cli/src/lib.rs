@@ -7,6 +7,7 @@ pub mod info;
 pub mod launch;
 pub mod model;
 pub mod mpibench;
+pub mod ompi;
 pub mod shmembench;
 pub use bench::plot;
 pub mod proc;

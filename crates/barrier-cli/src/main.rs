@@ -110,6 +110,10 @@ enum Cmd {
         /// The interposer for --mpi (default: libbarrier_pmpi.so beside this command).
         #[arg(long, value_name = "PATH", requires = "mpi")]
         mpi_preload: Option<PathBuf>,
+        /// Open MPI's coll component for --mpi, timed as a third variant (default: the one
+        /// beside this command, libbarrier_ompi.so, when it was built with its `ompi` feature).
+        #[arg(long, value_name = "PATH", requires = "mpi")]
+        mpi_component: Option<PathBuf>,
         /// Instead: the OpenSHMEM implementation's shmem_barrier_all and shmem_sync_all against
         /// the same program's under the interposer (libbarrier_shmem.so), timed in alternating
         /// chunks in one run of oshrun per PE count (-n; --iters barriers each). Needs oshcc and
@@ -164,6 +168,17 @@ enum Cmd {
         /// The calibration file (default: ~/.cache/barrier/model-calibration).
         #[arg(long)]
         calibration: Option<PathBuf>,
+    },
+    /// Open MPI's coll component `fastbar` (barrier-ompi): where it is, and how a user or a
+    /// site installs it for the Open MPI found here (docs/ompi.md).
+    Ompi {
+        /// The component library (default: libbarrier_ompi.so beside this command).
+        #[arg(long, value_name = "PATH")]
+        component: Option<PathBuf>,
+        /// Copy it into DIR as mca_coll_fastbar.so (then name DIR in
+        /// OMPI_MCA_mca_base_component_path, with Open MPI's own directory).
+        #[arg(long, value_name = "DIR")]
+        install: Option<PathBuf>,
     },
     /// List backends and parameters, and show which backend a job of N ranks gets and why.
     Info {
@@ -463,6 +478,7 @@ fn main() -> ExitCode {
             interleave,
             mpi,
             mpi_preload,
+            mpi_component,
             shmem,
             shmem_preload,
         } => {
@@ -493,7 +509,12 @@ fn main() -> ExitCode {
                 return ExitCode::from(2);
             }
             if mpi {
-                let opts = barrier_cli::mpibench::MpiBenchOptions { ranks, iters, preload: mpi_preload };
+                let opts = barrier_cli::mpibench::MpiBenchOptions {
+                    ranks,
+                    iters,
+                    preload: mpi_preload,
+                    component: mpi_component,
+                };
                 return match barrier_cli::mpibench::run(&opts) {
                     Ok(()) => ExitCode::SUCCESS,
                     Err(e) => {
@@ -562,6 +583,13 @@ fn main() -> ExitCode {
             eprintln!("barrier info: {} 0: a job needs at least 1", if ranks == 0 { "-n" } else { "--nodes" });
             ExitCode::from(2)
         }
+        Cmd::Ompi { component, install } => match barrier_cli::ompi::run(component, install) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("barrier ompi: {e}");
+                ExitCode::FAILURE
+            }
+        },
         Cmd::Info { ranks, nodes, emulate } => {
             // A setting every rank would refuse is refused as the other commands refuse it.
             if let Err(e) = check_settings(None, false) {

@@ -24,6 +24,9 @@ pub struct MpiBenchOptions {
     pub iters: u64,
     /// The interposer; default: `libbarrier_pmpi.so` beside this executable.
     pub preload: Option<PathBuf>,
+    /// Open MPI's coll component `fastbar` (barrier-ompi), timed as a third variant; default:
+    /// the one beside this executable, if it was built (and the MPI is Open MPI).
+    pub component: Option<PathBuf>,
 }
 
 /// Where this command looks for the interposer when none is named: `libbarrier_pmpi.so` in
@@ -178,6 +181,7 @@ impl CProgram<'_> {
         counts: &[usize],
         iters: u64,
         preload: &Path,
+        trailing: &[&str],
         options: impl Fn(&mut Command),
     ) -> Result<(), String> {
         let launcher = self.launcher();
@@ -195,6 +199,7 @@ impl CProgram<'_> {
                     .arg(&prog)
                     .arg(chunk.to_string())
                     .arg(CHUNKS.to_string())
+                    .args(trailing)
                     .status()
                     .map_err(|e| {
                         format!("cannot run {launcher} ({e}); install {} or set {}", self.launcher.2, self.launcher.0)
@@ -264,15 +269,46 @@ pub fn run(opts: &MpiBenchOptions) -> Result<(), String> {
         }
         _ => {}
     }
-    program.run(&opts.ranks, opts.iters, &preload, |cmd| {
+    // The coll component, staged under its MCA name in a directory of its own (Open MPI's own
+    // directory stays in the path).
+    let component = match (&opts.component, open_mpi) {
+        (Some(path), false) => {
+            return Err(format!("{} is an Open MPI component, but {mpirun} is not Open MPI's", path.display()))
+        }
+        (Some(path), true) if !path.is_file() => {
+            return Err(format!(
+                "no component at {} (--mpi-component): build it with `MPI_PKG_CONFIG=ompi cargo build --release -p                  barrier-ompi --features ompi`",
+                path.display()
+            ))
+        }
+        (Some(path), true) => Some(path.clone()),
+        (None, true) => crate::ompi::find(),
+        (None, false) => None,
+    };
+    let stage = std::env::temp_dir().join(format!("barrier-ompi-component-{}", std::process::id()));
+    let staged = match &component {
+        Some(library) => Some(crate::ompi::install(library, &stage)?),
+        None => None,
+    };
+    if let Some(library) = &component {
+        println!("the coll component {} is timed too (from {})", crate::ompi::NAME, library.display());
+    }
+    let trailing: &[&str] = if staged.is_some() { &["1", "component"] } else { &[] };
+    let result = program.run(&opts.ranks, opts.iters, &preload, trailing, |cmd| {
         if open_mpi {
             // As root, Open MPI wants both variables; they mean nothing to other users.
             cmd.env("OMPI_ALLOW_RUN_AS_ROOT", "1").env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
             cmd.args(["--oversubscribe", "-x"]).arg(format!("LD_PRELOAD={}", preload.display()));
+            if staged.is_some() {
+                let own = crate::ompi::open_mpi_component_dir();
+                cmd.env("OMPI_MCA_mca_base_component_path", crate::ompi::component_path(&stage, own.as_deref()));
+            }
         } else {
             cmd.args(["-genv", "LD_PRELOAD"]).arg(&preload);
         }
-    })
+    });
+    let _ = std::fs::remove_dir_all(&stage);
+    result
 }
 
 #[cfg(test)]

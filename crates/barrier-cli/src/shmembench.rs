@@ -58,7 +58,7 @@ pub fn run(opts: &ShmemBenchOptions) -> Result<(), String> {
         launcher: ("OSHRUN", "oshrun", "an OpenSHMEM (openmpi-bin has oshrun)"),
         what: "--shmem: PEs",
     };
-    program.run(&opts.pes, opts.iters, &preload, |cmd| {
+    program.run(&opts.pes, opts.iters, &preload, &[], |cmd| {
         // Open MPI's launcher as root wants both; OSHMEM 4.1.4 crashes in finalize without the
         // third (open-mpi/ompi#11604). They mean nothing elsewhere.
         cmd.env("OMPI_ALLOW_RUN_AS_ROOT", "1")

@@ -102,6 +102,9 @@ pub use comm::BarrierComm;
 #[cfg_attr(docsrs, doc(cfg(feature = "mpi")))]
 pub use ext::{FastBarrier, FastBarrierRequest, FastBarrierSettings};
 #[cfg(feature = "mpi")]
+#[doc(hidden)]
+pub use request::Detached;
+#[cfg(feature = "mpi")]
 #[cfg_attr(docsrs, doc(cfg(feature = "mpi")))]
 pub use request::Request;
 #[cfg(feature = "mpi")]

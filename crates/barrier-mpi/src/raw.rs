@@ -48,7 +48,7 @@ pub fn comm_world() -> Comm {
 }
 
 /// `MPI_COMM_SELF`.
-pub(crate) fn comm_self() -> Comm {
+pub fn comm_self() -> Comm {
     // SAFETY: as for `comm_world`.
     unsafe { ffi::RSMPI_COMM_SELF }
 }

@@ -236,3 +236,48 @@ impl Drop for Request<'_> {
         }
     }
 }
+
+/// A split-phase barrier let go of by [`Request::detach`]: it holds no borrow of its
+/// communicator, so a caller that keeps it elsewhere (the Open MPI component keeps it in an MPI
+/// request) completes it with [`BarrierComm::resume`]. Dropping one does nothing: its barrier
+/// stays started, and the communicator's next blocking barrier completes it.
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct Detached(Held);
+
+#[derive(Debug)]
+enum Held {
+    Node(u64),
+    Mpi(raw::Request),
+    Flight(u64),
+    Done,
+}
+
+impl Request<'_> {
+    /// Lets go of the request without waiting for it (see [`Detached`]).
+    #[doc(hidden)]
+    pub fn detach(mut self) -> Detached {
+        Detached(match std::mem::replace(&mut self.stage, Stage::Done) {
+            Stage::Node(request) => Held::Node(request.detach()),
+            Stage::Mpi(request) => Held::Mpi(request),
+            Stage::Flight(flight) => Held::Flight(flight),
+            Stage::Done => Held::Done,
+        })
+    }
+}
+
+impl BarrierComm {
+    /// The request that [`Request::detach`] let go of. `detached` must come from this
+    /// communicator.
+    #[doc(hidden)]
+    pub fn resume(&self, detached: Detached) -> Result<Request<'_>> {
+        let stage = match (detached.0, &self.path) {
+            (Held::Node(epoch), Path::Node(node)) => Stage::Node(node.world().resume(epoch)?),
+            (Held::Mpi(request), _) => Stage::Mpi(request),
+            (Held::Flight(flight), Path::Hierarchical { .. }) => Stage::Flight(flight),
+            (Held::Done, _) => Stage::Done,
+            _ => return Err(Error::InvalidArgument("a split-phase barrier resumed on another communicator".into())),
+        };
+        Ok(Request { comm: self, stage })
+    }
+}

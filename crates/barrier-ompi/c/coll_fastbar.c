@@ -1,0 +1,532 @@
+/*
+ * coll/fastbar: the Open MPI coll component of the barrier library.
+ *
+ * This file owns every Open MPI structure the component needs (the component, the module, the
+ * saved previous barrier functions, the MCA parameters, the split-phase requests and their
+ * progress callback) and calls the Rust side (src/coll.rs) through six functions that know
+ * nothing of Open MPI's structs: create a barrier for a communicator, run one, start one, test
+ * one, free a started one, free the barrier. See the crate docs for the protocol.
+ *
+ * Compiled by build.rs against the installed Open MPI headers (`mpicc --showme:incdirs`).
+ */
+#include "ompi_config.h"
+
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mpi.h"
+#include "ompi/communicator/communicator.h"
+#include "ompi/mca/coll/base/base.h"
+#include "ompi/mca/coll/coll.h"
+#include "ompi/request/request.h"
+#include "opal/mca/base/mca_base_var.h"
+#include "opal/runtime/opal_progress.h"
+#include "opal/util/info_subscriber.h"
+
+/* ---- the Rust side (src/coll.rs) ---------------------------------------------------------- */
+
+typedef struct fastbar_rs fastbar_rs;         /* one communicator's barrier */
+typedef struct fastbar_rs_req fastbar_rs_req; /* one split-phase barrier */
+
+/* Collective over `comm`'s ranks: 1 and *out set when every rank serves the communicator, 0 when
+ * every rank declines (the reason was printed where one must be). */
+extern int fastbar_rs_create(MPI_Comm comm, const char *settings, fastbar_rs **out);
+/* FASTBAR_DONE, FASTBAR_FAILED (the error was printed), or FASTBAR_GONE (MPI_Finalize took the
+ * barrier: the previous module serves). */
+extern int fastbar_rs_barrier(fastbar_rs *b);
+/* FASTBAR_DONE with *out set, FASTBAR_FAILED or FASTBAR_GONE. */
+extern int fastbar_rs_ibarrier(fastbar_rs *b, fastbar_rs_req **out);
+/* Never blocks: FASTBAR_PENDING, FASTBAR_DONE or FASTBAR_FAILED. */
+extern int fastbar_rs_test(fastbar_rs *b, fastbar_rs_req *r);
+extern void fastbar_rs_request_free(fastbar_rs_req *r);
+extern void fastbar_rs_free(fastbar_rs *b);
+/* The component structure's storage: a Rust static, so that the cdylib exports it (rustc
+ * exports only Rust items); filled from `fastbar_component_template` when the library loads. */
+extern char mca_coll_fastbar_component[];
+
+enum { FASTBAR_PENDING = 0, FASTBAR_DONE = 1, FASTBAR_FAILED = 2, FASTBAR_GONE = 3 };
+
+_Static_assert(sizeof(mca_coll_base_component_2_0_0_t) <= FASTBAR_COMPONENT_BYTES,
+               "the Rust storage of the component structure is too small");
+
+#define COMPONENT ((mca_coll_base_component_2_0_0_t *) (void *) mca_coll_fastbar_component)
+
+/* ---- MCA parameters ----------------------------------------------------------------------- */
+
+static int param_priority = 40; /* above tuned (30) and han (35) */
+static bool param_disable = false;
+static int param_min_comm_size = 2;
+static char *param_device_path = NULL;
+static char *param_backend = NULL;
+static char *param_timeout = NULL;
+static char *param_wait_policy = NULL;
+static char *param_stall_report = NULL;
+static int param_verbose = -1;
+static int param_node_block = -1;
+static bool param_test_abi_mismatch = false;
+
+/* Why open refused (the ABI guard), for comm_query's silence. */
+static bool refused = false;
+
+static int register_params(void)
+{
+    const mca_base_component_t *c = &COMPONENT->collm_version;
+    mca_base_component_var_register(c, "priority",
+        "Priority of the fastbar coll component (default 40: above tuned and han; 0 turns it off)",
+        MCA_BASE_VAR_TYPE_INT, NULL, 0, 0, OPAL_INFO_LVL_6, MCA_BASE_VAR_SCOPE_READONLY, &param_priority);
+    mca_base_component_var_register(c, "disable",
+        "Do not serve any communicator (MPI_Barrier stays the next component's)",
+        MCA_BASE_VAR_TYPE_BOOL, NULL, 0, 0, OPAL_INFO_LVL_6, MCA_BASE_VAR_SCOPE_READONLY, &param_disable);
+    mca_base_component_var_register(c, "min_comm_size",
+        "Serve only communicators of at least this many ranks",
+        MCA_BASE_VAR_TYPE_INT, NULL, 0, 0, OPAL_INFO_LVL_6, MCA_BASE_VAR_SCOPE_READONLY, &param_min_comm_size);
+    mca_base_component_var_register(c, "device_path",
+        "The barrier device file (switch or GBA); unset: BARRIER_SWITCH_DEVICE_PATH and BARRIER_GBA_DEVICE_PATH, "
+        "else each device's default path",
+        MCA_BASE_VAR_TYPE_STRING, NULL, 0, 0, OPAL_INFO_LVL_6, MCA_BASE_VAR_SCOPE_READONLY, &param_device_path);
+    mca_base_component_var_register(c, "backend",
+        "Backends to use, in order (switch, gba, a64fx, dissemination, hierarchical, mpi, ...); unset: "
+        "BARRIER_BACKEND, else chosen by priority",
+        MCA_BASE_VAR_TYPE_STRING, NULL, 0, 0, OPAL_INFO_LVL_5, MCA_BASE_VAR_SCOPE_READONLY, &param_backend);
+    mca_base_component_var_register(c, "timeout",
+        "Fail a barrier that waits longer than this (30s, 500ms, none), naming the ranks that did not arrive; "
+        "unset: BARRIER_TIMEOUT",
+        MCA_BASE_VAR_TYPE_STRING, NULL, 0, 0, OPAL_INFO_LVL_5, MCA_BASE_VAR_SCOPE_READONLY, &param_timeout);
+    mca_base_component_var_register(c, "wait_policy",
+        "How a waiting rank waits: spin, yield, park or auto (by ranks per core); unset: BARRIER_WAIT_POLICY",
+        MCA_BASE_VAR_TYPE_STRING, NULL, 0, 0, OPAL_INFO_LVL_5, MCA_BASE_VAR_SCOPE_READONLY, &param_wait_policy);
+    mca_base_component_var_register(c, "stall_report",
+        "Say every this often who a long wait waits for (10s, none); unset: BARRIER_STALL_REPORT",
+        MCA_BASE_VAR_TYPE_STRING, NULL, 0, 0, OPAL_INFO_LVL_5, MCA_BASE_VAR_SCOPE_READONLY, &param_stall_report);
+    mca_base_component_var_register(c, "verbose",
+        "1: the first rank of each communicator says which barrier it got; -1: BARRIER_VERBOSE",
+        MCA_BASE_VAR_TYPE_INT, NULL, 0, 0, OPAL_INFO_LVL_5, MCA_BASE_VAR_SCOPE_READONLY, &param_verbose);
+    mca_base_component_var_register(c, "node_block",
+        "Treat every K consecutive ranks of a machine as one node (tests of the path across nodes on one "
+        "machine); -1: BARRIER_MPI_NODE_BLOCK",
+        MCA_BASE_VAR_TYPE_INT, NULL, 0, 0, OPAL_INFO_LVL_9, MCA_BASE_VAR_SCOPE_READONLY, &param_node_block);
+    mca_base_component_var_register(c, "test_abi_mismatch",
+        "Tests only: act as if the running Open MPI did not match the headers the component was built with",
+        MCA_BASE_VAR_TYPE_BOOL, NULL, 0, 0, OPAL_INFO_LVL_9, MCA_BASE_VAR_SCOPE_READONLY, &param_test_abi_mismatch);
+    return OMPI_SUCCESS;
+}
+
+/* The settings given as MCA parameters, as NAME=value lines for the Rust side. */
+static char *settings_text(void)
+{
+    size_t cap = 4096, len = 0;
+    char *out = calloc(1, cap);
+    if (NULL == out) {
+        return NULL;
+    }
+#define ADD(name, value)                                                                  \
+    do {                                                                                  \
+        int n = snprintf(out + len, cap - len, "%s=%s\n", (name), (value));              \
+        if (n > 0 && (size_t) n < cap - len) {                                            \
+            len += (size_t) n;                                                            \
+        }                                                                                 \
+    } while (0)
+    char number[32];
+    if (param_device_path && *param_device_path) {
+        ADD("BARRIER_SWITCH_DEVICE_PATH", param_device_path);
+        ADD("BARRIER_GBA_DEVICE_PATH", param_device_path);
+    }
+    if (param_backend && *param_backend) ADD("BARRIER_BACKEND", param_backend);
+    if (param_timeout && *param_timeout) ADD("BARRIER_TIMEOUT", param_timeout);
+    if (param_wait_policy && *param_wait_policy) ADD("BARRIER_WAIT_POLICY", param_wait_policy);
+    if (param_stall_report && *param_stall_report) ADD("BARRIER_STALL_REPORT", param_stall_report);
+    if (param_verbose >= 0) {
+        snprintf(number, sizeof number, "%d", param_verbose);
+        ADD("BARRIER_VERBOSE", number);
+    }
+    if (param_node_block >= 0) {
+        snprintf(number, sizeof number, "%d", param_node_block);
+        ADD("BARRIER_MPI_NODE_BLOCK", number);
+    }
+#undef ADD
+    return out;
+}
+
+/* ---- the ABI guard ------------------------------------------------------------------------ */
+
+/* The job's first process (by the launcher's rank variable) speaks for all. */
+static bool first_process(void)
+{
+    const char *rank = getenv("OMPI_COMM_WORLD_RANK");
+    return NULL == rank || 0 == strcmp(rank, "0");
+}
+
+static int fastbar_open(void)
+{
+    char running[MPI_MAX_LIBRARY_VERSION_STRING] = {0};
+    int len = 0;
+    char built[64];
+    char why[512] = {0};
+    PMPI_Get_library_version(running, &len);
+    snprintf(built, sizeof built, "Open MPI v%d.%d.%d", OMPI_MAJOR_VERSION, OMPI_MINOR_VERSION, OMPI_RELEASE_VERSION);
+    size_t n = strlen(built);
+    if (0 != strncmp(running, built, n) || (running[n] >= '0' && running[n] <= '9')) {
+        char *comma = strchr(running, ',');
+        if (comma) *comma = '\0';
+        snprintf(why, sizeof why, "it was built against %s and runs on %s", built, running);
+    } else if (ompi_communicator_t_class.cls_sizeof != sizeof(ompi_communicator_t)
+               || mca_coll_base_module_t_class.cls_sizeof != sizeof(mca_coll_base_module_t)
+               || ompi_request_t_class.cls_sizeof != sizeof(ompi_request_t)) {
+        snprintf(why, sizeof why,
+                 "the running library's structures differ from the headers it was built with "
+                 "(communicator %zu bytes, built for %zu; coll module %zu, built for %zu; request %zu, built for %zu): "
+                 "the same version configured differently (a debug build?)",
+                 ompi_communicator_t_class.cls_sizeof, sizeof(ompi_communicator_t),
+                 mca_coll_base_module_t_class.cls_sizeof, sizeof(mca_coll_base_module_t),
+                 ompi_request_t_class.cls_sizeof, sizeof(ompi_request_t));
+    } else if (param_test_abi_mismatch) {
+        snprintf(why, sizeof why, "coll_fastbar_test_abi_mismatch is set (a test of this check; built against %s)",
+                 built);
+    }
+    if (why[0]) {
+        refused = true;
+        if (first_process()) {
+            fprintf(stderr,
+                    "coll/fastbar: not opened: %s; MPI_Barrier stays Open MPI's own. Rebuild the component "
+                    "against this Open MPI (cargo build -p barrier-ompi --features ompi), or remove it.\n",
+                    why);
+        }
+        return OMPI_ERROR;
+    }
+    return OMPI_SUCCESS;
+}
+
+/* ---- the module ------------------------------------------------------------------------- */
+
+enum { UNBUILT, SERVED, DECLINED };
+
+typedef struct fastbar_module_t {
+    mca_coll_base_module_t super;
+    /* The functions this module replaces (the next component's), kept for the fall back. */
+    mca_coll_base_module_barrier_fn_t previous_barrier;
+    mca_coll_base_module_t *previous_barrier_module;
+    mca_coll_base_module_ibarrier_fn_t previous_ibarrier;
+    mca_coll_base_module_t *previous_ibarrier_module;
+    /* UNBUILT until the communicator's first MPI_Barrier (collective, as the set-up is). */
+    int state;
+    fastbar_rs *rs;
+} fastbar_module_t;
+
+static void module_construct(fastbar_module_t *m)
+{
+    m->previous_barrier = NULL;
+    m->previous_barrier_module = NULL;
+    m->previous_ibarrier = NULL;
+    m->previous_ibarrier_module = NULL;
+    m->state = UNBUILT;
+    m->rs = NULL;
+}
+
+static void module_destruct(fastbar_module_t *m)
+{
+    if (m->rs) {
+        fastbar_rs_free(m->rs);
+        m->rs = NULL;
+    }
+    if (m->previous_barrier_module) {
+        OBJ_RELEASE(m->previous_barrier_module);
+    }
+    if (m->previous_ibarrier_module) {
+        OBJ_RELEASE(m->previous_ibarrier_module);
+    }
+}
+
+OBJ_CLASS_DECLARATION(fastbar_module_t);
+OBJ_CLASS_INSTANCE(fastbar_module_t, mca_coll_base_module_t, module_construct, module_destruct);
+
+/* Set while this thread builds a barrier: the communicators the Rust side makes for itself then
+ * (its private duplicate, the node's and the roots' communicators) get no module of ours, so
+ * nothing it calls on them comes back here. */
+static __thread int building = 0;
+
+static void finish_earlier(fastbar_module_t *m);
+
+/* The first MPI_Barrier of a communicator builds its barrier on every rank (collective). */
+static void build(fastbar_module_t *m, struct ompi_communicator_t *comm)
+{
+    char *settings = settings_text();
+    building++;
+    int served = fastbar_rs_create(comm, settings ? settings : "", &m->rs);
+    building--;
+    free(settings);
+    m->state = served ? SERVED : DECLINED;
+}
+
+static int fastbar_barrier(struct ompi_communicator_t *comm, mca_coll_base_module_t *module)
+{
+    fastbar_module_t *m = (fastbar_module_t *) module;
+    if (OPAL_UNLIKELY(UNBUILT == m->state)) {
+        build(m, comm);
+    }
+    if (OPAL_LIKELY(SERVED == m->state)) {
+        switch (fastbar_rs_barrier(m->rs)) {
+        case FASTBAR_DONE:
+            finish_earlier(m);
+            return MPI_SUCCESS;
+        case FASTBAR_FAILED:
+            return MPI_ERR_OTHER;
+        default: /* gone at MPI_Finalize */
+            break;
+        }
+    }
+    return m->previous_barrier(comm, m->previous_barrier_module);
+}
+
+/* ---- split-phase requests ----------------------------------------------------------------- */
+
+typedef struct fastbar_request_t {
+    ompi_request_t super;
+    fastbar_module_t *module;
+    fastbar_rs_req *rs;
+    struct fastbar_request_t *next;
+    bool freed; /* MPI_Request_free'd before it completed: released when it completes */
+} fastbar_request_t;
+
+OBJ_CLASS_DECLARATION(fastbar_request_t);
+OBJ_CLASS_INSTANCE(fastbar_request_t, ompi_request_t, NULL, NULL);
+
+/* Requests not complete yet, advanced by `fastbar_progress`, in the order they started. The
+ * flag guards the list; a thread that finds it taken in the progress callback leaves the round
+ * to the thread that holds it. */
+static fastbar_request_t *in_flight = NULL;
+static atomic_flag in_flight_lock = ATOMIC_FLAG_INIT;
+static atomic_int in_flight_count = 0;
+static atomic_int progress_registered = 0;
+
+static void list_lock(void)
+{
+    while (atomic_flag_test_and_set_explicit(&in_flight_lock, memory_order_acquire)) {
+        sched_yield();
+    }
+}
+
+static void list_unlock(void)
+{
+    atomic_flag_clear_explicit(&in_flight_lock, memory_order_release);
+}
+
+/* Takes `*link` off the list and completes it. The list lock is held. */
+static void finish(fastbar_request_t **link, int outcome)
+{
+    fastbar_request_t *r = *link;
+    *link = r->next;
+    atomic_fetch_sub_explicit(&in_flight_count, 1, memory_order_release);
+    fastbar_rs_request_free(r->rs);
+    r->rs = NULL;
+    bool freed = r->freed;
+    r->super.req_status.MPI_ERROR = FASTBAR_DONE == outcome ? MPI_SUCCESS : MPI_ERR_OTHER;
+    OBJ_RELEASE(r->module);
+    ompi_request_complete(&r->super, true);
+    if (freed) {
+        OBJ_RELEASE(r);
+    }
+}
+
+/* Registered with opal_progress: MPI_Wait, MPI_Test and every other call that progresses MPI
+ * advance our requests, without blocking. Entered again from inside the Rust side (whose waits
+ * progress MPI), it finds that communicator busy and leaves its requests for a later round. */
+static int fastbar_progress(void)
+{
+    if (0 == atomic_load_explicit(&in_flight_count, memory_order_acquire)) {
+        return 0;
+    }
+    if (atomic_flag_test_and_set_explicit(&in_flight_lock, memory_order_acquire)) {
+        return 0;
+    }
+    int completed = 0;
+    fastbar_request_t **link = &in_flight;
+    while (*link) {
+        int outcome = fastbar_rs_test((*link)->module->rs, (*link)->rs);
+        if (FASTBAR_PENDING == outcome) {
+            link = &(*link)->next;
+        } else {
+            finish(link, outcome);
+            completed++;
+        }
+    }
+    list_unlock();
+    return completed;
+}
+
+/* A blocking barrier completed every split-phase barrier started before it on the communicator
+ * (barrier-mpi's order): their requests complete now, freed ones included. */
+static void finish_earlier(fastbar_module_t *m)
+{
+    if (0 == atomic_load_explicit(&in_flight_count, memory_order_acquire)) {
+        return;
+    }
+    list_lock();
+    fastbar_request_t **link = &in_flight;
+    while (*link) {
+        if ((*link)->module == m) {
+            finish(link, FASTBAR_DONE);
+        } else {
+            link = &(*link)->next;
+        }
+    }
+    list_unlock();
+}
+
+static int request_free(struct ompi_request_t **request)
+{
+    fastbar_request_t *r = (fastbar_request_t *) *request;
+    list_lock();
+    if (REQUEST_COMPLETE(&r->super)) {
+        OBJ_RELEASE(r);
+    } else {
+        /* MPI lets a program free an active request: it completes later, unseen. */
+        r->freed = true;
+    }
+    list_unlock();
+    *request = MPI_REQUEST_NULL;
+    return OMPI_SUCCESS;
+}
+
+static int request_cancel(struct ompi_request_t *request, int complete)
+{
+    (void) request;
+    (void) complete;
+    /* A barrier cannot be cancelled (MPI says cancelling a collective is erroneous). */
+    return OMPI_SUCCESS;
+}
+
+static int fastbar_ibarrier(struct ompi_communicator_t *comm, ompi_request_t **request,
+                            mca_coll_base_module_t *module)
+{
+    fastbar_module_t *m = (fastbar_module_t *) module;
+    /* MPI_Ibarrier must not block, and building is collective: a communicator whose first
+     * barrier call is MPI_Ibarrier is served by the previous module until its first MPI_Barrier
+     * (every rank makes the same barrier calls in the same order, so all agree). */
+    if (SERVED != m->state) {
+        return m->previous_ibarrier(comm, request, m->previous_ibarrier_module);
+    }
+    fastbar_rs_req *started = NULL;
+    int outcome = fastbar_rs_ibarrier(m->rs, &started);
+    if (FASTBAR_GONE == outcome) {
+        return m->previous_ibarrier(comm, request, m->previous_ibarrier_module);
+    }
+    if (FASTBAR_DONE != outcome) {
+        return MPI_ERR_OTHER;
+    }
+    fastbar_request_t *r = OBJ_NEW(fastbar_request_t);
+    if (NULL == r) {
+        fastbar_rs_request_free(started);
+        return OMPI_ERR_OUT_OF_RESOURCE;
+    }
+    OMPI_REQUEST_INIT(&r->super, false);
+    r->super.req_type = OMPI_REQUEST_COLL;
+    r->super.req_state = OMPI_REQUEST_ACTIVE;
+    r->super.req_mpi_object.comm = comm;
+    r->super.req_status = ompi_status_empty;
+    r->super.req_free = request_free;
+    r->super.req_cancel = request_cancel;
+    r->module = m;
+    r->rs = started;
+    r->freed = false;
+    OBJ_RETAIN(m);
+    if (0 == atomic_exchange(&progress_registered, 1)) {
+        opal_progress_register(fastbar_progress);
+    }
+    list_lock();
+    /* Appended: the list keeps the order they started in. */
+    fastbar_request_t **link = &in_flight;
+    while (*link) {
+        link = &(*link)->next;
+    }
+    r->next = NULL;
+    *link = r;
+    atomic_fetch_add_explicit(&in_flight_count, 1, memory_order_release);
+    list_unlock();
+    *request = &r->super;
+    return OMPI_SUCCESS;
+}
+
+/* ---- the component ------------------------------------------------------------------------ */
+
+/* The info key that keeps one communicator on the previous module (the Rust side reads it at
+ * the first MPI_Barrier). Open MPI keeps only the info keys somebody subscribed to. */
+static char *keep_info_value(opal_infosubscriber_t *object, char *key, char *value)
+{
+    (void) object;
+    (void) key;
+    return value;
+}
+
+static int fastbar_module_enable(mca_coll_base_module_t *module, struct ompi_communicator_t *comm)
+{
+    opal_infosubscribe_subscribe(&comm->super, "coll_fastbar_disable", "false", keep_info_value);
+    fastbar_module_t *m = (fastbar_module_t *) module;
+    /* The components below this one (lower priority) have filled the table already. */
+    if (NULL == comm->c_coll->coll_barrier_module || NULL == comm->c_coll->coll_ibarrier_module) {
+        return OMPI_ERROR;
+    }
+    m->previous_barrier = comm->c_coll->coll_barrier;
+    m->previous_barrier_module = comm->c_coll->coll_barrier_module;
+    OBJ_RETAIN(m->previous_barrier_module);
+    m->previous_ibarrier = comm->c_coll->coll_ibarrier;
+    m->previous_ibarrier_module = comm->c_coll->coll_ibarrier_module;
+    OBJ_RETAIN(m->previous_ibarrier_module);
+    return OMPI_SUCCESS;
+}
+
+static mca_coll_base_module_t *fastbar_comm_query(struct ompi_communicator_t *comm, int *priority)
+{
+    if (refused || param_disable || param_priority <= 0 || building || OMPI_COMM_IS_INTER(comm)
+        || ompi_comm_size(comm) < param_min_comm_size) {
+        return NULL;
+    }
+    fastbar_module_t *m = OBJ_NEW(fastbar_module_t);
+    if (NULL == m) {
+        return NULL;
+    }
+    m->super.coll_module_enable = fastbar_module_enable;
+    m->super.coll_barrier = fastbar_barrier;
+    m->super.coll_ibarrier = fastbar_ibarrier;
+    *priority = param_priority;
+    return &m->super;
+}
+
+static int fastbar_init_query(bool enable_progress_threads, bool enable_mpi_threads)
+{
+    (void) enable_progress_threads;
+    (void) enable_mpi_threads;
+    return OMPI_SUCCESS;
+}
+
+static int fastbar_close(void)
+{
+    if (atomic_exchange(&progress_registered, 0)) {
+        opal_progress_unregister(fastbar_progress);
+    }
+    return OMPI_SUCCESS;
+}
+
+static const mca_coll_base_component_2_0_0_t fastbar_component_template = {
+    .collm_version = {
+        MCA_COLL_BASE_VERSION_2_0_0,
+        .mca_component_name = "fastbar",
+        MCA_BASE_MAKE_VERSION(component, OMPI_MAJOR_VERSION, OMPI_MINOR_VERSION, OMPI_RELEASE_VERSION),
+        .mca_open_component = fastbar_open,
+        .mca_close_component = fastbar_close,
+        .mca_register_component_params = register_params,
+    },
+    .collm_data = {
+        MCA_BASE_METADATA_PARAM_CHECKPOINT
+    },
+    .collm_init_query = fastbar_init_query,
+    .collm_comm_query = fastbar_comm_query,
+};
+
+/* Runs when the library is loaded (dlopen returns after it), before Open MPI reads the
+ * component structure. */
+__attribute__((constructor)) static void fill_component(void)
+{
+    memcpy(mca_coll_fastbar_component, &fastbar_component_template, sizeof fastbar_component_template);
+}

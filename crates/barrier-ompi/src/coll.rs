@@ -1,0 +1,297 @@
+//! The Rust side of the component: the functions `c/coll_fastbar.c` calls, and the storage of
+//! the component structure it exports. See the crate docs for the protocol.
+
+use std::ffi::{c_char, c_int, c_void, CStr};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Mutex, MutexGuard, OnceLock, TryLockError};
+
+use barrier::{Error, Params};
+use barrier_mpi::mpi::ffi::{self, MPI_Comm};
+use barrier_mpi::{raw, BarrierComm, Detached};
+
+/// Bytes of [`mca_coll_fastbar_component`] (build.rs passes the same number to the C side,
+/// which checks that Open MPI's component structure fits).
+const COMPONENT_BYTES: usize = 1024;
+
+/// The storage of the component structure that Open MPI looks up by name. A Rust static, so
+/// that the library exports it (a Rust cdylib exports only Rust items); the C side fills it
+/// when the library is loaded.
+#[repr(C, align(64))]
+pub struct ComponentStorage([u8; COMPONENT_BYTES]);
+
+/// See [`ComponentStorage`]. Written once, by the C side's constructor, before Open MPI can
+/// see it; read by Open MPI only.
+#[no_mangle]
+pub static mut mca_coll_fastbar_component: ComponentStorage = ComponentStorage([0; COMPONENT_BYTES]);
+
+const PENDING: c_int = 0;
+const DONE: c_int = 1;
+const FAILED: c_int = 2;
+const GONE: c_int = 3;
+
+/// One communicator's barrier. The lock is taken by every call: a user's barrier blocks on
+/// it, the progress callback only tries it (so a re-entered callback, or one on another
+/// thread while this communicator is busy, leaves the request for a later round).
+pub struct Served {
+    comm: Mutex<Option<BarrierComm>>,
+}
+
+/// A split-phase barrier between `fastbar_rs_ibarrier` and its completion.
+pub struct Started(Option<Detached>);
+
+/// Every barrier not yet freed, for the finalize hook (addresses of `Served`).
+static LIVE: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+/// The `MPI_COMM_SELF` key whose deletion frees them all at `MPI_Finalize`.
+static FINALIZE_HOOK: OnceLock<Option<c_int>> = OnceLock::new();
+
+fn live() -> MutexGuard<'static, Vec<usize>> {
+    LIVE.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn lock(served: &Served) -> MutexGuard<'_, Option<BarrierComm>> {
+    served.comm.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn say(line: &str) {
+    barrier::sys::say(&format!("coll/fastbar: {line}"));
+}
+
+/// A panic must not unwind into Open MPI: it ends the job, saying where.
+fn guarded<T>(what: &str, f: impl FnOnce() -> T) -> T {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|_| {
+        say(&format!("internal error (panic) in {what}; aborting the job"));
+        // SAFETY: MPI_Abort on MPI_COMM_WORLD ends the job; it does not return.
+        unsafe { ffi::PMPI_Abort(raw::comm_world(), 70) };
+        std::process::abort()
+    })
+}
+
+/// Deleted first thing in `MPI_Finalize`: frees every barrier while MPI still works.
+unsafe extern "C" fn at_finalize(_comm: MPI_Comm, _key: c_int, _value: *mut c_void, _extra: *mut c_void) -> c_int {
+    guarded("MPI_Finalize", || {
+        let all: Vec<usize> = live().clone();
+        for address in all {
+            // SAFETY: addresses in LIVE are of `Served`s not yet freed (`fastbar_rs_free`
+            // removes its own first, under the same lock order: LIVE is not held here while
+            // freeing, but no barrier is freed concurrently with MPI_Finalize).
+            let served = unsafe { &*(address as *const Served) };
+            drop(lock(served).take());
+        }
+    });
+    0
+}
+
+fn hook_finalize() {
+    FINALIZE_HOOK.get_or_init(|| {
+        let key = raw::create_keyval(at_finalize).ok()?;
+        // SAFETY: the value is null; `at_finalize` frees nothing it points to.
+        unsafe { raw::set_attr(raw::comm_self(), key, std::ptr::null_mut()) }.ok()?;
+        Some(key)
+    });
+}
+
+/// The MCA parameters the C side passes, as NAME=value lines, laid over the environment.
+fn params_from(settings: &str) -> Params {
+    settings
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .fold(Params::from_env(), |p, (name, value)| p.set(name.trim(), value.trim()))
+}
+
+/// The info key with which a program keeps one communicator on Open MPI's own barrier
+/// (`MPI_Comm_set_info` before its first barrier; rank 0's value decides).
+pub const OPT_OUT_KEY: &str = "coll_fastbar_disable";
+
+/// Whether `comm`'s info has [`OPT_OUT_KEY`] set to true.
+fn opted_out(comm: MPI_Comm) -> bool {
+    let mut info = std::mem::MaybeUninit::<ffi::MPI_Info>::uninit();
+    // SAFETY: `comm` is valid (the caller's contract); MPI writes a new info object.
+    if unsafe { ffi::PMPI_Comm_get_info(comm, info.as_mut_ptr()) } != 0 {
+        return false;
+    }
+    // SAFETY: written by the successful call above.
+    let mut info = unsafe { info.assume_init() };
+    let key = std::ffi::CString::new(OPT_OUT_KEY).expect("no NUL in the key");
+    let mut value = [0 as c_char; 64];
+    let mut flag: c_int = 0;
+    // SAFETY: `value` has room for the length given plus the terminating NUL.
+    let rc =
+        unsafe { ffi::PMPI_Info_get(info, key.as_ptr(), (value.len() - 1) as c_int, value.as_mut_ptr(), &mut flag) };
+    // SAFETY: `value` is NUL-terminated (zeroed, and MPI writes at most len - 1 bytes).
+    let text = unsafe { CStr::from_ptr(value.as_ptr()) }.to_string_lossy().to_ascii_lowercase();
+    // SAFETY: the info object from MPI_Comm_get_info is ours to free.
+    unsafe { ffi::PMPI_Info_free(&mut info) };
+    rc == 0 && flag != 0 && matches!(text.trim(), "true" | "1" | "yes" | "on")
+}
+
+/// Builds the barrier of `comm` (collective). 1 and `*out` set: served; 0: every rank
+/// declines and the previous module serves.
+///
+/// # Safety
+/// `comm` is the communicator whose first `MPI_Barrier` this is, on every rank; `settings`
+/// is a NUL-terminated string; `out` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn fastbar_rs_create(comm: MPI_Comm, settings: *const c_char, out: *mut *mut Served) -> c_int {
+    guarded("the first MPI_Barrier of a communicator", || {
+        // SAFETY: the caller's contract.
+        let settings = unsafe { CStr::from_ptr(settings) }.to_string_lossy().into_owned();
+        let mut params = params_from(&settings);
+        if opted_out(comm) {
+            // Agreed like any setting: rank 0's value decides for every rank.
+            params = params.set("BARRIER_BACKEND", barrier_mpi::MPI_BACKEND);
+        }
+        let verbose = params.flag("BARRIER_VERBOSE").unwrap_or(false);
+        let rank = raw::rank(comm).unwrap_or(0);
+        let size = raw::size(comm).unwrap_or(0);
+        hook_finalize();
+        // SAFETY: MPI is initialized (this is an MPI_Barrier) and every rank of `comm` makes
+        // this call in its first MPI_Barrier on it.
+        match unsafe { BarrierComm::from_raw(comm, params) } {
+            Ok(c) if c.backend() == barrier_mpi::MPI_BACKEND => {
+                // MPI_Barrier itself: the previous module is that, without the detour.
+                if c.fell_back() && (rank == 0 || c.failed_here()) {
+                    say(&format!(
+                        "MPI_Barrier on a communicator of {size} ranks stays Open MPI's own on every rank: {}",
+                        c.describe()
+                    ));
+                } else if verbose && rank == 0 {
+                    say(&format!("MPI_Barrier on a communicator of {size} ranks: Open MPI's own ({})", c.summary()));
+                }
+                0
+            }
+            Ok(c) => {
+                if verbose && rank == 0 {
+                    say(&format!("MPI_Barrier on a communicator of {size} ranks: {}", c.summary()));
+                }
+                let served = Box::into_raw(Box::new(Served { comm: Mutex::new(Some(c)) }));
+                live().push(served as usize);
+                // SAFETY: the caller's contract.
+                unsafe { *out = served };
+                1
+            }
+            Err(e) => {
+                // Agreed: every rank declines. The rank whose own setting is bad says which;
+                // rank 0 says what happens.
+                let own = !matches!(e, Error::PeerInvalidParam { .. });
+                if own || rank == 0 {
+                    say(&format!(
+                        "MPI_Barrier on a communicator of {size} ranks stays Open MPI's own on every rank (rank \
+                         {rank}): {e}"
+                    ));
+                }
+                0
+            }
+        }
+    })
+}
+
+fn failed(c: &BarrierComm, what: &str, e: &Error) -> c_int {
+    say(&format!("{what} failed on rank {}: {e}", c.rank()));
+    FAILED
+}
+
+/// A blocking barrier: `DONE`, `FAILED` (said on stderr) or `GONE` (after finalize).
+///
+/// # Safety
+/// `served` came from `fastbar_rs_create` and was not freed.
+#[no_mangle]
+pub unsafe extern "C" fn fastbar_rs_barrier(served: *const Served) -> c_int {
+    guarded("MPI_Barrier", || {
+        // SAFETY: the caller's contract.
+        let guard = lock(unsafe { &*served });
+        match guard.as_ref() {
+            Some(c) => match c.barrier() {
+                Ok(()) => DONE,
+                Err(e) => failed(c, "MPI_Barrier", &e),
+            },
+            None => GONE,
+        }
+    })
+}
+
+/// Starts a split-phase barrier: `DONE` with `*out` set, `FAILED` or `GONE`.
+///
+/// # Safety
+/// As for `fastbar_rs_barrier`; `out` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn fastbar_rs_ibarrier(served: *const Served, out: *mut *mut Started) -> c_int {
+    guarded("MPI_Ibarrier", || {
+        // SAFETY: the caller's contract.
+        let guard = lock(unsafe { &*served });
+        match guard.as_ref() {
+            Some(c) => match c.ibarrier() {
+                Ok(request) => {
+                    let started = Box::into_raw(Box::new(Started(Some(request.detach()))));
+                    // SAFETY: the caller's contract.
+                    unsafe { *out = started };
+                    DONE
+                }
+                Err(e) => failed(c, "MPI_Ibarrier", &e),
+            },
+            None => GONE,
+        }
+    })
+}
+
+/// Advances a split-phase barrier without blocking: `PENDING`, `DONE` or `FAILED`.
+///
+/// # Safety
+/// `served` as above; `started` came from its `fastbar_rs_ibarrier` and was not freed.
+#[no_mangle]
+pub unsafe extern "C" fn fastbar_rs_test(served: *const Served, started: *mut Started) -> c_int {
+    guarded("the progress of MPI_Ibarrier", || {
+        // SAFETY: the caller's contract.
+        let (served, started) = unsafe { (&*served, &mut *started) };
+        let guard = match served.comm.try_lock() {
+            Ok(g) => g,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            // This thread is inside this communicator's barrier (a re-entered progress
+            // callback), or another thread is: later.
+            Err(TryLockError::WouldBlock) => return PENDING,
+        };
+        let Some(c) = guard.as_ref() else {
+            say("MPI_Ibarrier still pending at MPI_Finalize");
+            return FAILED;
+        };
+        let Some(detached) = started.0.take() else { return DONE };
+        let mut request = match c.resume(detached) {
+            Ok(r) => r,
+            Err(e) => return failed(c, "MPI_Ibarrier", &e),
+        };
+        match request.test() {
+            Ok(true) => DONE,
+            Ok(false) => {
+                started.0 = Some(request.detach());
+                PENDING
+            }
+            Err(e) => failed(c, "MPI_Ibarrier", &e),
+        }
+    })
+}
+
+/// Frees a split-phase barrier's state (it is complete, or the job is ending).
+///
+/// # Safety
+/// `started` came from `fastbar_rs_ibarrier`, is freed once, or is null.
+#[no_mangle]
+pub unsafe extern "C" fn fastbar_rs_request_free(started: *mut Started) {
+    if !started.is_null() {
+        // SAFETY: the caller's contract.
+        drop(unsafe { Box::from_raw(started) });
+    }
+}
+
+/// Frees a communicator's barrier (its module is destroyed: the communicator was freed).
+///
+/// # Safety
+/// `served` came from `fastbar_rs_create` and is freed once.
+#[no_mangle]
+pub unsafe extern "C" fn fastbar_rs_free(served: *mut Served) {
+    guarded("MPI_Comm_free", || {
+        live().retain(|&a| a != served as usize);
+        // SAFETY: the caller's contract.
+        let served = unsafe { Box::from_raw(served) };
+        // Dropped while MPI works (MPI_Comm_free), or already taken at MPI_Finalize.
+        drop(served);
+    })
+}

@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# The Open MPI coll component `fastbar` (crates/barrier-ompi): built against the Open MPI found
+# here, installed under its MCA name in a directory of its own, and loaded by Open MPI through
+# mca_base_component_path. Unmodified C and Fortran programs at 2, 3 and 4 ranks, on one node
+# and on simulated nodes (coll_fastbar_node_block): MPI_Barrier and MPI_Ibarrier checked barrier
+# by barrier, on MPI_COMM_WORLD, duplicates and splits; a PMPI tool preloaded beside it that must
+# count every barrier; exclusion (^fastbar) and priority 0; the ABI guard refusing to open; a
+# rank whose set-up fails (every rank keeps Open MPI's barrier); the bench's component variant.
+#
+#   bash tests/ompi/run.sh      (run from anywhere; needs openmpi-bin, libopenmpi-dev, gfortran,
+#                                libclang-dev and pkg-config: .ci/run installs them)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+step() { printf '\n--> [ompi component] %s\n' "$*"; }
+FAIL_PREFIX="OPEN MPI COMPONENT TEST FAILED"
+# shellcheck source=tests/lib.sh
+source tests/lib.sh
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+MPIRUN=(mpirun.openmpi --oversubscribe)
+launch_command() {
+    CMD=("${MPIRUN[@]}")
+    while [ "$1" != "--" ]; do
+        CMD+=(-x "$1")
+        shift
+    done
+    shift
+    CMD+=("$@")
+}
+LIMIT=240
+BIN=target/ompi
+mkdir -p "$BIN"
+out="$BIN/out.txt"
+
+step "build: the component (against this Open MPI), the CLI, the C and Fortran programs"
+export MPI_PKG_CONFIG=ompi
+cargo build --release -p barrier-ompi --features ompi
+cargo build --release -p barrier-cli
+LIB=target/release/libbarrier_ompi.so
+nm -D --defined-only "$LIB" | grep -qw mca_coll_fastbar_component || fail "$LIB does not export mca_coll_fastbar_component"
+# Staged at once: a later build of the workspace without the feature rebuilds the library empty.
+rm -rf "$BIN/components"
+./target/release/barrier ompi --component "$LIB" --install "$BIN/components"
+./target/release/barrier ompi --component "$LIB" > "$out"
+expect_text "barrier ompi" "Open MPI's component directory here: "
+OWN=$(ompi_info --path pkglibdir --parsable | sed -n 's/^path:pkglibdir://p')
+test -d "$OWN" || fail "ompi_info names no component directory"
+export OMPI_MCA_mca_base_component_path="$PWD/$BIN/components:$OWN"
+mpicc.openmpi -O2 -Wall -Werror -o "$BIN/barrier_check" examples/mpi/barrier_check.c
+mpifort.openmpi -O2 -o "$BIN/barrier_check_f" examples/mpi/barrier_check.f90
+mpicc.openmpi -O2 -Wall -Werror -o "$BIN/ibarrier_check" tests/ompi/ibarrier_check.c
+mpicc.openmpi -O2 -Wall -Werror -shared -fPIC -o "$BIN/libpmpi_count.so" tests/ompi/pmpi_count.c
+
+step "ompi_info lists the component and every parameter"
+run "ompi_info" ok ompi_info --param coll fastbar --level 9
+for p in priority disable min_comm_size device_path backend timeout wait_policy stall_report verbose node_block \
+    test_abi_mismatch; do
+    expect_text "ompi_info" "parameter \"coll_fastbar_$p\""
+done
+
+step "unmodified programs served: MPI_Barrier checked, 2-4 ranks, one node and simulated nodes"
+for np in 2 3 4; do
+    for block in 0 1 2; do
+        run "barrier_check np=$np block=$block" ok launch BARRIER_TIMEOUT=120s -- --mca coll_fastbar_priority 100 \
+            --mca coll_fastbar_verbose 1 --mca coll_fastbar_node_block "$block" -np "$np" "$BIN/barrier_check" 1000
+        expect_text "barrier_check" "rank 0 of $np: .* checked barriers passed"
+        if [ "$block" = 0 ] || [ "$block" -ge "$np" ]; then
+            expect_text "served" "coll/fastbar: MPI_Barrier on a communicator of $np ranks: dissemination"
+        else
+            expect_text "served" "coll/fastbar: MPI_Barrier on a communicator of $np ranks: hierarchical"
+        fi
+    done
+done
+# The default priority (40) is above tuned's and han's: served without any --mca.
+run "default priority" ok launch BARRIER_VERBOSE=1 -- -np 2 "$BIN/barrier_check" 300
+expect_text "default priority" "coll/fastbar: MPI_Barrier on a communicator of 2 ranks: dissemination"
+
+step "MPI_Ibarrier (test loops, two outstanding, MPI_Wait, MPI_Request_free), splits; a PMPI tool beside it"
+for np in 2 3 4; do
+    for block in 0 2; do
+        run "ibarrier_check np=$np block=$block" ok launch BARRIER_TIMEOUT=120s \
+            LD_PRELOAD="$PWD/$BIN/libpmpi_count.so" -- --mca coll_fastbar_verbose 1 \
+            --mca coll_fastbar_node_block "$block" -np "$np" "$BIN/ibarrier_check" 100
+        expect_text "ibarrier_check" "rank 0 of $np: .* checked barriers passed"
+        expect_text "ibarrier served" "coll/fastbar: MPI_Barrier on a communicator of $np ranks: "
+        # The tool sees every call: 100 rounds on MPI_COMM_WORLD, 50 on a split, one last barrier.
+        [ "$(grep -c 'counted 153 MPI_Barrier and 750 MPI_Ibarrier calls' "$out")" = "$np" ] || {
+            cat "$out"
+            fail "ibarrier_check np=$np: the PMPI tool did not count every barrier on every rank"
+        }
+        expect_no_text "ibarrier_check" "still pending"
+    done
+done
+
+step "a Fortran program"
+run "fortran" ok launch BARRIER_TIMEOUT=120s -- --mca coll_fastbar_verbose 1 -np 3 "$BIN/barrier_check_f" 500
+expect_text "fortran" "500 checked barriers passed"
+expect_text "fortran" "coll/fastbar: MPI_Barrier on a communicator of 3 ranks: dissemination"
+
+step "turned off: excluded (^fastbar), priority 0, disable"
+for how in "--mca coll ^fastbar" "--mca coll_fastbar_priority 0" "--mca coll_fastbar_disable 1"; do
+    # shellcheck disable=SC2086
+    run "off: $how" ok launch BARRIER_VERBOSE=1 -- $how -np 3 "$BIN/barrier_check" 300
+    expect_text "off" "checked barriers passed"
+    expect_no_text "off: $how" "coll/fastbar:"
+done
+
+step "the ABI guard: a mismatch (forced) refuses to open, once per job; the job runs on Open MPI's barrier"
+run "abi mismatch" ok launch BARRIER_VERBOSE=1 -- --mca coll_fastbar_test_abi_mismatch 1 -np 3 "$BIN/barrier_check" 300
+expect_text "abi mismatch" "coll/fastbar: not opened: coll_fastbar_test_abi_mismatch is set"
+[ "$(grep -c 'not opened' "$out")" = 1 ] || { cat "$out"; fail "abi mismatch: not said exactly once"; }
+expect_no_text "abi mismatch" "coll/fastbar: MPI_Barrier on a communicator"
+expect_text "abi mismatch" "checked barriers passed"
+
+step "a rank whose set-up fails: every rank keeps Open MPI's barrier, the job finishes"
+for block in 0 2; do
+    run "set-up fault block=$block" ok launch BARRIER_MPI_FAULT=open:1 -- --mca coll_fastbar_node_block "$block" \
+        -np 4 "$BIN/barrier_check" 300
+    expect_text "set-up fault" "stays Open MPI's own on every rank"
+    expect_text "set-up fault" "rank 3 of 4: .* checked barriers passed"
+done
+run "a bad setting" ok launch -- --mca coll_fastbar_timeout bogus -np 3 "$BIN/barrier_check" 100
+expect_text "bad setting" 'invalid value "bogus" for BARRIER_TIMEOUT'
+expect_text "bad setting" "checked barriers passed"
+
+step "barrier bench --mpi: Open MPI's barrier, the component and the interposer (smoke; times are printed)"
+cargo build --release -p barrier-pmpi --features mpi
+run "bench --mpi with the component" ok env MPIRUN=mpirun.openmpi MPICC=mpicc.openmpi \
+    ./target/release/barrier bench --mpi -n 2 --iters 21000 --mpi-component "$BIN/components/mca_coll_fastbar.so"
+expect_text "bench" "coll/fastbar (the component)"
+expect_text "bench" "ratio coll/fastbar / PMPI_Barrier"
+cat "$out"
+
+left=$(ls /dev/shm | grep '^barrier-' || true)
+[ -z "$left" ] || fail "left in /dev/shm: $left"
+echo "open mpi component tests: all passed"
