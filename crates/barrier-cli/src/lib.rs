@@ -2,6 +2,7 @@
 //! and other tools can use them without spawning the binary.
 
 pub mod bench;
+pub mod elf;
 pub mod emu;
 pub mod info;
 pub mod launch;

@@ -24,7 +24,7 @@ pub fn candidates() -> Vec<PathBuf> {
 /// Whether the library at `path` is the component (built with the `ompi` feature).
 pub fn is_component(path: &Path) -> Result<bool, String> {
     let bytes = std::fs::read(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
-    Ok(crate::mpibench::defines_symbol(&bytes, SYMBOL).unwrap_or(false))
+    Ok(crate::elf::defines_symbol(&bytes, SYMBOL).unwrap_or(false))
 }
 
 /// The first of [`candidates`] that is the component.
@@ -34,10 +34,8 @@ pub fn find() -> Option<PathBuf> {
 
 /// Open MPI's own component directory (`ompi_info --path pkglibdir`), if `ompi_info` runs.
 pub fn open_mpi_component_dir() -> Option<PathBuf> {
-    let out = Command::new(crate::mpibench::tool("OMPI_INFO", "ompi_info"))
-        .args(["--path", "pkglibdir", "--parsable"])
-        .output()
-        .ok()?;
+    let ompi_info = std::env::var("OMPI_INFO").unwrap_or_else(|_| "ompi_info".into());
+    let out = Command::new(ompi_info).args(["--path", "pkglibdir", "--parsable"]).output().ok()?;
     let text = String::from_utf8_lossy(&out.stdout);
     // "path:pkglibdir:/usr/lib/x86_64-linux-gnu/openmpi/lib/openmpi3"
     let dir = text.lines().find_map(|l| l.strip_prefix("path:pkglibdir:"))?.trim();
