@@ -241,9 +241,10 @@ static void module_destruct(fastbar_module_t *m)
 OBJ_CLASS_DECLARATION(fastbar_module_t);
 OBJ_CLASS_INSTANCE(fastbar_module_t, mca_coll_base_module_t, module_construct, module_destruct);
 
-/* Set while this thread builds a barrier: the communicators the Rust side makes for itself then
- * (its private duplicate, the node's and the roots' communicators) get no module of ours, so
- * nothing it calls on them comes back here. */
+/* Set while this thread builds a barrier: any barrier this thread calls then (on the
+ * communicators the Rust side makes for itself: its private duplicate, the node's and the roots'
+ * communicators) is the previous module's, so nothing comes back here. The same calls are made
+ * on every rank, so every rank agrees. */
 static __thread int building = 0;
 
 static void finish_earlier(fastbar_module_t *m);
@@ -262,6 +263,10 @@ static void build(fastbar_module_t *m, struct ompi_communicator_t *comm)
 static int fastbar_barrier(struct ompi_communicator_t *comm, mca_coll_base_module_t *module)
 {
     fastbar_module_t *m = (fastbar_module_t *) module;
+    if (OPAL_UNLIKELY(building)) {
+        /* A communicator of the build itself (or any, while this thread builds): never ours. */
+        return m->previous_barrier(comm, m->previous_barrier_module);
+    }
     if (OPAL_UNLIKELY(UNBUILT == m->state)) {
         build(m, comm);
     }
@@ -287,10 +292,30 @@ typedef struct fastbar_request_t {
     fastbar_rs_req *rs;
     struct fastbar_request_t *next;
     bool freed; /* MPI_Request_free'd before it completed: released when it completes */
+    /* Retained while the request lives: MPI lets a program free the communicator first, and an
+     * error is raised through the communicator's handler. */
+    struct ompi_communicator_t *comm;
 } fastbar_request_t;
 
+static void request_construct(fastbar_request_t *r)
+{
+    r->module = NULL;
+    r->rs = NULL;
+    r->next = NULL;
+    r->freed = false;
+    r->comm = NULL;
+}
+
+static void request_destruct(fastbar_request_t *r)
+{
+    OMPI_REQUEST_FINI(&r->super);
+    if (r->comm) {
+        OBJ_RELEASE(r->comm);
+    }
+}
+
 OBJ_CLASS_DECLARATION(fastbar_request_t);
-OBJ_CLASS_INSTANCE(fastbar_request_t, ompi_request_t, NULL, NULL);
+OBJ_CLASS_INSTANCE(fastbar_request_t, ompi_request_t, request_construct, request_destruct);
 
 /* Requests not complete yet, advanced by `fastbar_progress`, in the order they started. The
  * flag guards the list; a thread that finds it taken in the progress callback leaves the round
@@ -312,26 +337,50 @@ static void list_unlock(void)
     atomic_flag_clear_explicit(&in_flight_lock, memory_order_release);
 }
 
-/* Takes `*link` off the list and completes it. The list lock is held. */
-static void finish(fastbar_request_t **link, int outcome)
+/* Takes `*link` off the list onto `done` (the list lock is held); `complete_all` completes
+ * them after the lock is released, since completing can run callbacks and free a module. */
+static void unlink_to(fastbar_request_t **link, int outcome, fastbar_request_t **done)
 {
     fastbar_request_t *r = *link;
     *link = r->next;
     atomic_fetch_sub_explicit(&in_flight_count, 1, memory_order_release);
-    fastbar_rs_request_free(r->rs);
-    r->rs = NULL;
-    bool freed = r->freed;
     r->super.req_status.MPI_ERROR = FASTBAR_DONE == outcome ? MPI_SUCCESS : MPI_ERR_OTHER;
-    OBJ_RELEASE(r->module);
-    ompi_request_complete(&r->super, true);
-    if (freed) {
-        OBJ_RELEASE(r);
+    r->next = *done;
+    *done = r;
+}
+
+static int complete_all(fastbar_request_t *done)
+{
+    int n = 0;
+    while (done) {
+        fastbar_request_t *r = done;
+        done = r->next;
+        fastbar_rs_request_free(r->rs);
+        r->rs = NULL;
+        fastbar_module_t *m = r->module;
+        r->module = NULL;
+        /* Read before completing: once complete, MPI_Wait may free it. A freed request was
+         * MPI_Request_free'd while active and is released here. */
+        list_lock();
+        bool freed = r->freed;
+        r->freed = false;
+        if (!freed) {
+            ompi_request_complete(&r->super, true);
+        }
+        list_unlock();
+        if (freed) {
+            r->super.req_complete = REQUEST_COMPLETED;
+            OBJ_RELEASE(r);
+        }
+        OBJ_RELEASE(m);
+        n++;
     }
+    return n;
 }
 
 /* Registered with opal_progress: MPI_Wait, MPI_Test and every other call that progresses MPI
  * advance our requests, without blocking. Entered again from inside the Rust side (whose waits
- * progress MPI), it finds that communicator busy and leaves its requests for a later round. */
+ * progress MPI), it finds the list or that communicator busy and leaves them for a later round. */
 static int fastbar_progress(void)
 {
     if (0 == atomic_load_explicit(&in_flight_count, memory_order_acquire)) {
@@ -340,19 +389,18 @@ static int fastbar_progress(void)
     if (atomic_flag_test_and_set_explicit(&in_flight_lock, memory_order_acquire)) {
         return 0;
     }
-    int completed = 0;
+    fastbar_request_t *done = NULL;
     fastbar_request_t **link = &in_flight;
     while (*link) {
         int outcome = fastbar_rs_test((*link)->module->rs, (*link)->rs);
         if (FASTBAR_PENDING == outcome) {
             link = &(*link)->next;
         } else {
-            finish(link, outcome);
-            completed++;
+            unlink_to(link, outcome, &done);
         }
     }
     list_unlock();
-    return completed;
+    return complete_all(done);
 }
 
 /* A blocking barrier completed every split-phase barrier started before it on the communicator
@@ -362,29 +410,33 @@ static void finish_earlier(fastbar_module_t *m)
     if (0 == atomic_load_explicit(&in_flight_count, memory_order_acquire)) {
         return;
     }
+    fastbar_request_t *done = NULL;
     list_lock();
     fastbar_request_t **link = &in_flight;
     while (*link) {
         if ((*link)->module == m) {
-            finish(link, FASTBAR_DONE);
+            unlink_to(link, FASTBAR_DONE, &done);
         } else {
             link = &(*link)->next;
         }
     }
     list_unlock();
+    complete_all(done);
 }
 
 static int request_free(struct ompi_request_t **request)
 {
     fastbar_request_t *r = (fastbar_request_t *) *request;
     list_lock();
-    if (REQUEST_COMPLETE(&r->super)) {
-        OBJ_RELEASE(r);
-    } else {
+    bool release = REQUEST_COMPLETE(&r->super);
+    if (!release) {
         /* MPI lets a program free an active request: it completes later, unseen. */
         r->freed = true;
     }
     list_unlock();
+    if (release) {
+        OBJ_RELEASE(r);
+    }
     *request = MPI_REQUEST_NULL;
     return OMPI_SUCCESS;
 }
@@ -404,7 +456,7 @@ static int fastbar_ibarrier(struct ompi_communicator_t *comm, ompi_request_t **r
     /* MPI_Ibarrier must not block, and building is collective: a communicator whose first
      * barrier call is MPI_Ibarrier is served by the previous module until its first MPI_Barrier
      * (every rank makes the same barrier calls in the same order, so all agree). */
-    if (SERVED != m->state) {
+    if (SERVED != m->state || building) {
         return m->previous_ibarrier(comm, request, m->previous_ibarrier_module);
     }
     fastbar_rs_req *started = NULL;
@@ -430,6 +482,8 @@ static int fastbar_ibarrier(struct ompi_communicator_t *comm, ompi_request_t **r
     r->module = m;
     r->rs = started;
     r->freed = false;
+    r->comm = comm;
+    OBJ_RETAIN(comm);
     OBJ_RETAIN(m);
     if (0 == atomic_exchange(&progress_registered, 1)) {
         opal_progress_register(fastbar_progress);
@@ -478,7 +532,10 @@ static int fastbar_module_enable(mca_coll_base_module_t *module, struct ompi_com
 
 static mca_coll_base_module_t *fastbar_comm_query(struct ompi_communicator_t *comm, int *priority)
 {
-    if (refused || param_disable || param_priority <= 0 || building || OMPI_COMM_IS_INTER(comm)
+    /* `building` is not asked here: Open MPI may select for a communicator from inside another
+     * thread's (or another communicator's) progress, so the answer would differ between ranks;
+     * the module checks it when called instead. */
+    if (refused || param_disable || param_priority <= 0 || OMPI_COMM_IS_INTER(comm)
         || ompi_comm_size(comm) < param_min_comm_size) {
         return NULL;
     }

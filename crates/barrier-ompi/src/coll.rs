@@ -68,15 +68,16 @@ fn guarded<T>(what: &str, f: impl FnOnce() -> T) -> T {
 
 /// Deleted first thing in `MPI_Finalize`: frees every barrier while MPI still works.
 unsafe extern "C" fn at_finalize(_comm: MPI_Comm, _key: c_int, _value: *mut c_void, _extra: *mut c_void) -> c_int {
-    guarded("MPI_Finalize", || {
-        let all: Vec<usize> = live().clone();
-        for address in all {
-            // SAFETY: addresses in LIVE are of `Served`s not yet freed (`fastbar_rs_free`
-            // removes its own first, under the same lock order: LIVE is not held here while
-            // freeing, but no barrier is freed concurrently with MPI_Finalize).
-            let served = unsafe { &*(address as *const Served) };
-            drop(lock(served).take());
-        }
+    guarded("MPI_Finalize", || loop {
+        // One at a time, taken off the list under its lock: dropping a barrier progresses MPI,
+        // which may complete a request whose module then frees another entry (`fastbar_rs_free`
+        // finds it gone from the list, or frees one this loop has not reached: never one it holds).
+        let Some(address) = live().pop() else { break };
+        // SAFETY: an address in LIVE is of a `Served` not yet freed (`fastbar_rs_free` takes its
+        // own out of LIVE before freeing it). The guard is dropped before the barrier is, so
+        // nothing here touches the `Served` once dropping the barrier may have freed it.
+        let taken = lock(unsafe { &*(address as *const Served) }).take();
+        drop(taken);
     });
     0
 }
