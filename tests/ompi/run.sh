@@ -6,6 +6,7 @@
 # by barrier, on MPI_COMM_WORLD, duplicates and splits; a PMPI tool preloaded beside it that must
 # count every barrier; exclusion (^fastbar) and priority 0; the ABI guard refusing to open; a
 # rank whose set-up fails (every rank keeps Open MPI's barrier); the bench's component variant.
+# Then OSHMEM's scoll component `fastbar` (crates/barrier-oshmem) with shmem_check at 1-4 PEs.
 #
 #   bash tests/ompi/run.sh      (run from anywhere; needs openmpi-bin, libopenmpi-dev, gfortran,
 #                                libclang-dev and pkg-config: .ci/run installs them)
@@ -130,6 +131,50 @@ run "bench --mpi with the component" ok env MPIRUN=mpirun.openmpi MPICC=mpicc.op
 expect_text "bench" "coll/fastbar (the component)"
 expect_text "bench" "ratio coll/fastbar / PMPI_Barrier"
 cat "$out"
+
+step "OSHMEM: the scoll component (shmem_barrier_all, shmem_sync_all, active sets), 1-4 PEs, simulated nodes"
+# OSHMEM 4.1.4 crashes in shmem_finalize without this (open-mpi/ompi#11604; tests/shmem does the same).
+export OMPI_MCA_opal_common_ucx_opal_mem_hooks=0
+cargo build --release -p barrier-oshmem --features oshmem
+SLIB=target/release/libbarrier_oshmem.so
+nm -D --defined-only "$SLIB" | grep -qw mca_scoll_fastbar_component || fail "$SLIB does not export mca_scoll_fastbar_component"
+./target/release/barrier ompi --component "$SLIB" --install "$BIN/components"
+oshcc -O2 -Wall -Werror -o "$BIN/shmem_check" tests/shmem/shmem_check.c
+run "oshmem_info" ok oshmem_info --param scoll fastbar --level 9
+for p in priority disable backend timeout wait_policy verbose node_block test_abi_mismatch; do
+    expect_text "oshmem_info" "parameter \"scoll_fastbar_$p\""
+done
+# The coll component is off here, so that what serves is the scoll one (OSHMEM's default scoll
+# would run shmem_barrier_all through coll, and so through the coll component).
+OSHRUN=(oshrun --oversubscribe --mca coll ^fastbar)
+for np in 1 2 3 4; do
+    for block in 0 1 2; do
+        [ "$np" = 1 ] && [ "$block" != 0 ] && continue
+        run "scoll np=$np block=$block" ok "${OSHRUN[@]}" --mca scoll_fastbar_verbose 1 \
+            --mca scoll_fastbar_node_block "$block" -x BARRIER_TIMEOUT=120s -np "$np" "$BIN/shmem_check" 300
+        expect_text "scoll" "$np PEs passed 300 iterations"
+        if [ "$np" -ge 2 ]; then
+            expect_text "scoll served" "scoll/fastbar: shmem barriers of every PE ($np): "
+        fi
+        if [ "$np" -ge 3 ]; then
+            # The even PEs' set and the pair {0, 1}.
+            expect_text "scoll active sets" "scoll/fastbar: shmem barriers of an active set of 2 PEs: "
+        fi
+    done
+done
+# Puts to a static variable made while the target already waits in our barrier land (the
+# waiting PE keeps MPI, and so OSHMEM, progressing).
+run "scoll static puts" ok "${OSHRUN[@]}" -x BARRIER_TIMEOUT=30s -np 3 "$BIN/shmem_check" 40 static-only
+expect_text "scoll static puts" "3 PEs passed 40 iterations (static puts only)"
+run "scoll abi mismatch" ok "${OSHRUN[@]}" --mca scoll_fastbar_test_abi_mismatch 1 -np 3 "$BIN/shmem_check" 100
+expect_text "scoll abi mismatch" "scoll/fastbar: not opened: scoll_fastbar_test_abi_mismatch is set"
+[ "$(grep -c 'not opened' "$out")" = 1 ] || { cat "$out"; fail "scoll abi mismatch: not said exactly once"; }
+expect_text "scoll abi mismatch" "3 PEs passed 100 iterations"
+run "scoll set-up fault" ok "${OSHRUN[@]}" -x BARRIER_MPI_FAULT=open:1 -np 4 "$BIN/shmem_check" 100
+expect_text "scoll set-up fault" "stay OSHMEM's own on every PE"
+expect_text "scoll set-up fault" "4 PEs passed 100 iterations"
+run "scoll excluded" ok "${OSHRUN[@]}" --mca scoll ^fastbar --mca scoll_fastbar_verbose 1 -np 3 "$BIN/shmem_check" 100
+expect_no_text "scoll excluded" "scoll/fastbar:"
 
 left=$(ls /dev/shm | grep '^barrier-' || true)
 [ -z "$left" ] || fail "left in /dev/shm: $left"

@@ -169,14 +169,16 @@ enum Cmd {
         #[arg(long)]
         calibration: Option<PathBuf>,
     },
-    /// Open MPI's coll component `fastbar` (barrier-ompi): where it is, and how a user or a
-    /// site installs it for the Open MPI found here (docs/ompi.md).
+    /// Open MPI's components `fastbar` (coll: barrier-ompi; scoll for OSHMEM: barrier-oshmem):
+    /// where they are, and how a user or a site installs them for the Open MPI found here
+    /// (docs/ompi.md).
     Ompi {
-        /// The component library (default: libbarrier_ompi.so beside this command).
+        /// One component library (default: libbarrier_ompi.so and libbarrier_oshmem.so beside
+        /// this command, whichever were built).
         #[arg(long, value_name = "PATH")]
         component: Option<PathBuf>,
-        /// Copy it into DIR as mca_coll_fastbar.so (then name DIR in
-        /// OMPI_MCA_mca_base_component_path, with Open MPI's own directory).
+        /// Copy them into DIR under their MCA names (mca_coll_fastbar.so, mca_scoll_fastbar.so;
+        /// then name DIR in OMPI_MCA_mca_base_component_path, with Open MPI's own directory).
         #[arg(long, value_name = "DIR")]
         install: Option<PathBuf>,
     },

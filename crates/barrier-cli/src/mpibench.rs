@@ -236,6 +236,13 @@ pub fn run(opts: &MpiBenchOptions) -> Result<(), String> {
                 path.display()
             ))
         }
+        (Some(path), true) if !crate::ompi::is_component(path)? => {
+            return Err(format!(
+                "{} is not the coll component (--mpi-component): build it with `{}`",
+                path.display(),
+                crate::ompi::COLL.build
+            ))
+        }
         (Some(path), true) => Some(path.clone()),
         (None, true) => crate::ompi::find(),
         (None, false) => None,

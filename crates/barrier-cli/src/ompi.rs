@@ -1,35 +1,80 @@
-//! Open MPI's coll component `fastbar` (crate barrier-ompi): where its library is, how a user
-//! or a site installs it for the Open MPI on this machine (`barrier ompi`), and the directory
-//! with the component under its MCA name that `barrier bench --mpi` loads it from.
+//! Open MPI's components `fastbar` (coll: crate barrier-ompi; scoll for OSHMEM: crate
+//! barrier-oshmem): where their libraries are, how a user or a site installs them for the Open
+//! MPI on this machine (`barrier ompi`), and the directory with a component under its MCA name
+//! that `barrier bench --mpi` loads it from.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// The component's name in Open MPI (`--mca coll_fastbar_priority 100`, `--mca coll ^fastbar`).
+/// The components' name in Open MPI (`--mca coll_fastbar_priority 100`, `--mca coll ^fastbar`,
+/// `--mca scoll_fastbar_verbose 1`).
 pub const NAME: &str = "fastbar";
-/// The file name Open MPI loads it by.
-pub const FILE: &str = "mca_coll_fastbar.so";
-/// The symbol Open MPI looks up in it.
-pub const SYMBOL: &str = "mca_coll_fastbar_component";
 
-/// Where this command looks for the component when none is named: `libbarrier_ompi.so` (as
-/// cargo builds it) and `mca_coll_fastbar.so` in each of [`crate::launch::artifact_dirs`].
-pub fn candidates() -> Vec<PathBuf> {
+/// One of the two components: the coll one (crate barrier-ompi) and the scoll one for OSHMEM
+/// (crate barrier-oshmem).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Component {
+    /// The framework (`coll`, `scoll`).
+    pub framework: &'static str,
+    /// The library as cargo builds it.
+    pub built: &'static str,
+    /// The file name Open MPI loads it by.
+    pub file: &'static str,
+    /// The symbol Open MPI looks up in it.
+    pub symbol: &'static str,
+    /// How to build it.
+    pub build: &'static str,
+}
+
+/// The coll component (MPI_Barrier, MPI_Ibarrier).
+pub const COLL: Component = Component {
+    framework: "coll",
+    built: "libbarrier_ompi.so",
+    file: "mca_coll_fastbar.so",
+    symbol: "mca_coll_fastbar_component",
+    build: "MPI_PKG_CONFIG=ompi cargo build --release -p barrier-ompi --features ompi",
+};
+
+/// The scoll component (OSHMEM's shmem_barrier_all, shmem_sync_all, active sets).
+pub const SCOLL: Component = Component {
+    framework: "scoll",
+    built: "libbarrier_oshmem.so",
+    file: "mca_scoll_fastbar.so",
+    symbol: "mca_scoll_fastbar_component",
+    build: "MPI_PKG_CONFIG=ompi cargo build --release -p barrier-oshmem --features oshmem",
+};
+
+/// The file name Open MPI loads the coll component by.
+pub const FILE: &str = COLL.file;
+
+/// Where this command looks for `component` when none is named: its library as cargo builds it
+/// and under its MCA name, in each of [`crate::launch::artifact_dirs`].
+pub fn candidates(component: Component) -> Vec<PathBuf> {
     crate::launch::artifact_dirs()
         .into_iter()
-        .flat_map(|dir| [dir.join("libbarrier_ompi.so"), dir.join(FILE)])
+        .flat_map(|dir| [dir.join(component.built), dir.join(component.file)])
         .collect()
 }
 
-/// Whether the library at `path` is the component (built with the `ompi` feature).
-pub fn is_component(path: &Path) -> Result<bool, String> {
+/// Which component the library at `path` is, if it is one (built with its feature).
+pub fn which(path: &Path) -> Result<Option<Component>, String> {
     let bytes = std::fs::read(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
-    Ok(crate::elf::defines_symbol(&bytes, SYMBOL).unwrap_or(false))
+    Ok([COLL, SCOLL].into_iter().find(|c| crate::elf::defines_symbol(&bytes, c.symbol) == Some(true)))
 }
 
-/// The first of [`candidates`] that is the component.
+/// Whether the library at `path` is the coll component.
+pub fn is_component(path: &Path) -> Result<bool, String> {
+    Ok(which(path)? == Some(COLL))
+}
+
+/// The first of [`candidates`] of `component` that is it.
+pub fn find_component(component: Component) -> Option<PathBuf> {
+    candidates(component).into_iter().find(|p| p.is_file() && which(p).ok().flatten() == Some(component))
+}
+
+/// The coll component beside this command, if it was built.
 pub fn find() -> Option<PathBuf> {
-    candidates().into_iter().find(|p| p.is_file() && is_component(p).unwrap_or(false))
+    find_component(COLL)
 }
 
 /// Open MPI's own component directory (`ompi_info --path pkglibdir`), if `ompi_info` runs.
@@ -51,46 +96,64 @@ pub fn component_path(dir: &Path, own: Option<&Path>) -> String {
     }
 }
 
-/// Copies the component into `dir` under the name Open MPI loads it by.
+/// Copies a component into `dir` under the name Open MPI loads it by.
 pub fn install(library: &Path, dir: &Path) -> Result<PathBuf, String> {
-    if !is_component(library)? {
+    let Some(component) = which(library)? else {
         return Err(format!(
-            "{} is not the component (no {SYMBOL}): build it with `MPI_PKG_CONFIG=ompi cargo build --release -p \
-             barrier-ompi --features ompi`",
-            library.display()
+            "{} is neither component (no {} or {}): build them with `{}` and `{}`",
+            library.display(),
+            COLL.symbol,
+            SCOLL.symbol,
+            COLL.build,
+            SCOLL.build
         ));
-    }
+    };
     std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
-    let target = dir.join(FILE);
+    let target = dir.join(component.file);
     std::fs::copy(library, &target).map_err(|e| format!("copying to {}: {e}", target.display()))?;
     Ok(target)
 }
 
-/// `barrier ompi`: says where the component is and how to install it, for the Open MPI found
-/// here; with `into`, copies it there.
+/// `barrier ompi`: says where the components are and how to install them, for the Open MPI
+/// found here; with `into`, copies them there.
 pub fn run(library: Option<PathBuf>, into: Option<PathBuf>) -> Result<(), String> {
-    let how_to_build = "MPI_PKG_CONFIG=ompi cargo build --release -p barrier-ompi --features ompi";
-    let library = match library {
-        Some(path) if path.is_file() => path,
-        Some(path) => {
-            return Err(format!("no component library at {}: build it with `{how_to_build}`", path.display()))
-        }
-        None => find().ok_or_else(|| {
-            let looked: Vec<String> = candidates().iter().map(|p| p.display().to_string()).collect();
-            format!("no component library (with {SYMBOL}) at {}: build it with `{how_to_build}`", looked.join(" or "))
-        })?,
+    let libraries: Vec<PathBuf> = match library {
+        Some(path) if path.is_file() => vec![path],
+        Some(path) => return Err(format!("no component library at {}", path.display())),
+        None => [COLL, SCOLL].into_iter().filter_map(find_component).collect(),
     };
-    let library = library.canonicalize().map_err(|e| format!("{}: {e}", library.display()))?;
-    if !is_component(&library)? {
-        return Err(format!("{} was built without the `ompi` feature: `{how_to_build}`", library.display()));
+    if libraries.is_empty() {
+        return Err(format!(
+            "no component library beside this command: build them with `{}` (MPI_Barrier, MPI_Ibarrier) and `{}` \
+             (OSHMEM)",
+            COLL.build, SCOLL.build
+        ));
+    }
+    let mut found = Vec::new();
+    for library in libraries {
+        let library = library.canonicalize().map_err(|e| format!("{}: {e}", library.display()))?;
+        match which(&library)? {
+            Some(component) => found.push((component, library)),
+            None => {
+                return Err(format!(
+                    "{} was built without its feature (`{}`, `{}`)",
+                    library.display(),
+                    COLL.build,
+                    SCOLL.build
+                ))
+            }
+        }
     }
     if let Some(dir) = into {
-        let target = install(&library, &dir)?;
-        println!("installed {}", target.display());
+        for (_, library) in &found {
+            println!("installed {}", install(library, &dir)?.display());
+        }
         return Ok(());
     }
     let own = open_mpi_component_dir();
-    println!("the Open MPI coll component `{NAME}`: {}", library.display());
+    for (component, library) in &found {
+        println!("the Open MPI {} component `{NAME}`: {}", component.framework, library.display());
+    }
     match &own {
         Some(dir) => println!("Open MPI's component directory here: {}", dir.display()),
         None => println!("ompi_info did not run: is Open MPI (openmpi-bin) installed?"),
@@ -98,21 +161,25 @@ pub fn run(library: Option<PathBuf>, into: Option<PathBuf>) -> Result<(), String
     let user_dir = std::env::var_os("HOME")
         .map_or_else(|| PathBuf::from(".ompi-components"), |h| PathBuf::from(h).join(".openmpi").join("components"));
     println!();
-    println!("For yourself (no root): copy it under its MCA name and name the directory in the environment");
+    println!("For yourself (no root): copy them under their MCA names and name the directory in the environment");
     println!("  barrier ompi --install {}", user_dir.display());
     println!("  export OMPI_MCA_mca_base_component_path={}", component_path(&user_dir, own.as_deref()));
     println!("  mpirun --mca coll_{NAME}_verbose 1 -np 4 ./your_program");
     println!();
-    println!("For every job on this machine (a site): copy it into Open MPI's component directory");
-    match &own {
-        Some(dir) => println!("  sudo cp {} {}", library.display(), dir.join(FILE).display()),
-        None => println!(
-            "  sudo cp {} \"$(ompi_info --path pkglibdir --parsable | cut -d: -f3)/{FILE}\"",
-            library.display()
-        ),
+    println!("For every job on this machine (a site): copy them into Open MPI's component directory");
+    for (component, library) in &found {
+        match &own {
+            Some(dir) => println!("  sudo cp {} {}", library.display(), dir.join(component.file).display()),
+            None => println!(
+                "  sudo cp {} \"$(ompi_info --path pkglibdir --parsable | cut -d: -f3)/{}\"",
+                library.display(),
+                component.file
+            ),
+        }
     }
     println!();
-    println!("Its parameters: ompi_info --param coll {NAME} --level 9   (with the path above in the environment)");
-    println!("Turn it off for a job: mpirun --mca coll ^{NAME} ...   or   --mca coll_{NAME}_priority 0");
+    println!("Their parameters: ompi_info --param coll {NAME} --level 9, oshmem_info --param scoll {NAME} --level 9");
+    println!("  (with the path above in the environment)");
+    println!("Turn one off for a job: --mca coll ^{NAME} (or scoll ^{NAME}), or --mca coll_{NAME}_priority 0");
     Ok(())
 }

@@ -1,0 +1,247 @@
+//! The Rust side of the scoll component: the functions `c/scoll_fastbar.c` calls, the cache of
+//! each set's barrier, and the storage of the component structure it exports. See the crate
+//! docs for the protocol.
+
+use std::collections::HashMap;
+use std::ffi::{c_char, c_int, c_void, CStr};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+
+use barrier::{Error, Params};
+use barrier_mpi::mpi::ffi::{self, MPI_Comm};
+use barrier_mpi::{raw, BarrierComm};
+
+/// Bytes of [`mca_scoll_fastbar_component`] (build.rs passes the same number to the C side).
+const COMPONENT_BYTES: usize = 1024;
+
+/// The storage of the component structure that OSHMEM looks up by name: a Rust static, so
+/// that the library exports it; the C side fills it when the library is loaded.
+#[repr(C, align(64))]
+pub struct ComponentStorage([u8; COMPONENT_BYTES]);
+
+/// See [`ComponentStorage`]. Written once, by the C side's constructor, before OSHMEM can see
+/// it; read by OSHMEM only.
+#[no_mangle]
+pub static mut mca_scoll_fastbar_component: ComponentStorage = ComponentStorage([0; COMPONENT_BYTES]);
+
+const DONE: c_int = 1;
+const FAILED: c_int = 2;
+const GONE: c_int = 3;
+
+/// One set's barrier; `None` once `MPI_Finalize` freed it. Boxed and never freed before the
+/// process ends (the C modules of later groups of the same set point at it).
+pub struct Set {
+    comm: Mutex<Option<BarrierComm>>,
+}
+
+/// Every set seen, by its PEs: its barrier, or `None` where every member declined.
+static SETS: Mutex<Option<HashMap<Vec<c_int>, Option<&'static Set>>>> = Mutex::new(None);
+static FINALIZE_HOOK: OnceLock<Option<c_int>> = OnceLock::new();
+
+fn sets() -> MutexGuard<'static, Option<HashMap<Vec<c_int>, Option<&'static Set>>>> {
+    SETS.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn say(line: &str) {
+    barrier::sys::say(&format!("scoll/fastbar: {line}"));
+}
+
+fn guarded<T>(what: &str, f: impl FnOnce() -> T) -> T {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|_| {
+        say(&format!("internal error (panic) in {what}; aborting the job"));
+        // SAFETY: MPI_Abort on MPI_COMM_WORLD ends the job; it does not return.
+        unsafe { ffi::PMPI_Abort(raw::comm_world(), 70) };
+        std::process::abort()
+    })
+}
+
+/// Deleted first thing in `MPI_Finalize` (OSHMEM finalizes MPI after its own barriers): frees
+/// every set's barrier while MPI still works.
+unsafe extern "C" fn at_finalize(_comm: MPI_Comm, _key: c_int, _value: *mut c_void, _extra: *mut c_void) -> c_int {
+    guarded("MPI_Finalize", || {
+        let all: Vec<&'static Set> = sets().iter().flat_map(|m| m.values()).flatten().copied().collect();
+        for set in all {
+            let taken = set.comm.lock().unwrap_or_else(|p| p.into_inner()).take();
+            drop(taken);
+        }
+    });
+    0
+}
+
+fn hook_finalize() {
+    FINALIZE_HOOK.get_or_init(|| {
+        let key = raw::create_keyval(at_finalize).ok()?;
+        // SAFETY: the value is null; `at_finalize` frees nothing it points to.
+        unsafe { raw::set_attr(raw::comm_self(), key, std::ptr::null_mut()) }.ok()?;
+        Some(key)
+    });
+}
+
+/// The component is closed (in `shmem_finalize`, before OSHMEM finalizes MPI, and before the
+/// library is unloaded): the finalize hook's attribute goes now, running it, so that
+/// `MPI_Finalize` never calls into an unloaded library.
+#[no_mangle]
+pub extern "C" fn fastbar_scoll_rs_close() {
+    guarded("shmem_finalize", || {
+        if let Some(Some(key)) = FINALIZE_HOOK.get() {
+            if raw::mpi_active() {
+                // Deleting it runs `at_finalize`, which frees every set's barrier.
+                let _ = raw::delete_attr(raw::comm_self(), *key);
+                raw::free_keyval(*key);
+            }
+        }
+    })
+}
+
+fn params_from(settings: &str) -> Params {
+    settings
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .fold(Params::from_env(), |p, (name, value)| p.set(name.trim(), value.trim()))
+}
+
+/// An MPI communicator of exactly `pes` (world ranks, in order), made collectively by them;
+/// `None` for `MPI_COMM_WORLD` itself (nothing to free).
+fn communicator_of(pes: &[c_int]) -> Result<Option<MPI_Comm>, Error> {
+    let world = raw::comm_world();
+    let size = raw::size(world)?;
+    if pes.len() == size && pes.iter().enumerate().all(|(i, &p)| p as usize == i) {
+        return Ok(None);
+    }
+    let fail = |call: &str, rc: c_int| Error::Setup(format!("{call} failed: {}", raw::error_string(rc)));
+    // SAFETY: plain MPI calls on valid handles; every out-pointer is written by MPI.
+    unsafe {
+        let mut world_group = std::mem::MaybeUninit::uninit();
+        let rc = ffi::PMPI_Comm_group(world, world_group.as_mut_ptr());
+        if rc != 0 {
+            return Err(fail("MPI_Comm_group", rc));
+        }
+        let mut world_group = world_group.assume_init();
+        let mut group = std::mem::MaybeUninit::uninit();
+        let rc = ffi::PMPI_Group_incl(world_group, pes.len() as c_int, pes.as_ptr(), group.as_mut_ptr());
+        ffi::PMPI_Group_free(&mut world_group);
+        if rc != 0 {
+            return Err(fail("MPI_Group_incl", rc));
+        }
+        let mut group = group.assume_init();
+        let mut comm = std::mem::MaybeUninit::uninit();
+        // A tag of our own: only the set's members take part.
+        let rc = ffi::PMPI_Comm_create_group(world, group, 0x5fa5, comm.as_mut_ptr());
+        ffi::PMPI_Group_free(&mut group);
+        if rc != 0 {
+            return Err(fail("MPI_Comm_create_group", rc));
+        }
+        Ok(Some(comm.assume_init()))
+    }
+}
+
+/// The barrier of the set `pes` (collective over its members the first time it is seen): 1 and
+/// `*out` set when every member serves it, 0 when every member declines.
+///
+/// # Safety
+/// `pes` points to `count` world ranks, the same on every member; `settings` is a
+/// NUL-terminated string; `out` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn fastbar_scoll_rs_find(
+    pes: *const c_int,
+    count: c_int,
+    settings: *const c_char,
+    out: *mut *const Set,
+) -> c_int {
+    guarded("the first barrier of a set of PEs", || {
+        // SAFETY: the caller's contract.
+        let key = unsafe { std::slice::from_raw_parts(pes, count.max(0) as usize) }.to_vec();
+        if let Some(known) = sets().get_or_insert_with(HashMap::new).get(&key) {
+            return match known {
+                Some(set) => {
+                    // SAFETY: the caller's contract.
+                    unsafe { *out = *set };
+                    1
+                }
+                None => 0,
+            };
+        }
+        if !raw::mpi_active() {
+            return 0;
+        }
+        // SAFETY: the caller's contract.
+        let settings = unsafe { CStr::from_ptr(settings) }.to_string_lossy().into_owned();
+        let params = params_from(&settings);
+        let verbose = params.flag("BARRIER_VERBOSE").unwrap_or(false);
+        hook_finalize();
+        let what = if key.len() == raw::size(raw::comm_world()).unwrap_or(0) {
+            format!("every PE ({})", key.len())
+        } else {
+            format!("an active set of {} PEs", key.len())
+        };
+        let made = communicator_of(&key).and_then(|comm| {
+            let on = comm.unwrap_or_else(raw::comm_world);
+            // SAFETY: `on` is a valid intracommunicator of exactly the set's members, every one
+            // of which makes this call now.
+            let built = unsafe { BarrierComm::from_raw(on, params) };
+            if let Some(mut own) = comm {
+                // The barrier keeps its own duplicate.
+                // SAFETY: made above, freed once.
+                unsafe { ffi::PMPI_Comm_free(&mut own) };
+            }
+            built
+        });
+        let first =
+            key.iter().min() == key.first() && raw::rank(raw::comm_world()).ok() == key.first().map(|&p| p as usize);
+        let set = match made {
+            Ok(c) if c.backend() == barrier_mpi::MPI_BACKEND => {
+                if c.fell_back() && (first || c.failed_here()) {
+                    say(&format!("shmem barriers of {what} stay OSHMEM's own on every PE: {}", c.describe()));
+                } else if verbose && first {
+                    say(&format!("shmem barriers of {what}: OSHMEM's own ({})", c.summary()));
+                }
+                None
+            }
+            Ok(c) => {
+                if verbose && first {
+                    say(&format!("shmem barriers of {what}: {}", c.summary()));
+                }
+                Some(&*Box::leak(Box::new(Set { comm: Mutex::new(Some(c)) })))
+            }
+            Err(e) => {
+                let own = !matches!(e, Error::PeerInvalidParam { .. });
+                if own || first {
+                    say(&format!("shmem barriers of {what} stay OSHMEM's own on every PE: {e}"));
+                }
+                None
+            }
+        };
+        sets().get_or_insert_with(HashMap::new).insert(key, set);
+        match set {
+            Some(set) => {
+                // SAFETY: the caller's contract.
+                unsafe { *out = set };
+                1
+            }
+            None => 0,
+        }
+    })
+}
+
+/// A barrier of the set: `DONE`, `FAILED` (said on stderr) or `GONE` (after finalize).
+///
+/// # Safety
+/// `set` came from `fastbar_scoll_rs_find`.
+#[no_mangle]
+pub unsafe extern "C" fn fastbar_scoll_rs_barrier(set: *const Set) -> c_int {
+    guarded("a shmem barrier", || {
+        // SAFETY: the caller's contract: sets are never freed.
+        let set = unsafe { &*set };
+        let guard = set.comm.lock().unwrap_or_else(|p| p.into_inner());
+        match guard.as_ref() {
+            Some(c) => match c.barrier() {
+                Ok(()) => DONE,
+                Err(e) => {
+                    say(&format!("a shmem barrier failed on PE {}: {e}", raw::rank(raw::comm_world()).unwrap_or(0)));
+                    FAILED
+                }
+            },
+            None => GONE,
+        }
+    })
+}
