@@ -173,6 +173,16 @@ expect_text "scoll abi mismatch" "3 PEs passed 100 iterations"
 run "scoll set-up fault" ok "${OSHRUN[@]}" -x BARRIER_MPI_FAULT=open:1 -np 4 "$BIN/shmem_check" 100
 expect_text "scoll set-up fault" "stay OSHMEM's own on every PE"
 expect_text "scoll set-up fault" "4 PEs passed 100 iterations"
+# A PE that does not come: the others' barrier times out, says which PE is missing and ends the
+# job (OSHMEM's barrier calls only print an error and return: passing on would be an early release).
+start=$SECONDS
+run "scoll absent PE" fail "${OSHRUN[@]}" --mca scoll_fastbar_timeout 2s -x SHMEM_CHECK_ABSENT_PE=1 -np 3 \
+    "$BIN/shmem_check" 50
+expect_text "scoll absent PE" "have not arrived"
+expect_text "scoll absent PE" "scoll/fastbar: a barrier failed (the reason is above); aborting the job"
+# (PE 1 itself may complete it when the abort cuts its sleep short: every other PE had arrived.)
+expect_no_text "scoll absent PE" "PE [02] passed the last barrier"
+[ $((SECONDS - start)) -lt 25 ] || fail "scoll absent PE: the others took $((SECONDS - start))s to give up"
 run "scoll excluded" ok "${OSHRUN[@]}" --mca scoll ^fastbar --mca scoll_fastbar_verbose 1 -np 3 "$BIN/shmem_check" 100
 expect_no_text "scoll excluded" "scoll/fastbar:"
 

@@ -11,6 +11,7 @@
  * 16th iteration the even PEs also meet in an active-set barrier of their own, and PEs 0 and 1
  * in one of theirs, checked by a put to each other (the interposer serves a set whose PEs share
  * a node, and passes any other through). One PE in turn sleeps a little before some barriers.
+ * SHMEM_CHECK_ABSENT_PE=p: PE p is 30 s late for the last barrier (a timeout test).
  * `static-only`: only the put to the static array before shmem_barrier_all, made after PE 0 is
  * already waiting in the barrier (the negative control: with the interposer's progress turned
  * off, a put that needs its target to call into the implementation never completes).
@@ -96,7 +97,15 @@ int main(int argc, char **argv) {
         printf("shmem_check: %d PEs passed %ld iterations%s\n", n, iters, static_only ? " (static puts only)" : "");
         fflush(stdout);
     }
+    /* SHMEM_CHECK_ABSENT_PE=p: PE p stays away from the last barrier for 30 s; with a barrier
+     * timeout the others must fail (the job ends), never pass it without p. */
+    const char *absent = getenv("SHMEM_CHECK_ABSENT_PE");
+    if (absent && atoi(absent) == me) sleep(30);
     shmem_barrier_all();
+    if (absent) {
+        fprintf(stderr, "shmem_check: PE %d passed the last barrier\n", me);
+        fflush(stderr);
+    }
     shmem_finalize();
     return 0;
 }

@@ -151,11 +151,13 @@ static char *settings_text(void)
 
 /* ---- the ABI guard ------------------------------------------------------------------------ */
 
-/* The job's first process (by the launcher's rank variable) speaks for all. */
+/* The first process of each node (by the launcher's variable) speaks for the node: once on
+ * one machine, and a refusal on some nodes only (which would leave ranks selecting differently:
+ * the component must be the same everywhere) is said where it happens. */
 static bool first_process(void)
 {
-    const char *rank = getenv("OMPI_COMM_WORLD_RANK");
-    return NULL == rank || 0 == strcmp(rank, "0");
+    const char *local = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+    return NULL == local || 0 == strcmp(local, "0");
 }
 
 static int fastbar_open(void)

@@ -21,6 +21,7 @@
 #include "oshmem/mca/scoll/scoll.h"
 #include "oshmem/proc/proc.h"
 #include "opal/mca/base/mca_base_var.h"
+#include "oshmem/runtime/runtime.h"
 #include "pshmem.h"
 
 /* ---- the Rust side (src/scoll.rs) --------------------------------------------------------- */
@@ -141,8 +142,10 @@ static int fastbar_open(void)
     }
     if (why[0]) {
         refused = true;
-        const char *rank = getenv("OMPI_COMM_WORLD_RANK");
-        if (NULL == rank || 0 == strcmp(rank, "0")) {
+        /* By the first process of each node (once on one machine): a refusal on some nodes
+         * only would leave PEs disagreeing, and the component must be the same everywhere. */
+        const char *local = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+        if (NULL == local || 0 == strcmp(local, "0")) {
             fprintf(stderr,
                     "scoll/fastbar: not opened: %s; shmem barriers stay OSHMEM's own. Rebuild the component "
                     "against this Open MPI (cargo build -p barrier-oshmem --features oshmem), or remove it.\n",
@@ -218,6 +221,11 @@ static int fastbar_barrier(struct oshmem_group_t *group, long *pSync, int alg)
             served = fastbar_scoll_rs_find(pes, group->proc_count, settings, &m->set);
             building--;
         }
+        if (!pes || !settings) {
+            /* The set's other members are building: this one cannot decline alone. */
+            fprintf(stderr, "scoll/fastbar: out of memory at the first barrier of a set; aborting the job\n");
+            oshmem_shmem_abort(-1);
+        }
         free(pes);
         free(settings);
         m->state = served ? SERVED : DECLINED;
@@ -232,6 +240,11 @@ static int fastbar_barrier(struct oshmem_group_t *group, long *pSync, int alg)
         case FASTBAR_DONE:
             return OSHMEM_SUCCESS;
         case FASTBAR_FAILED:
+            /* OSHMEM's barrier calls only print an error and return: this PE would run on
+             * before the others arrived, and the set's barrier is broken from here on. The
+             * error was said; the job ends (as MPI's default error handler ends it). */
+            fprintf(stderr, "scoll/fastbar: a barrier failed (the reason is above); aborting the job\n");
+            oshmem_shmem_abort(-1);
             return OSHMEM_ERROR;
         default:
             break;

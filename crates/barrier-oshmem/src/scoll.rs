@@ -37,6 +37,9 @@ pub struct Set {
 /// Every set seen, by its PEs: its barrier, or `None` where every member declined.
 static SETS: Mutex<Option<HashMap<Vec<c_int>, Option<&'static Set>>>> = Mutex::new(None);
 static FINALIZE_HOOK: OnceLock<Option<c_int>> = OnceLock::new();
+/// Held through every set-up: under `SHMEM_THREAD_MULTIPLE` two threads' first barriers of two
+/// sets would otherwise make communicators on `MPI_COMM_WORLD` at once.
+static BUILDING: Mutex<()> = Mutex::new(());
 
 fn sets() -> MutexGuard<'static, Option<HashMap<Vec<c_int>, Option<&'static Set>>>> {
     SETS.lock().unwrap_or_else(|p| p.into_inner())
@@ -100,6 +103,13 @@ fn params_from(settings: &str) -> Params {
         .fold(Params::from_env(), |p, (name, value)| p.set(name.trim(), value.trim()))
 }
 
+/// A tag for `MPI_Comm_create_group` of the set `pes`: the same on every member, below 2^15
+/// (MPI guarantees tags up to 32767).
+fn tag_of(pes: &[c_int]) -> c_int {
+    let hash = pes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &p| (h ^ p as u64).wrapping_mul(0x0100_0000_01b3));
+    (hash % 32_000) as c_int + 1
+}
+
 /// An MPI communicator of exactly `pes` (world ranks, in order), made collectively by them;
 /// `None` for `MPI_COMM_WORLD` itself (nothing to free).
 fn communicator_of(pes: &[c_int]) -> Result<Option<MPI_Comm>, Error> {
@@ -125,8 +135,9 @@ fn communicator_of(pes: &[c_int]) -> Result<Option<MPI_Comm>, Error> {
         }
         let mut group = group.assume_init();
         let mut comm = std::mem::MaybeUninit::uninit();
-        // A tag of our own: only the set's members take part.
-        let rc = ffi::PMPI_Comm_create_group(world, group, 0x5fa5, comm.as_mut_ptr());
+        // Only the set's members take part; a tag of the set's own (from its PEs), so that
+        // two sets' creations can never match each other's messages.
+        let rc = ffi::PMPI_Comm_create_group(world, group, tag_of(pes), comm.as_mut_ptr());
         ffi::PMPI_Group_free(&mut group);
         if rc != 0 {
             return Err(fail("MPI_Comm_create_group", rc));
@@ -151,6 +162,7 @@ pub unsafe extern "C" fn fastbar_scoll_rs_find(
     guarded("the first barrier of a set of PEs", || {
         // SAFETY: the caller's contract.
         let key = unsafe { std::slice::from_raw_parts(pes, count.max(0) as usize) }.to_vec();
+        let _one_at_a_time = BUILDING.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(known) = sets().get_or_insert_with(HashMap::new).get(&key) {
             return match known {
                 Some(set) => {
