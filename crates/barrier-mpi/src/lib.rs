@@ -77,6 +77,10 @@ mod derived;
 mod ext;
 #[cfg(feature = "mpi")]
 mod flights;
+// For the Open MPI components' Rust side (barrier-ompi, barrier-oshmem), not for users.
+#[cfg(feature = "mpi")]
+#[doc(hidden)]
+pub mod glue;
 #[cfg(feature = "mpi")]
 mod internode;
 // `raw` and `transport` are public for the interposer (barrier-pmpi), not for users.

@@ -2,32 +2,19 @@
 //! the component structure it exports. See the crate docs for the protocol.
 
 use std::ffi::{c_char, c_int, c_void, CStr};
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Mutex, MutexGuard, OnceLock, TryLockError};
 
-use barrier::{Error, Params};
+use barrier::Error;
+use barrier_mpi::glue::{self, ComponentStorage, DONE, FAILED, GONE, PENDING};
 use barrier_mpi::mpi::ffi::{self, MPI_Comm};
 use barrier_mpi::{raw, BarrierComm, Detached};
 
-/// Bytes of [`mca_coll_fastbar_component`] (build.rs passes the same number to the C side,
-/// which checks that Open MPI's component structure fits).
-const COMPONENT_BYTES: usize = 1024;
-
-/// The storage of the component structure that Open MPI looks up by name. A Rust static, so
-/// that the library exports it (a Rust cdylib exports only Rust items); the C side fills it
-/// when the library is loaded.
-#[repr(C, align(64))]
-pub struct ComponentStorage([u8; COMPONENT_BYTES]);
-
-/// See [`ComponentStorage`]. Written once, by the C side's constructor, before Open MPI can
-/// see it; read by Open MPI only.
+/// The component structure Open MPI looks up by name (see [`ComponentStorage`]). Written
+/// once, by the C side's constructor, before Open MPI can see it; read by Open MPI only.
 #[no_mangle]
-pub static mut mca_coll_fastbar_component: ComponentStorage = ComponentStorage([0; COMPONENT_BYTES]);
+pub static mut mca_coll_fastbar_component: ComponentStorage = ComponentStorage::new();
 
-const PENDING: c_int = 0;
-const DONE: c_int = 1;
-const FAILED: c_int = 2;
-const GONE: c_int = 3;
+const COMPONENT: &str = "coll/fastbar";
 
 /// One communicator's barrier. The lock is taken by every call: a user's barrier blocks on
 /// it, the progress callback only tries it (so a re-entered callback, or one on another
@@ -53,17 +40,11 @@ fn lock(served: &Served) -> MutexGuard<'_, Option<BarrierComm>> {
 }
 
 fn say(line: &str) {
-    barrier::sys::say(&format!("coll/fastbar: {line}"));
+    glue::say(COMPONENT, line);
 }
 
-/// A panic must not unwind into Open MPI: it ends the job, saying where.
 fn guarded<T>(what: &str, f: impl FnOnce() -> T) -> T {
-    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|_| {
-        say(&format!("internal error (panic) in {what}; aborting the job"));
-        // SAFETY: MPI_Abort on MPI_COMM_WORLD ends the job; it does not return.
-        unsafe { ffi::PMPI_Abort(raw::comm_world(), 70) };
-        std::process::abort()
-    })
+    glue::guarded(COMPONENT, what, f)
 }
 
 /// Deleted first thing in `MPI_Finalize`: frees every barrier while MPI still works.
@@ -80,23 +61,6 @@ unsafe extern "C" fn at_finalize(_comm: MPI_Comm, _key: c_int, _value: *mut c_vo
         drop(taken);
     });
     0
-}
-
-fn hook_finalize() {
-    FINALIZE_HOOK.get_or_init(|| {
-        let key = raw::create_keyval(at_finalize).ok()?;
-        // SAFETY: the value is null; `at_finalize` frees nothing it points to.
-        unsafe { raw::set_attr(raw::comm_self(), key, std::ptr::null_mut()) }.ok()?;
-        Some(key)
-    });
-}
-
-/// The MCA parameters the C side passes, as NAME=value lines, laid over the environment.
-fn params_from(settings: &str) -> Params {
-    settings
-        .lines()
-        .filter_map(|l| l.split_once('='))
-        .fold(Params::from_env(), |p, (name, value)| p.set(name.trim(), value.trim()))
 }
 
 /// The info key with which a program keeps one communicator on Open MPI's own barrier
@@ -136,7 +100,7 @@ pub unsafe extern "C" fn fastbar_rs_create(comm: MPI_Comm, settings: *const c_ch
     guarded("the first MPI_Barrier of a communicator", || {
         // SAFETY: the caller's contract.
         let settings = unsafe { CStr::from_ptr(settings) }.to_string_lossy().into_owned();
-        let mut params = params_from(&settings);
+        let mut params = glue::settings(&settings);
         if opted_out(comm) {
             // Agreed like any setting: rank 0's value decides for every rank.
             params = params.set("BARRIER_BACKEND", barrier_mpi::MPI_BACKEND);
@@ -144,7 +108,7 @@ pub unsafe extern "C" fn fastbar_rs_create(comm: MPI_Comm, settings: *const c_ch
         let verbose = params.flag("BARRIER_VERBOSE").unwrap_or(false);
         let rank = raw::rank(comm).unwrap_or(0);
         let size = raw::size(comm).unwrap_or(0);
-        hook_finalize();
+        glue::hook_finalize(&FINALIZE_HOOK, at_finalize);
         // SAFETY: MPI is initialized (this is an MPI_Barrier) and every rank of `comm` makes
         // this call in its first MPI_Barrier on it.
         match unsafe { BarrierComm::from_raw(comm, params) } {

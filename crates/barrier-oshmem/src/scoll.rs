@@ -4,29 +4,19 @@
 
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_void, CStr};
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
-use barrier::{Error, Params};
+use barrier::Error;
+use barrier_mpi::glue::{self, ComponentStorage, DONE, FAILED, GONE};
 use barrier_mpi::mpi::ffi::{self, MPI_Comm};
 use barrier_mpi::{raw, BarrierComm};
 
-/// Bytes of [`mca_scoll_fastbar_component`] (build.rs passes the same number to the C side).
-const COMPONENT_BYTES: usize = 1024;
-
-/// The storage of the component structure that OSHMEM looks up by name: a Rust static, so
-/// that the library exports it; the C side fills it when the library is loaded.
-#[repr(C, align(64))]
-pub struct ComponentStorage([u8; COMPONENT_BYTES]);
-
-/// See [`ComponentStorage`]. Written once, by the C side's constructor, before OSHMEM can see
-/// it; read by OSHMEM only.
+/// The component structure OSHMEM looks up by name (see [`ComponentStorage`]). Written once,
+/// by the C side's constructor, before OSHMEM can see it; read by OSHMEM only.
 #[no_mangle]
-pub static mut mca_scoll_fastbar_component: ComponentStorage = ComponentStorage([0; COMPONENT_BYTES]);
+pub static mut mca_scoll_fastbar_component: ComponentStorage = ComponentStorage::new();
 
-const DONE: c_int = 1;
-const FAILED: c_int = 2;
-const GONE: c_int = 3;
+const COMPONENT: &str = "scoll/fastbar";
 
 /// One set's barrier; `None` once `MPI_Finalize` freed it. Boxed and never freed before the
 /// process ends (the C modules of later groups of the same set point at it).
@@ -46,16 +36,11 @@ fn sets() -> MutexGuard<'static, Option<HashMap<Vec<c_int>, Option<&'static Set>
 }
 
 fn say(line: &str) {
-    barrier::sys::say(&format!("scoll/fastbar: {line}"));
+    glue::say(COMPONENT, line);
 }
 
 fn guarded<T>(what: &str, f: impl FnOnce() -> T) -> T {
-    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|_| {
-        say(&format!("internal error (panic) in {what}; aborting the job"));
-        // SAFETY: MPI_Abort on MPI_COMM_WORLD ends the job; it does not return.
-        unsafe { ffi::PMPI_Abort(raw::comm_world(), 70) };
-        std::process::abort()
-    })
+    glue::guarded(COMPONENT, what, f)
 }
 
 /// Deleted first thing in `MPI_Finalize` (OSHMEM finalizes MPI after its own barriers): frees
@@ -69,15 +54,6 @@ unsafe extern "C" fn at_finalize(_comm: MPI_Comm, _key: c_int, _value: *mut c_vo
         }
     });
     0
-}
-
-fn hook_finalize() {
-    FINALIZE_HOOK.get_or_init(|| {
-        let key = raw::create_keyval(at_finalize).ok()?;
-        // SAFETY: the value is null; `at_finalize` frees nothing it points to.
-        unsafe { raw::set_attr(raw::comm_self(), key, std::ptr::null_mut()) }.ok()?;
-        Some(key)
-    });
 }
 
 /// The component is closed (in `shmem_finalize`, before OSHMEM finalizes MPI, and before the
@@ -94,13 +70,6 @@ pub extern "C" fn fastbar_scoll_rs_close() {
             }
         }
     })
-}
-
-fn params_from(settings: &str) -> Params {
-    settings
-        .lines()
-        .filter_map(|l| l.split_once('='))
-        .fold(Params::from_env(), |p, (name, value)| p.set(name.trim(), value.trim()))
 }
 
 /// A tag for `MPI_Comm_create_group` of the set `pes`: the same on every member, below 2^15
@@ -178,9 +147,9 @@ pub unsafe extern "C" fn fastbar_scoll_rs_find(
         }
         // SAFETY: the caller's contract.
         let settings = unsafe { CStr::from_ptr(settings) }.to_string_lossy().into_owned();
-        let params = params_from(&settings);
+        let params = glue::settings(&settings);
         let verbose = params.flag("BARRIER_VERBOSE").unwrap_or(false);
-        hook_finalize();
+        glue::hook_finalize(&FINALIZE_HOOK, at_finalize);
         let what = if key.len() == raw::size(raw::comm_world()).unwrap_or(0) {
             format!("every PE ({})", key.len())
         } else {
