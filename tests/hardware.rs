@@ -656,6 +656,28 @@ fn an_untrustworthy_device_file_is_declined_with_the_reason() {
     std::os::unix::fs::symlink(&path, &link).unwrap();
     let err = forced(&link).unwrap_err().to_string();
     assert!(err.contains("symbolic link"), "{err}");
+    // A FIFO (issue 40 item 5: opening one waited for a writer for ever): refused at once.
+    let fifo = dir.join("gba-fifo");
+    let _ = std::fs::remove_file(&fifo);
+    let name = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a NUL-terminated path; mkfifo only creates the node.
+    assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0, "mkfifo {}", fifo.display());
+    let (tx, rx) = std::sync::mpsc::channel();
+    let at = fifo.clone();
+    std::thread::spawn(move || {
+        let _ = tx.send(forced(&at).map(|w| w[0].clone()).map_err(|e| e.to_string()));
+    });
+    let err =
+        rx.recv_timeout(std::time::Duration::from_secs(20)).expect("opening a FIFO as a device file hung").unwrap_err();
+    assert!(err.contains("neither a regular file nor a character device (a FIFO)"), "{err}");
+    // Read-only (the A64FX device and sysfs files), where the open itself waited for a writer.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let at = fifo.clone();
+    std::thread::spawn(move || {
+        let _ = tx.send(barrier::sys::open_trusted(&at, false).map(drop).map_err(|e| e.to_string()));
+    });
+    let err = rx.recv_timeout(std::time::Duration::from_secs(20)).expect("opening a FIFO read-only hung").unwrap_err();
+    assert!(err.contains("(a FIFO)"), "{err}");
     // Another user's (as root, the test hands the file to `nobody`): refused.
     // SAFETY: geteuid cannot fail.
     if unsafe { libc::geteuid() } == 0 {

@@ -233,14 +233,19 @@ pub fn allocate(fd: RawFd, len: usize) -> io::Result<()> {
 /// a process of this user are followed, which is how emulated devices are shared), and,
 /// checked on the opened file (`fstat`, so nothing can change between check and use), owned
 /// by this user or by root and writable by nobody else, unless it is a character device of
-/// root's (a kernel driver's node, whose permissions its driver enforces).
+/// root's (a kernel driver's node, whose permissions its driver enforces). Only regular files
+/// and character devices pass; a FIFO is refused at once (it is opened without blocking).
 pub fn open_trusted(path: &std::path::Path, write: bool) -> io::Result<std::fs::File> {
     use std::os::unix::fs::OpenOptionsExt;
     let through_proc = proc_fd_of_own_user(path);
     let mut options = std::fs::OpenOptions::new();
     options.read(true).write(write);
+    // O_NONBLOCK: opening a FIFO (which no device is) would otherwise wait for a writer for
+    // ever; the file's kind is checked below, and blocking mode restored for what passes.
     if !through_proc {
-        options.custom_flags(libc::O_NOFOLLOW);
+        options.custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK);
+    } else {
+        options.custom_flags(libc::O_NONBLOCK);
     }
     let file = options.open(path).map_err(|e| {
         if e.raw_os_error() == Some(libc::ELOOP) {
@@ -256,6 +261,31 @@ pub fn open_trusted(path: &std::path::Path, write: bool) -> io::Result<std::fs::
     // SAFETY: geteuid cannot fail.
     let me = unsafe { libc::geteuid() };
     let kind = st.st_mode & libc::S_IFMT;
+    if kind != libc::S_IFREG && kind != libc::S_IFCHR {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "{} is neither a regular file nor a character device (a {}): name the device file or its \
+                 emulated description",
+                path.display(),
+                match kind {
+                    libc::S_IFIFO => "FIFO",
+                    libc::S_IFSOCK => "socket",
+                    libc::S_IFDIR => "directory",
+                    libc::S_IFBLK => "block device",
+                    _ => "special file",
+                }
+            ),
+        ));
+    }
+    // Back to blocking mode: what is read or mapped from here on is a file or a device.
+    // SAFETY: F_GETFL/F_SETFL only read and write the open file's status flags.
+    unsafe {
+        let flags = libc::fcntl(file.as_raw_fd(), libc::F_GETFL);
+        if flags >= 0 {
+            libc::fcntl(file.as_raw_fd(), libc::F_SETFL, flags & !libc::O_NONBLOCK);
+        }
+    }
     if kind == libc::S_IFCHR && st.st_uid == 0 {
         return Ok(file);
     }
