@@ -110,11 +110,16 @@ impl Sets {
 /// The PEs of an active set, if they are valid (OpenSHMEM's rules: a non-negative start and
 /// stride exponent, at least one member, every member a PE of the job).
 pub(crate) fn members(start: i32, stride: i32, size: i32, npes: usize) -> Option<Vec<usize>> {
-    if start < 0 || !(0..31).contains(&stride) || size < 1 {
+    if start < 0 || !(0..31).contains(&stride) || size < 1 || size as usize > npes {
         return None;
     }
-    let members: Vec<usize> = (0..size as usize).map(|i| start as usize + (i << stride as usize)).collect();
-    members.iter().all(|&pe| pe < npes).then_some(members)
+    // The last member decides, before anything is allocated: a size of 2^31 made a list of
+    // 2^31 members (16 GiB) before they were checked against the job.
+    let last = ((size as usize - 1).checked_shl(stride as u32)).and_then(|d| d.checked_add(start as usize))?;
+    if last >= npes {
+        return None;
+    }
+    Some((0..size as usize).map(|i| start as usize + (i << stride as usize)).collect())
 }
 
 #[cfg(test)]
@@ -128,6 +133,20 @@ mod tests {
         assert_eq!(members(2, 1, 3, 6), None, "PE 6 does not exist");
         assert_eq!(members(-1, 0, 2, 4), None);
         assert_eq!(members(0, 0, 0, 4), None);
+    }
+
+    /// Issue 40 item 2: sizes and strides from a program are checked before anything is
+    /// allocated (INT_MAX made 2^31 members first).
+    #[test]
+    fn hostile_sets_are_refused_before_anything_is_allocated() {
+        assert_eq!(members(0, 0, i32::MAX, 4), None);
+        assert_eq!(members(0, 30, 3, 1 << 31), None, "the last member is PE 2^31");
+        assert_eq!(members(i32::MAX, 0, 2, 4), None);
+        assert_eq!(members(0, 0, -5, 4), None);
+        assert_eq!(members(0, -1, 2, 4), None);
+        assert_eq!(members(0, 31, 2, 4), None);
+        assert_eq!(members(3, 0, 2, 4), None, "PE 4 does not exist");
+        assert_eq!(members(0, 2, 2, 5), Some(vec![0, 4]));
     }
 
     #[test]
