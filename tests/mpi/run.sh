@@ -258,6 +258,13 @@ for block in 2 1; do
     expect_text "late rank and retries" "attempt 2 of barrier 1 failed: communicator is unusable after an earlier failure"
 done
 
+step "a barrier after MPI_Finalize: a clean error where it would call MPI (MPI would abort the job)"
+for setting in BARRIER_MPI_NODE_BLOCK=1 BARRIER_BACKEND=mpi; do
+    run "after finalize, $setting" ok launch "$setting" -- -np 2 "$RUST_EXAMPLE" after-finalize
+    expect_text "after finalize" "a barrier after MPI_Finalize: invalid argument: MPI is finalized"
+    expect_text "after finalize" "a split-phase barrier after MPI_Finalize: invalid argument: MPI is finalized"
+done
+
 step "stall reports name MPI ranks, within a node and across nodes"
 # One rank per node: the roots' internode wait reports the root it waits for (world rank 1).
 run "stall report across nodes" ok launch LD_PRELOAD="$PRELOAD" BARRIER_STALL_REPORT=1s BARRIER_MPI_NODE_BLOCK=1 \

@@ -166,6 +166,29 @@ fn main() {
     let universe = barrier_mpi::mpi::initialize().expect("MPI_Init");
     let world = universe.world();
     let comm = BarrierComm::new(&world).unwrap_or_else(|e| setup_failed(&world, world.rank(), &e));
+    if mode == "after-finalize" {
+        // Issue 40 item 6: a barrier after MPI_Finalize is a clean error on every path (MPI
+        // itself would abort the job).
+        let rank = world.rank();
+        drop(world);
+        drop(universe);
+        match comm.barrier() {
+            Err(e) => println!("mpi_barrier: rank {rank}: a barrier after MPI_Finalize: {e}"),
+            Ok(()) if comm.num_nodes() == 1 && comm.backend() != barrier_mpi::MPI_BACKEND => {
+                println!("mpi_barrier: rank {rank}: a barrier after MPI_Finalize on one node: ok (no MPI needed)")
+            }
+            Ok(()) => {
+                eprintln!("mpi_barrier: FAILED: rank {rank}: a barrier after MPI_Finalize called MPI and returned Ok");
+                std::process::exit(1);
+            }
+        }
+        match comm.ibarrier().and_then(|r| r.wait()) {
+            Err(e) => println!("mpi_barrier: rank {rank}: a split-phase barrier after MPI_Finalize: {e}"),
+            Ok(()) => println!("mpi_barrier: rank {rank}: a split-phase barrier after MPI_Finalize: ok"),
+        }
+        drop(comm);
+        return;
+    }
     if mode == "late-retry" {
         let machine = world.split_shared(world.rank());
         let counts = Counts::new(&machine);

@@ -375,6 +375,7 @@ impl BarrierComm {
     /// Waits until every rank of the communicator has called it (MPI_Barrier).
     pub fn barrier(&self) -> Result<()> {
         self.on_home_thread()?;
+        self.mpi_still_up()?;
         match &self.path {
             Path::Node(node) => node.world().barrier().map_err(|e| self.in_mpi_ranks(e)),
             Path::Hierarchical { halves, internode, seg, .. } => {
@@ -412,6 +413,21 @@ impl BarrierComm {
             *broken = Some(format!("barrier failed on rank {}: {e}", self.rank));
         }
         e
+    }
+
+    /// An error after `MPI_Finalize` on the paths that call MPI (across nodes, `mpi`): MPI
+    /// would abort the job; the one-node path needs no MPI and goes on. Two cheap MPI queries,
+    /// off the one-node path.
+    #[inline]
+    pub(crate) fn mpi_still_up(&self) -> Result<()> {
+        if matches!(self.path, Path::Node(_)) || raw::mpi_active() {
+            return Ok(());
+        }
+        Err(Error::InvalidArgument(
+            "MPI is finalized: this barrier communicator's barriers across nodes (and MPI_Barrier) call MPI, so they \
+             end with MPI_Finalize; call barriers before it"
+                .into(),
+        ))
     }
 
     /// An error when MPI allows only the thread that made this communicator to call it and

@@ -40,6 +40,7 @@ impl BarrierComm {
     /// outstanding; they complete in the order they were started (see the module docs).
     pub fn ibarrier(&self) -> Result<Request<'_>> {
         self.on_home_thread()?;
+        self.mpi_still_up()?;
         let stage = match &self.path {
             Path::Node(node) => Stage::Node(node.world().ibarrier().map_err(|e| self.in_mpi_ranks(e))?),
             Path::Mpi => Stage::Mpi(raw::ibarrier(self.comm)?),
@@ -188,6 +189,9 @@ impl Request<'_> {
 
     fn step(&mut self, blocking: bool) -> Result<bool> {
         let comm = self.comm;
+        if !matches!(self.stage, Stage::Done) {
+            comm.mpi_still_up()?;
+        }
         let done = match &mut self.stage {
             Stage::Done => return Ok(true),
             Stage::Node(request) if blocking => {
