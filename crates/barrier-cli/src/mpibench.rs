@@ -232,8 +232,9 @@ pub fn run(opts: &MpiBenchOptions) -> Result<(), String> {
         }
         (Some(path), true) if !path.is_file() => {
             return Err(format!(
-                "no component at {} (--mpi-component): build it with `MPI_PKG_CONFIG=ompi cargo build --release -p                  barrier-ompi --features ompi`",
-                path.display()
+                "no component at {} (--mpi-component): build it with `{}`",
+                path.display(),
+                crate::ompi::COLL.build
             ))
         }
         (Some(path), true) if !crate::ompi::is_component(path)? => {

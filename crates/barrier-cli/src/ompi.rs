@@ -44,9 +44,6 @@ pub const SCOLL: Component = Component {
     build: "MPI_PKG_CONFIG=ompi cargo build --release -p barrier-oshmem --features oshmem",
 };
 
-/// The file name Open MPI loads the coll component by.
-pub const FILE: &str = COLL.file;
-
 /// Where this command looks for `component` when none is named: its library as cargo builds it
 /// and under its MCA name, in each of [`crate::launch::artifact_dirs`].
 pub fn candidates(component: Component) -> Vec<PathBuf> {

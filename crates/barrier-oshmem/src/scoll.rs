@@ -167,8 +167,8 @@ pub unsafe extern "C" fn fastbar_scoll_rs_find(
             }
             built
         });
-        let first =
-            key.iter().min() == key.first() && raw::rank(raw::comm_world()).ok() == key.first().map(|&p| p as usize);
+        // The set's first PE speaks for it.
+        let first = raw::rank(raw::comm_world()).ok() == key.first().map(|&p| p as usize);
         let set = match made {
             Ok(c) if c.backend() == barrier_mpi::MPI_BACKEND => {
                 if c.fell_back() && (first || c.failed_here()) {
