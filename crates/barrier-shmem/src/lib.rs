@@ -25,8 +25,12 @@
 //!    file; agreed.
 //! 4. **The node's barrier**: every PE joins the segment as a core `Universe`, whose selector
 //!    picks the node's backend (and wait policy, from the job's PEs on the machine); agreed.
-//! 5. **Between nodes**: the roots' dissemination over `shmem_ulong_atomic_set` into a
-//!    symmetric inbox (a line per round), ⌈log2 nodes⌉ rounds.
+//! 5. **Between nodes**: the roots' dissemination over `shmem_ulong_atomic_add` into a
+//!    symmetric inbox (a line per round, then a departure word per root), ⌈log2 nodes⌉ rounds.
+//!
+//! PE 0's `BARRIER_TIMEOUT` and `BARRIER_STALL_REPORT` are every PE's. Every wait reports a
+//! stall naming whom it waits for, and fails at once when that PE called `shmem_finalize`
+//! (docs/shmem.md, "Faults").
 //!
 //! Until set-up has finished (the implementation calls `shmem_barrier_all` inside its own
 //! init), after a decline, and from the start of `shmem_finalize`, every call passes through.
@@ -57,10 +61,10 @@ mod setup;
 
 use std::ffi::{c_int, c_long};
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use real::{Forward, Real};
-use serve::Serving;
+use serve::{Failure, Serving};
 use setup::{Outcome, Symmetric};
 
 /// Where the library is: calls pass through until set-up finishes, and again from finalize.
@@ -76,8 +80,14 @@ static FORWARD: OnceLock<Forward> = OnceLock::new();
 fn forward() -> &'static Forward {
     FORWARD.get_or_init(Forward::find)
 }
-/// The barrier, once every PE agreed to serve (the lock keeps one thread in it at a time).
-static SERVING: Mutex<Option<Box<Serving>>> = Mutex::new(None);
+/// The barrier, once every PE agreed to serve. The lock is held only to take a reference: a
+/// thread waits in a barrier without it (see `serve`'s module docs for the threads).
+static SERVING: Mutex<Option<Arc<Serving>>> = Mutex::new(None);
+
+/// What serves the barriers now, if anything (a reference, so a wait holds no lock).
+fn serving() -> Option<Arc<Serving>> {
+    lock(&SERVING).clone()
+}
 /// Symmetric memory to free at finalize.
 static SYMMETRIC: Mutex<Option<Symmetric>> = Mutex::new(None);
 
@@ -119,7 +129,7 @@ fn after_init() {
             if verbose && me == 0 {
                 say(&format!("barrier-shmem: {} (under {}): {}", NAMES[..2].join(", "), real.name, serving.describe()));
             }
-            *lock(&SERVING) = Some(serving);
+            *lock(&SERVING) = Some(Arc::from(serving));
             PHASE.store(SERVE, Ordering::Release);
         }
         Outcome::Decline(why) => {
@@ -132,7 +142,7 @@ fn after_init() {
 
 /// A barrier of ours failed (a timeout naming who never arrived, a PE that left): the program
 /// cannot go on past it, and the other PEs must not wait for this one.
-fn end_job(real: &Real, kind: usize, e: &barrier::Error) -> ! {
+fn end_job(real: &Real, kind: usize, e: &Failure) -> ! {
     // SAFETY: the implementation is initialized.
     let me = unsafe { (real.my_pe)() };
     say(&format!("barrier-shmem: {} failed on PE {me}: {e}; ending the job", NAMES[kind]));
@@ -150,8 +160,7 @@ fn serve(kind: usize, quiet: bool) -> Option<()> {
         return None;
     }
     let real = real()?;
-    let guard = lock(&SERVING);
-    let Some(serving) = guard.as_ref() else {
+    let Some(serving) = serving() else {
         COUNTS[kind][1].fetch_add(1, Ordering::Relaxed);
         return None;
     };
@@ -172,8 +181,7 @@ fn serve_set(kind: usize, quiet: bool, start: c_int, stride: c_int, size: c_int)
         return None;
     }
     let real = real()?;
-    let mut guard = lock(&SERVING);
-    let serving = guard.as_mut()?;
+    let serving = serving()?;
     if quiet {
         // SAFETY: the implementation's quiet (a no-op for the pass-through path's own).
         unsafe { (real.quiet)() };
@@ -246,8 +254,10 @@ pub extern "C" fn start_pes(npes: c_int) {
 pub extern "C" fn shmem_finalize() {
     let Some(finalize) = forward().finalize else { return no_implementation("shmem_finalize") };
     let was = PHASE.swap(PASS, Ordering::AcqRel);
-    let serving = lock(&SERVING).take();
-    drop(serving);
+    if let Some(serving) = lock(&SERVING).take() {
+        // A PE still waiting for this one (a missed barrier) learns it will never come.
+        serving.depart();
+    }
     if let Some(real) = real() {
         if let Some(symmetric) = lock(&SYMMETRIC).take() {
             symmetric.free(real);

@@ -1,64 +1,184 @@
 //! Serving a barrier: the node's barrier (the core library's communicator over the node's
 //! segment); across nodes the node's gather (its root learns that every PE of the node has
-//! arrived), the roots' dissemination over OpenSHMEM puts, and the node's release (the two
+//! arrived), the roots' dissemination over OpenSHMEM atomics, and the node's release (the two
 //! halves of `barrier::Communicator::halves`: one gather and one release, not two whole node
 //! barriers).
+//!
+//! Threads: a barrier of every PE holds the job barrier's lock (one thread of a PE in it at a
+//! time, as OpenSHMEM asks of collectives on one team); an active-set barrier takes no lock
+//! through its wait (its table is shared atomics), so a thread in one never keeps another
+//! thread of the same PE out of the other (issue 40 item 4: a lock held through the whole wait
+//! deadlocked a program that OpenSHMEM alone completes).
 
-use std::cell::Cell;
 use std::ffi::c_ulong;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use barrier::shm::Segment;
-use barrier::{Error, Params, Result, Universe};
+use barrier::Universe;
 
 use crate::progress::call_progress;
 use crate::real::Real;
 
 /// One flag per cache line in the internode inbox.
 pub(crate) const LINE: usize = 128;
+/// Polls between looks at the clock, the timeout and the departures.
+const CHECK_EVERY: u32 = 1024;
+
+/// How every wait of the job behaves: agreed at set-up (PE 0's values), so one PE's own
+/// `BARRIER_TIMEOUT` cannot end the job alone.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Waits {
+    /// Yield between looks (more PEs than cores on this machine).
+    pub yields: bool,
+    /// Give up after this long in one barrier (`BARRIER_TIMEOUT`).
+    pub timeout: Option<Duration>,
+    /// Say once per barrier who is awaited after this long (`BARRIER_STALL_REPORT`).
+    pub stall: Option<Duration>,
+}
+
+/// Why a served barrier cannot complete: a sentence in PEs, for the line that ends the job.
+#[derive(Debug)]
+pub(crate) struct Failure(pub String);
+
+impl From<barrier::Error> for Failure {
+    fn from(e: barrier::Error) -> Failure {
+        Failure(e.to_string())
+    }
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// What a served barrier returns.
+pub(crate) type Result<T> = std::result::Result<T, Failure>;
+
+/// A list of PEs as a person reads it: `[0, 1, 2]`, or its first few and how many more.
+pub(crate) fn pe_list(pes: &[usize]) -> String {
+    const SHOWN: usize = 16;
+    if pes.len() <= SHOWN {
+        format!("{pes:?}")
+    } else {
+        format!("{:?} and {} more", &pes[..SHOWN], pes.len() - SHOWN)
+    }
+}
+
+/// Says a stall report (the core's wording, in PEs).
+#[cold]
+pub(crate) fn report_stall(what: String) {
+    let msg =
+        format!("{what}; still waiting (this report: BARRIER_STALL_REPORT; to give up instead, set BARRIER_TIMEOUT)");
+    barrier::sys::say(&msg);
+}
 
 /// The node roots' dissemination: ⌈log2 R⌉ rounds for R nodes; in round `r` root `j` adds one
 /// to round-`r` word of root `(j + 2^r) mod R` (`shmem_ulong_atomic_add`, remote; only `j`
 /// adds to it, once per barrier, so it counts barriers: barrier `e` sees it reach `e`) and
 /// waits until its own round-`r` word reaches the epoch, keeping the implementation
 /// progressing. Words only grow: nothing is reset between barriers.
+///
+/// Departures: after the round lines the inbox holds a word per root. A root that calls
+/// `shmem_finalize` adds (the barriers it completed + 1) to its word in every other root's
+/// inbox, once. A root waiting in barrier `e` that finds a word below `e + 1` knows that root
+/// will never arrive, and fails at once, naming it, instead of waiting for ever.
 #[derive(Debug)]
 pub(crate) struct Rounds {
     real: Real,
-    /// This root's inbox: one flag per round, a line each (symmetric).
+    /// This root's inbox: one flag per round, a line each, then a word per root (symmetric).
     inbox: usize,
+    /// This root's index among the roots, and every root's PE.
+    index: usize,
+    roots: Vec<usize>,
     /// The partner root's PE per round.
     partners: Vec<i32>,
     /// The root whose signal each round waits for (for errors).
     senders: Vec<usize>,
-    timeout: Option<Duration>,
-    /// Yield between looks (more PEs than cores on this machine).
-    yields: bool,
+    /// The PEs of each root's node (for reports).
+    node_pes: Vec<Vec<usize>>,
+    waits: Waits,
 }
 
 impl Rounds {
-    pub(crate) fn new(real: Real, inbox: usize, index: usize, roots: Vec<usize>, params: &Params) -> Rounds {
+    /// Bytes of a root's inbox for `roots` nodes.
+    pub(crate) fn inbox_bytes(roots: usize) -> usize {
+        barrier::rounds(roots) * LINE + roots * 8
+    }
+
+    pub(crate) fn new(
+        real: Real,
+        inbox: usize,
+        index: usize,
+        roots: Vec<usize>,
+        node_pes: Vec<Vec<usize>>,
+        waits: Waits,
+    ) -> Rounds {
         let r = roots.len();
         let rounds = barrier::rounds(r);
         Rounds {
             real,
             inbox,
+            index,
             partners: (0..rounds).map(|k| roots[(index + (1 << k)) % r] as i32).collect(),
             senders: (0..rounds).map(|k| roots[(index + r - (1 << k) % r) % r]).collect(),
-            timeout: params.duration("BARRIER_TIMEOUT").ok().flatten(),
-            yields: barrier::sys::available_cores() < roots.len(),
+            roots,
+            node_pes,
+            waits,
         }
     }
 
     fn slot(&self, round: usize) -> &AtomicU64 {
         // SAFETY: inside this PE's symmetric inbox, one aligned line per round, written only by
-        // remote atomic sets (whole words).
+        // remote atomic adds (whole words).
         unsafe { &*((self.inbox + round * LINE) as *const AtomicU64) }
     }
 
-    fn run(&self, epoch: u64) -> Result<()> {
+    /// The address of root `j`'s departure word (in any root's inbox: symmetric).
+    fn departure_word(&self, j: usize) -> usize {
+        self.inbox + self.senders.len() * LINE + j * 8
+    }
+
+    /// A root that left before barrier `epoch`: its index and the barriers it completed.
+    fn departed_before(&self, epoch: u64) -> Option<(usize, u64)> {
+        (0..self.roots.len()).filter(|&j| j != self.index).find_map(|j| {
+            // SAFETY: inside this PE's inbox (see `departure_word`), written by remote adds.
+            let word = unsafe { &*(self.departure_word(j) as *const AtomicU64) }.load(Ordering::Acquire);
+            (word != 0 && word - 1 < epoch).then_some((j, word - 1))
+        })
+    }
+
+    /// Tells every other root that this one leaves after `completed` barriers (at finalize).
+    pub(crate) fn depart(&self, completed: u64) {
+        for (j, &pe) in self.roots.iter().enumerate() {
+            if j != self.index {
+                // SAFETY: root j's inbox word for this root (symmetric address); a remote
+                // atomic add of one word, made once.
+                unsafe {
+                    (self.real.ulong_atomic_add)(
+                        self.departure_word(self.index) as *mut c_ulong,
+                        completed + 1,
+                        pe as i32,
+                    )
+                };
+            }
+        }
+        // SAFETY: completes this PE's adds before it goes on into the implementation's finalize.
+        unsafe { (self.real.quiet)() };
+    }
+
+    fn node_of_root(&self, pe: usize) -> String {
+        let j = self.roots.iter().position(|&r| r == pe).unwrap_or(0);
+        format!("the node root PE {pe} (its node: PEs {})", pe_list(&self.node_pes[j]))
+    }
+
+    /// Barrier `epoch`'s rounds; `arrived` is when this PE arrived at the barrier (for the stall
+    /// report). The timeout counts from the start of this phase, not per round.
+    fn run(&self, epoch: u64, me: usize, arrived: Instant) -> Result<()> {
+        let start = Instant::now();
+        let mut reported = false;
         for (round, &partner) in self.partners.iter().enumerate() {
             // One add per barrier from this root alone: the partner's word counts barriers, and
             // two adds need no ordering between them (two sets would: sync_all has no quiet).
@@ -66,24 +186,48 @@ impl Rounds {
             // atomic add of one word.
             unsafe { (self.real.ulong_atomic_add)((self.inbox + round * LINE) as *mut c_ulong, 1, partner) };
             let slot = self.slot(round);
-            let start = Instant::now();
             let mut polls: u32 = 0;
             while slot.load(Ordering::Acquire) < epoch {
                 call_progress(0);
                 polls = polls.wrapping_add(1);
-                if self.yields {
+                if self.waits.yields {
                     std::thread::yield_now();
                 } else {
                     std::hint::spin_loop();
                 }
-                if polls.is_multiple_of(1024) {
-                    if let Some(limit) = self.timeout.filter(|&l| start.elapsed() >= l) {
-                        return Err(Error::Setup(format!(
-                            "the internode phase of barrier {epoch} timed out after {limit:?} in round {round}: the node \
-                             root PE {} never signalled (its node, or a PE on it, has not arrived)",
-                            self.senders[round]
-                        )));
-                    }
+                if !polls.is_multiple_of(CHECK_EVERY) {
+                    continue;
+                }
+                let sender = self.senders[round];
+                if let Some((j, completed)) = self.departed_before(epoch) {
+                    return Err(Failure(format!(
+                        "PE {} (the node root of PEs {}) called shmem_finalize after {completed} barrier(s), so barrier \
+                         {epoch} can never complete (PE {me} waits in its internode phase); every PE must make the same \
+                         barrier calls before shmem_finalize",
+                        self.roots[j],
+                        pe_list(&self.node_pes[j])
+                    )));
+                }
+                let waited = start.elapsed();
+                if let Some(limit) = self.waits.timeout.filter(|&l| waited >= l) {
+                    return Err(Failure(format!(
+                        "barrier {epoch} timed out after {:.1?} on PE {me}, in its internode phase (round {round}): {} \
+                         never signalled: that node, or a PE on it, has not arrived (or it waits for another root in \
+                         turn); check that every PE makes the same barrier calls, or raise BARRIER_TIMEOUT (PE 0's \
+                         value is the job's)",
+                        waited.max(limit),
+                        self.node_of_root(sender)
+                    )));
+                }
+                if !reported && self.waits.stall.is_some_and(|s| arrived.elapsed() >= s) {
+                    reported = true;
+                    report_stall(format!(
+                        "barrier-shmem: PE {me} has waited {:.1?} in barrier {epoch}, in its internode phase (round \
+                         {round}): {} has not signalled: that node, or a PE on it, has not arrived (or it waits \
+                         for another root in turn)",
+                        arrived.elapsed(),
+                        self.node_of_root(sender)
+                    ));
                 }
             }
         }
@@ -91,27 +235,36 @@ impl Rounds {
     }
 }
 
-/// What serves the barriers of a job that agreed to be served.
+/// The barrier of every PE: the node's universe, and across nodes its halves and the roots'
+/// rounds. One thread at a time (behind the lock in [`Serving`]).
 #[derive(Debug)]
-pub(crate) struct Serving {
-    // Field order is drop order: the table's window and the node's universe before the segment.
-    sets: crate::sets::Sets,
-    /// Across nodes: the node's gather and release (made from the node's universe, dropped
-    /// before it).
+struct JobBarrier {
+    // Field order is drop order: the halves (made from the node's universe) before it, and
+    // both before the segment.
     halves: Option<barrier::Communicator>,
     node: Universe,
     seg: Arc<Segment>,
     local_rank: usize,
     internode: Option<Rounds>,
-    epoch: Cell<u64>,
+    /// Barriers of every PE this PE has entered.
+    epoch: u64,
+}
+
+// SAFETY: the node's universe is used by one thread at a time (the lock in `Serving` around
+// every use); the inbox address is this process's symmetric memory.
+unsafe impl Send for JobBarrier {}
+
+/// What serves the barriers of a job that agreed to be served.
+#[derive(Debug)]
+pub(crate) struct Serving {
+    // Field order is drop order: the table's window before the node's universe.
+    sets: crate::sets::Sets,
+    job: Mutex<JobBarrier>,
     describe: String,
     /// The node of every PE, and this PE.
     node_of: Vec<usize>,
     me: usize,
-    /// Yield while waiting in an active set's barrier (more PEs than cores here), and give up
-    /// after this long (`BARRIER_TIMEOUT`).
-    yields: bool,
-    timeout: Option<Duration>,
+    waits: Waits,
 }
 
 /// Where the node's PEs are, for [`Serving::new`].
@@ -120,13 +273,8 @@ pub(crate) struct Place {
     pub local_rank: usize,
     pub node_of: Vec<usize>,
     pub me: usize,
-    pub yields: bool,
-    pub timeout: Option<Duration>,
+    pub waits: Waits,
 }
-
-// SAFETY: the node's universe is used by one thread at a time (the caller holds the library's
-// lock around every use); the inbox address is this process's symmetric memory.
-unsafe impl Send for Serving {}
 
 impl Serving {
     pub(crate) fn new(
@@ -140,30 +288,24 @@ impl Serving {
     ) -> Serving {
         Serving {
             sets,
-            halves,
-            node,
-            seg,
-            local_rank: place.local_rank,
-            internode,
-            epoch: Cell::new(0),
+            job: Mutex::new(JobBarrier { halves, node, seg, local_rank: place.local_rank, internode, epoch: 0 }),
             describe,
             node_of: place.node_of,
             me: place.me,
-            yields: place.yields,
-            timeout: place.timeout,
+            waits: place.waits,
         }
     }
 
     /// The barrier of an active set whose members all share this PE's node: `Ok(false)` when
     /// it is not such a set (or this PE is not in it, or the node's table is full) and the call
     /// must pass through.
-    pub(crate) fn set_barrier(&mut self, start: i32, stride: i32, size: i32) -> Result<bool> {
+    pub(crate) fn set_barrier(&self, start: i32, stride: i32, size: i32) -> Result<bool> {
         let Some(members) = crate::sets::members(start, stride, size, self.node_of.len()) else { return Ok(false) };
         let mine = self.node_of[self.me];
         if !members.contains(&self.me) || members.iter().any(|&pe| self.node_of[pe] != mine) {
             return Ok(false);
         }
-        self.sets.barrier(start, stride, size, self.yields, self.timeout)
+        self.sets.barrier(&members, (start, stride, size), self.me, self.waits)
     }
 
     /// What runs the barriers, in one line.
@@ -173,21 +315,33 @@ impl Serving {
 
     /// A barrier of every PE (collective): writes before it on any PE are visible after it on
     /// every PE (release on arrival, acquire on departure, through the node's barrier and the
-    /// roots' remote sets).
+    /// roots' remote adds).
     pub(crate) fn barrier(&self) -> Result<()> {
-        let Some(halves) = &self.halves else { return self.node.world().barrier() };
+        let arrived = Instant::now();
+        let mut job = self.job.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(halves) = &job.halves else { return Ok(job.node.world().barrier()?) };
         // The gather: the root returns once its node's PEs have all arrived, the others at once.
         halves.barrier()?;
-        if let Some(rounds) = &self.internode {
-            let epoch = self.epoch.get() + 1;
-            self.epoch.set(epoch);
-            if let Err(e) = rounds.run(epoch) {
+        job.epoch += 1;
+        if let Some(rounds) = &job.internode {
+            if let Err(e) = rounds.run(job.epoch, self.me, arrived) {
                 // The node's PEs waiting for this root stop at once instead of at their timeout.
-                self.seg.set_abort(self.local_rank);
+                job.seg.set_abort(job.local_rank);
                 return Err(e);
             }
         }
         // The release: the root stores it, the others wait for it.
-        halves.barrier()
+        let halves = job.halves.as_ref().expect("checked above");
+        Ok(halves.barrier()?)
+    }
+
+    /// This PE calls `shmem_finalize`: its active sets' partners and, on a node root, the
+    /// other roots learn that it will make no more barriers.
+    pub(crate) fn depart(&self) {
+        self.sets.depart(self.me);
+        let job = self.job.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(rounds) = &job.internode {
+            rounds.depart(job.epoch);
+        }
     }
 }

@@ -3,8 +3,10 @@
 //! memory, never touching `pSync`.
 //!
 //! The table (a shared window of the node's communicator, made at set-up) holds [`SLOTS`]
-//! entries of three cache lines: the set's key (its start, stride and size), the cumulative
-//! count of arrivals, and the release epoch. A member's barrier number `e` on a set counts its
+//! entries, each three cache lines (the set's key: its start, stride and size; the cumulative
+//! count of arrivals; the release epoch) and a word per member (the last barrier it arrived
+//! at, read only to name who is missing), then a word per PE of the node, set when it calls
+//! `shmem_finalize`. A member's barrier number `e` on a set counts its
 //! calls for that set (every member makes the same calls, in order). It adds one to the count;
 //! the member whose addition makes it `size * e` stores `e` into the release word; every member
 //! waits until the release word reaches `e`. No member can arrive at `e + 1` before `e` is
@@ -16,28 +18,44 @@
 //! entry by compare-and-swap of its key; every later member of the set finds that key first,
 //! since every entry before it was taken before it (and stays taken). A full table makes every
 //! member of a new set pass through to the implementation alike (it cannot become less full).
+//!
+//! A wait takes no lock (threads of one PE may wait in different sets at once), says once who
+//! has not arrived after `BARRIER_STALL_REPORT`, fails at once when a missing member has called
+//! `shmem_finalize`, and gives up after `BARRIER_TIMEOUT` (the job's agreed values).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 use std::time::Instant;
 
-use barrier::{Error, Result, SharedWindow};
+use barrier::SharedWindow;
 
 use crate::progress::call_progress;
+use crate::serve::{pe_list, report_stall, Failure, Result, Waits};
 
 /// Active sets a node can serve.
 pub(crate) const SLOTS: usize = 64;
 /// Words per cache line (128-byte lines).
 const LINE_WORDS: usize = 16;
-/// Words per entry: key, count and release, a line each.
-pub(crate) const ENTRY_WORDS: usize = 3 * LINE_WORDS;
+
+/// Words of a node's table for a node of `node_size` PEs.
+pub(crate) fn table_words(node_size: usize) -> usize {
+    SLOTS * entry_words(node_size) + node_size
+}
+
+/// Words per entry: key, count and release, a line each, then a word per member.
+fn entry_words(node_size: usize) -> usize {
+    3 * LINE_WORDS + node_size.div_ceil(LINE_WORDS) * LINE_WORDS
+}
 
 /// This PE's side of the node's table.
 #[derive(Debug)]
 pub(crate) struct Sets {
     table: SharedWindow,
+    /// The node's PEs, in order (a PE's place here is its word among the departures).
+    node_pes: Vec<usize>,
     /// This PE's barrier count per set (by key).
-    epochs: HashMap<u64, u64>,
+    epochs: Mutex<HashMap<u64, u64>>,
 }
 
 /// A set's key: never 0 (an empty entry).
@@ -46,15 +64,16 @@ fn key(start: i32, stride: i32, size: i32) -> u64 {
 }
 
 impl Sets {
-    pub(crate) fn new(table: SharedWindow) -> Sets {
-        Sets { table, epochs: HashMap::new() }
+    pub(crate) fn new(table: SharedWindow, node_pes: Vec<usize>) -> Sets {
+        Sets { table, node_pes, epochs: Mutex::new(HashMap::new()) }
     }
 
     /// The entry of the set, claimed if it has none; `None` when the table is full.
-    fn entry(table: &SharedWindow, k: u64) -> Option<&[AtomicU64]> {
-        let words = table.words();
+    fn entry(&self, k: u64) -> Option<&[AtomicU64]> {
+        let words = self.table.words();
+        let len = entry_words(self.node_pes.len());
         for e in 0..SLOTS {
-            let entry = &words[e * ENTRY_WORDS..(e + 1) * ENTRY_WORDS];
+            let entry = &words[e * len..(e + 1) * len];
             match entry[0].compare_exchange(0, k, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => return Some(entry),
                 Err(found) if found == k => return Some(entry),
@@ -64,43 +83,101 @@ impl Sets {
         None
     }
 
-    /// The barrier of the set `start, stride, size` (this PE a member): `Ok(false)` when the
-    /// table is full and the call must pass through.
-    pub(crate) fn barrier(
-        &mut self,
-        start: i32,
-        stride: i32,
-        size: i32,
-        yields: bool,
-        timeout: Option<std::time::Duration>,
-    ) -> Result<bool> {
+    /// The word a PE of the node sets when it calls `shmem_finalize`.
+    fn departed(&self, pe: usize) -> Option<&AtomicU64> {
+        let at = self.node_pes.iter().position(|&p| p == pe)?;
+        self.table.words().get(SLOTS * entry_words(self.node_pes.len()) + at)
+    }
+
+    /// This PE calls `shmem_finalize`: a member waiting for it in any set learns it at once.
+    pub(crate) fn depart(&self, me: usize) {
+        if let Some(word) = self.departed(me) {
+            word.store(1, Ordering::Release);
+        }
+    }
+
+    /// The barrier of the set `members` (`start, stride, size`; this PE, `me`, among them):
+    /// `Ok(false)` when the table is full and the call must pass through.
+    pub(crate) fn barrier(&self, members: &[usize], set: (i32, i32, i32), me: usize, waits: Waits) -> Result<bool> {
+        let (start, stride, size) = set;
         let k = key(start, stride, size);
-        let Some(entry) = Self::entry(&self.table, k) else { return Ok(false) };
-        let epoch = self.epochs.get(&k).copied().unwrap_or(0) + 1;
-        self.epochs.insert(k, epoch);
+        let Some(entry) = self.entry(k) else { return Ok(false) };
+        let epoch = {
+            let mut epochs = self.epochs.lock().unwrap_or_else(|p| p.into_inner());
+            let e = epochs.entry(k).or_insert(0);
+            *e += 1;
+            *e
+        };
         let (count, release) = (&entry[LINE_WORDS], &entry[2 * LINE_WORDS]);
+        let arrivals = &entry[3 * LINE_WORDS..];
+        let index = members.iter().position(|&pe| pe == me).expect("this PE is a member");
+        arrivals[index].store(epoch, Ordering::Release);
         let total = size as u64 * epoch;
         if count.fetch_add(1, Ordering::AcqRel) + 1 == total {
             release.store(epoch, Ordering::Release);
         }
         let began = Instant::now();
         let mut polls: u32 = 0;
+        let mut reported = false;
+        let missing = || -> Vec<usize> {
+            members
+                .iter()
+                .enumerate()
+                .filter(|&(i, _)| arrivals[i].load(Ordering::Acquire) < epoch)
+                .map(|(_, &pe)| pe)
+                .collect()
+        };
+        let what = || {
+            format!(
+                "the active-set barrier {epoch} of PEs {} (start {start}, stride 2^{stride}, size {size})",
+                pe_list(members)
+            )
+        };
         while release.load(Ordering::Acquire) < epoch {
             polls = polls.wrapping_add(1);
-            if yields {
+            if waits.yields {
                 std::thread::yield_now();
             } else {
                 std::hint::spin_loop();
             }
-            if polls.is_multiple_of(256) {
-                call_progress(0);
-                if let Some(limit) = timeout.filter(|&l| began.elapsed() >= l) {
-                    return Err(Error::Setup(format!(
-                        "the active-set barrier {epoch} of PEs {start} + i * 2^{stride} (i < {size}) timed out after \
-                         {limit:?}: {} of {size} members arrived",
-                        count.load(Ordering::Acquire).saturating_sub(size as u64 * (epoch - 1))
-                    )));
-                }
+            if !polls.is_multiple_of(256) {
+                continue;
+            }
+            call_progress(0);
+            if !polls.is_multiple_of(1024) {
+                continue;
+            }
+            if release.load(Ordering::Acquire) >= epoch {
+                break;
+            }
+            let missing = missing();
+            if let Some(&gone) =
+                missing.iter().find(|&&pe| self.departed(pe).is_some_and(|w| w.load(Ordering::Acquire) != 0))
+            {
+                return Err(Failure(format!(
+                    "PE {gone} called shmem_finalize before it arrived at {}, so it can never complete (PE {me} waits \
+                     in it); every member of an active set must make the same barrier calls before shmem_finalize",
+                    what()
+                )));
+            }
+            let waited = began.elapsed();
+            if let Some(limit) = waits.timeout.filter(|&l| waited >= l) {
+                return Err(Failure(format!(
+                    "{} timed out after {:.1?} on PE {me}: {} of {size} members have not arrived: PEs {}; check that \
+                     every member makes the same barrier calls, or raise BARRIER_TIMEOUT (PE 0's value is the job's)",
+                    what(),
+                    waited.max(limit),
+                    missing.len(),
+                    pe_list(&missing)
+                )));
+            }
+            if !reported && waits.stall.is_some_and(|s| waited >= s) {
+                reported = true;
+                report_stall(format!(
+                    "barrier-shmem: PE {me} has waited {waited:.1?} in {}: not arrived yet: PEs {}",
+                    what(),
+                    pe_list(&missing)
+                ));
             }
         }
         Ok(true)
@@ -163,13 +240,15 @@ mod tests {
     #[test]
     fn a_counter_barrier_over_threads_lets_nobody_through_early() {
         let words = barrier::threads::run(4, |world| {
-            let table = world.shared_window(SLOTS * ENTRY_WORDS).unwrap();
-            let mut sets = Sets::new(table);
             let (me, n) = (world.rank(), world.size());
+            let table = world.shared_window(table_words(n)).unwrap();
+            let sets = Sets::new(table, (0..n).collect());
+            let members: Vec<usize> = (0..n).collect();
+            let waits = Waits { yields: true, timeout: None, stall: None };
             let seen = world.shared_window(n).unwrap();
             for e in 1..=500u64 {
                 seen.words()[me].store(e, Ordering::Release);
-                assert!(sets.barrier(0, 0, n as i32, true, None).unwrap());
+                assert!(sets.barrier(&members, (0, 0, n as i32), me, waits).unwrap());
                 for w in seen.words() {
                     let v = w.load(Ordering::Acquire);
                     assert!(v == e || v == e + 1, "{v} after barrier {e}");

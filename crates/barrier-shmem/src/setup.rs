@@ -11,10 +11,10 @@ use barrier::shm::{JobShape, RankNames, Segment};
 use barrier::{Error, Params, Universe};
 
 use crate::real::{host_hash, Real};
-use crate::serve::{Rounds, Serving, LINE};
+use crate::serve::{Rounds, Serving, Waits, LINE};
 
 /// Words per PE in an exchange.
-const WORDS: usize = 8;
+const WORDS: usize = 10;
 
 /// The settings this library reads beside the core ones.
 pub(crate) const NODE_BLOCK: &str = "BARRIER_SHMEM_NODE_BLOCK";
@@ -82,6 +82,16 @@ impl Exchange<'_> {
     fn first_failed(&self, ok: bool) -> Option<usize> {
         self.all(&[u64::from(ok)]).iter().position(|w| w[0] == 0)
     }
+}
+
+/// A duration as an exchange word: nanoseconds, 0 for none.
+fn nanos(d: Option<std::time::Duration>) -> u64 {
+    d.map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX).max(1))
+}
+
+/// An exchange word back into a duration.
+fn duration(word: u64) -> Option<std::time::Duration> {
+    (word != 0).then(|| std::time::Duration::from_nanos(word))
 }
 
 /// What the set-up decided on every PE alike.
@@ -167,6 +177,8 @@ pub(crate) fn run(real: &Real, params: &Params) -> (Outcome, Symmetric) {
         mask[1],
         mask[2],
         mask[3],
+        nanos(params.duration("BARRIER_TIMEOUT").ok().flatten()),
+        nanos(params.stall_report()),
     ]);
     if let Some((i, why)) = bad {
         let _ = i;
@@ -178,6 +190,11 @@ pub(crate) fn run(real: &Real, params: &Params) -> (Outcome, Symmetric) {
     }
     let hashes: Vec<u64> = verdicts.iter().map(|w| w[1]).collect();
     let block = verdicts[0][2] as usize;
+    // PE 0's timeout and stall report are every PE's (one PE's own short BARRIER_TIMEOUT ended
+    // a job across nodes: issue 40 item 7), on its node's universe too.
+    let (timeout, stall) = (duration(verdicts[0][7]), duration(verdicts[0][8]));
+    let agreed = |d: Option<std::time::Duration>| d.map_or_else(|| "0".to_string(), |d| format!("{}ns", d.as_nanos()));
+    let params = &params.clone().set("BARRIER_TIMEOUT", agreed(timeout)).set("BARRIER_STALL_REPORT", agreed(stall));
     let mut topo = nodes(&hashes, block);
     topo.on_machine = hashes.iter().filter(|&&h| h == hashes[me]).count();
     let my_node = topo.node_of[me];
@@ -250,7 +267,7 @@ pub(crate) fn run(real: &Real, params: &Params) -> (Outcome, Symmetric) {
     }
     let node = joined.expect("agreed");
     // The node's table of active sets (collective over the node's PEs; agreed across nodes).
-    let table = node.world().shared_window(crate::sets::SLOTS * crate::sets::ENTRY_WORDS);
+    let table = node.world().shared_window(crate::sets::table_words(members.len()));
     if let Some(pe) = x.first_failed(table.is_ok()) {
         let why = table.err().map_or_else(|| format!("PE {pe} could not make its node's table"), |e| e.to_string());
         return (Outcome::Decline(why), symmetric);
@@ -268,24 +285,28 @@ pub(crate) fn run(real: &Real, params: &Params) -> (Outcome, Symmetric) {
         None
     };
 
+    let waits = Waits { yields: shape.ranks_on_machine > shape.cores, timeout, stall };
     // 4. Between nodes: the roots' dissemination over OpenSHMEM puts into a symmetric inbox.
     let rounds = barrier::rounds(node_count);
     let mut internode = None;
     if rounds > 0 {
+        let bytes = Rounds::inbox_bytes(node_count);
         // SAFETY: collective allocation, the same size on every PE.
-        let inbox = unsafe { (real.align)(LINE, rounds * LINE) } as usize;
+        let inbox = unsafe { (real.align)(LINE, bytes) } as usize;
         symmetric.inbox = Some(inbox);
         if inbox != 0 {
-            for r in 0..rounds {
-                // SAFETY: this PE's own inbox line, zeroed before anyone signals it.
-                unsafe { (*((inbox + r * LINE) as *const AtomicU64)).store(0, Ordering::Relaxed) };
+            for w in 0..bytes / 8 {
+                // SAFETY: this PE's own inbox, zeroed before anyone signals it (the exchange
+                // below is a barrier of the implementation's).
+                unsafe { (*((inbox + w * 8) as *const AtomicU64)).store(0, Ordering::Relaxed) };
             }
         }
         if let Some(pe) = x.first_failed(inbox != 0) {
             return (Outcome::Decline(format!("PE {pe} had no symmetric memory for the internode inbox")), symmetric);
         }
         if let Some(j) = roots.iter().position(|&pe| pe == me) {
-            internode = Some(Rounds::new(*real, inbox, j, roots.clone(), params));
+            let node_pes = (0..node_count).map(|k| (0..n).filter(|&pe| topo.node_of[pe] == k).collect()).collect();
+            internode = Some(Rounds::new(*real, inbox, j, roots.clone(), node_pes, waits));
         }
     }
     let describe = format!(
@@ -301,14 +322,8 @@ pub(crate) fn run(real: &Real, params: &Params) -> (Outcome, Symmetric) {
             shape.cores
         )
     );
-    let place = crate::serve::Place {
-        local_rank,
-        node_of: topo.node_of.clone(),
-        me,
-        yields: shape.ranks_on_machine > shape.cores,
-        timeout: params.duration("BARRIER_TIMEOUT").ok().flatten(),
-    };
-    let serving = Serving::new(node, halves, seg, place, crate::sets::Sets::new(table), internode, describe);
+    let place = crate::serve::Place { local_rank, node_of: topo.node_of.clone(), me, waits };
+    let serving = Serving::new(node, halves, seg, place, crate::sets::Sets::new(table, members), internode, describe);
     (Outcome::Serve(Box::new(serving)), symmetric)
 }
 
