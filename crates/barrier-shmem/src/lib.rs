@@ -64,7 +64,7 @@ use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use real::{Forward, Real};
-use serve::{Failure, Serving};
+use serve::{Failure, Serving, SetServing};
 use setup::{Outcome, Symmetric};
 
 /// Where the library is: calls pass through until set-up finishes, and again from finalize.
@@ -80,14 +80,13 @@ static FORWARD: OnceLock<Forward> = OnceLock::new();
 fn forward() -> &'static Forward {
     FORWARD.get_or_init(Forward::find)
 }
-/// The barrier, once every PE agreed to serve. The lock is held only to take a reference: a
-/// thread waits in a barrier without it (see `serve`'s module docs for the threads).
-static SERVING: Mutex<Option<Arc<Serving>>> = Mutex::new(None);
-
-/// What serves the barriers now, if anything (a reference, so a wait holds no lock).
-fn serving() -> Option<Arc<Serving>> {
-    lock(&SERVING).clone()
-}
+/// The barrier of every PE, once every PE agreed to serve (the lock keeps one thread in it at a
+/// time).
+static SERVING: Mutex<Option<Box<Serving>>> = Mutex::new(None);
+/// The active sets' barriers. The lock is held only to take a reference: a thread waits in a
+/// set's barrier holding no lock, so it never keeps another thread of this PE out of
+/// `shmem_barrier_all` (see `serve`'s module docs).
+static SETS: Mutex<Option<Arc<SetServing>>> = Mutex::new(None);
 /// Symmetric memory to free at finalize.
 static SYMMETRIC: Mutex<Option<Symmetric>> = Mutex::new(None);
 
@@ -129,7 +128,8 @@ fn after_init() {
             if verbose && me == 0 {
                 say(&format!("barrier-shmem: {} (under {}): {}", NAMES[..2].join(", "), real.name, serving.describe()));
             }
-            *lock(&SERVING) = Some(Arc::from(serving));
+            *lock(&SETS) = Some(serving.sets());
+            *lock(&SERVING) = Some(serving);
             PHASE.store(SERVE, Ordering::Release);
         }
         Outcome::Decline(why) => {
@@ -160,7 +160,8 @@ fn serve(kind: usize, quiet: bool) -> Option<()> {
         return None;
     }
     let real = real()?;
-    let Some(serving) = serving() else {
+    let guard = lock(&SERVING);
+    let Some(serving) = guard.as_ref() else {
         COUNTS[kind][1].fetch_add(1, Ordering::Relaxed);
         return None;
     };
@@ -181,12 +182,12 @@ fn serve_set(kind: usize, quiet: bool, start: c_int, stride: c_int, size: c_int)
         return None;
     }
     let real = real()?;
-    let serving = serving()?;
+    let sets = lock(&SETS).clone()?;
     if quiet {
         // SAFETY: the implementation's quiet (a no-op for the pass-through path's own).
         unsafe { (real.quiet)() };
     }
-    match serving.set_barrier(start, stride, size) {
+    match sets.set_barrier(start, stride, size) {
         Ok(true) => {
             COUNTS[kind][0].fetch_add(1, Ordering::Relaxed);
             Some(())
@@ -254,8 +255,11 @@ pub extern "C" fn start_pes(npes: c_int) {
 pub extern "C" fn shmem_finalize() {
     let Some(finalize) = forward().finalize else { return no_implementation("shmem_finalize") };
     let was = PHASE.swap(PASS, Ordering::AcqRel);
+    // A PE still waiting for this one (a missed barrier) learns it will never come.
+    if let Some(sets) = lock(&SETS).take() {
+        sets.depart();
+    }
     if let Some(serving) = lock(&SERVING).take() {
-        // A PE still waiting for this one (a missed barrier) learns it will never come.
         serving.depart();
     }
     if let Some(real) = real() {

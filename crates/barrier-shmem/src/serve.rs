@@ -4,15 +4,16 @@
 //! halves of `barrier::Communicator::halves`: one gather and one release, not two whole node
 //! barriers).
 //!
-//! Threads: a barrier of every PE holds the job barrier's lock (one thread of a PE in it at a
+//! Threads: a barrier of every PE holds the library's lock (one thread of a PE in it at a
 //! time, as OpenSHMEM asks of collectives on one team); an active-set barrier takes no lock
-//! through its wait (its table is shared atomics), so a thread in one never keeps another
+//! through its wait (its table is shared atomics, [`SetServing`] is shared by reference), so a thread in one never keeps another
 //! thread of the same PE out of the other (issue 40 item 4: a lock held through the whole wait
 //! deadlocked a program that OpenSHMEM alone completes).
 
+use std::cell::Cell;
 use std::ffi::c_ulong;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use barrier::shm::Segment;
@@ -174,9 +175,9 @@ impl Rounds {
         format!("the node root PE {pe} (its node: PEs {})", pe_list(&self.node_pes[j]))
     }
 
-    /// Barrier `epoch`'s rounds; `arrived` is when this PE arrived at the barrier (for the stall
-    /// report). The timeout counts from the start of this phase, not per round.
-    fn run(&self, epoch: u64, me: usize, arrived: Instant) -> Result<()> {
+    /// Barrier `epoch`'s rounds. The timeout and the stall report count from the start of this
+    /// phase, not per round.
+    fn run(&self, epoch: u64, me: usize) -> Result<()> {
         let start = Instant::now();
         let mut reported = false;
         for (round, &partner) in self.partners.iter().enumerate() {
@@ -219,13 +220,13 @@ impl Rounds {
                         self.node_of_root(sender)
                     )));
                 }
-                if !reported && self.waits.stall.is_some_and(|s| arrived.elapsed() >= s) {
+                if !reported && self.waits.stall.is_some_and(|s| waited >= s) {
                     reported = true;
                     report_stall(format!(
                         "barrier-shmem: PE {me} has waited {:.1?} in barrier {epoch}, in its internode phase (round \
                          {round}): {} has not signalled: that node, or a PE on it, has not arrived (or it waits \
                          for another root in turn)",
-                        arrived.elapsed(),
+                        waited,
                         self.node_of_root(sender)
                     ));
                 }
@@ -235,37 +236,58 @@ impl Rounds {
     }
 }
 
-/// The barrier of every PE: the node's universe, and across nodes its halves and the roots'
-/// rounds. One thread at a time (behind the lock in [`Serving`]).
+/// Active-set barriers of sets inside this PE's node. Shared by reference: a thread waits in
+/// one holding no lock.
 #[derive(Debug)]
-struct JobBarrier {
-    // Field order is drop order: the halves (made from the node's universe) before it, and
-    // both before the segment.
-    halves: Option<barrier::Communicator>,
-    node: Universe,
-    seg: Arc<Segment>,
-    local_rank: usize,
-    internode: Option<Rounds>,
-    /// Barriers of every PE this PE has entered.
-    epoch: u64,
-}
-
-// SAFETY: the node's universe is used by one thread at a time (the lock in `Serving` around
-// every use); the inbox address is this process's symmetric memory.
-unsafe impl Send for JobBarrier {}
-
-/// What serves the barriers of a job that agreed to be served.
-#[derive(Debug)]
-pub(crate) struct Serving {
-    // Field order is drop order: the table's window before the node's universe.
+pub(crate) struct SetServing {
     sets: crate::sets::Sets,
-    job: Mutex<JobBarrier>,
-    describe: String,
     /// The node of every PE, and this PE.
     node_of: Vec<usize>,
     me: usize,
     waits: Waits,
 }
+
+impl SetServing {
+    /// The barrier of an active set whose members all share this PE's node: `Ok(false)` when
+    /// it is not such a set (or this PE is not in it, or the node's table is full) and the call
+    /// must pass through.
+    pub(crate) fn set_barrier(&self, start: i32, stride: i32, size: i32) -> Result<bool> {
+        let Some(members) = crate::sets::members(start, stride, size, self.node_of.len()) else { return Ok(false) };
+        let mine = self.node_of[self.me];
+        if !members.contains(&self.me) || members.iter().any(|&pe| self.node_of[pe] != mine) {
+            return Ok(false);
+        }
+        self.sets.barrier(&members, (start, stride, size), self.me, self.waits)
+    }
+
+    /// This PE calls `shmem_finalize`: a member waiting for it in a set learns it at once.
+    pub(crate) fn depart(&self) {
+        self.sets.depart(self.me);
+    }
+}
+
+/// What serves the barriers of a job that agreed to be served: the barrier of every PE (the
+/// node's universe, and across nodes its halves and the roots' rounds), used by one thread at a
+/// time (the library's lock around it), and the active sets.
+#[derive(Debug)]
+pub(crate) struct Serving {
+    // Field order is drop order: the table's window, then the halves (made from the node's
+    // universe), then the universe, all before the segment.
+    sets: Arc<SetServing>,
+    halves: Option<barrier::Communicator>,
+    node: Universe,
+    seg: Arc<Segment>,
+    local_rank: usize,
+    internode: Option<Rounds>,
+    /// Barriers of every PE this PE has entered across nodes.
+    epoch: Cell<u64>,
+    describe: String,
+    me: usize,
+}
+
+// SAFETY: the node's universe is used by one thread at a time (the caller holds the library's
+// lock around every use); the inbox address is this process's symmetric memory.
+unsafe impl Send for Serving {}
 
 /// Where the node's PEs are, for [`Serving::new`].
 #[derive(Debug)]
@@ -286,26 +308,23 @@ impl Serving {
         internode: Option<Rounds>,
         describe: String,
     ) -> Serving {
+        let sets = SetServing { sets, node_of: place.node_of, me: place.me, waits: place.waits };
         Serving {
-            sets,
-            job: Mutex::new(JobBarrier { halves, node, seg, local_rank: place.local_rank, internode, epoch: 0 }),
+            sets: Arc::new(sets),
+            halves,
+            node,
+            seg,
+            local_rank: place.local_rank,
+            internode,
+            epoch: Cell::new(0),
             describe,
-            node_of: place.node_of,
             me: place.me,
-            waits: place.waits,
         }
     }
 
-    /// The barrier of an active set whose members all share this PE's node: `Ok(false)` when
-    /// it is not such a set (or this PE is not in it, or the node's table is full) and the call
-    /// must pass through.
-    pub(crate) fn set_barrier(&self, start: i32, stride: i32, size: i32) -> Result<bool> {
-        let Some(members) = crate::sets::members(start, stride, size, self.node_of.len()) else { return Ok(false) };
-        let mine = self.node_of[self.me];
-        if !members.contains(&self.me) || members.iter().any(|&pe| self.node_of[pe] != mine) {
-            return Ok(false);
-        }
-        self.sets.barrier(&members, (start, stride, size), self.me, self.waits)
+    /// The active sets' side, to share with threads that wait without the lock.
+    pub(crate) fn sets(&self) -> Arc<SetServing> {
+        self.sets.clone()
     }
 
     /// What runs the barriers, in one line.
@@ -317,31 +336,27 @@ impl Serving {
     /// every PE (release on arrival, acquire on departure, through the node's barrier and the
     /// roots' remote adds).
     pub(crate) fn barrier(&self) -> Result<()> {
-        let arrived = Instant::now();
-        let mut job = self.job.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(halves) = &job.halves else { return Ok(job.node.world().barrier()?) };
+        let Some(halves) = &self.halves else { return Ok(self.node.world().barrier()?) };
         // The gather: the root returns once its node's PEs have all arrived, the others at once.
         halves.barrier()?;
-        job.epoch += 1;
-        if let Some(rounds) = &job.internode {
-            if let Err(e) = rounds.run(job.epoch, self.me, arrived) {
+        let epoch = self.epoch.get() + 1;
+        self.epoch.set(epoch);
+        if let Some(rounds) = &self.internode {
+            if let Err(e) = rounds.run(epoch, self.me) {
                 // The node's PEs waiting for this root stop at once instead of at their timeout.
-                job.seg.set_abort(job.local_rank);
+                self.seg.set_abort(self.local_rank);
                 return Err(e);
             }
         }
         // The release: the root stores it, the others wait for it.
-        let halves = job.halves.as_ref().expect("checked above");
         Ok(halves.barrier()?)
     }
 
-    /// This PE calls `shmem_finalize`: its active sets' partners and, on a node root, the
-    /// other roots learn that it will make no more barriers.
+    /// This PE calls `shmem_finalize`: on a node root, the other roots learn that it will make
+    /// no more barriers.
     pub(crate) fn depart(&self) {
-        self.sets.depart(self.me);
-        let job = self.job.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(rounds) = &job.internode {
-            rounds.depart(job.epoch);
+        if let Some(rounds) = &self.internode {
+            rounds.depart(self.epoch.get());
         }
     }
 }
