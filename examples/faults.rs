@@ -5,7 +5,7 @@
 //! barrier run -n 3 -- target/release/examples/faults exit-early 2     rank 2 exits (status 0) early
 //! barrier run -n 3 -- target/release/examples/faults stall 2 1500     rank 2 is 1.5 s late
 //! barrier run -n 3 -- target/release/examples/faults linger-on-error  a rank whose own setting is
-//!                                                                    bad prints it and stays 3 s
+//!                                                                    bad prints it and stays 20 s
 //! barrier run -n 2 -- target/release/examples/faults spawn-child      rank 0 starts a copy of itself
 //!                                                     [keep-fd]      ... and hands it the job's fd
 //! barrier run -n 2 -- target/release/examples/faults hold-group 2000  rank 1 stays 2 s longer
@@ -56,7 +56,7 @@ fn main() -> ExitCode {
         if mode == "linger-on-error" {
             let own = !matches!(e, barrier::Error::PeerInvalidParam { .. } | barrier::Error::MismatchedParam { .. });
             // Peers linger briefly too, so that each prints before the launcher stops the job.
-            std::thread::sleep(if own { Duration::from_secs(3) } else { Duration::from_millis(200) });
+            std::thread::sleep(if own { Duration::from_secs(20) } else { Duration::from_millis(200) });
         }
         ExitCode::from(3)
     };

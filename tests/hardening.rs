@@ -25,7 +25,7 @@ fn within<T: Send + 'static>(limit: Duration, what: &str, f: impl FnOnce() -> T 
 
 #[test]
 fn a_bad_setting_on_one_rank_fails_every_rank_at_once() {
-    // Rank 1 alone gets the bad value and then stays alive for 3 s (a program that handles the
+    // Rank 1 alone gets the bad value and then stays alive for 20 s (a program that handles the
     // error): the others must fail at once with an error that names the setting and the rank.
     for (name, value) in [
         ("BARRIER_GBA_DISABLE", "maybe"),
@@ -35,7 +35,7 @@ fn a_bad_setting_on_one_rank_fails_every_rank_at_once() {
     ] {
         let script = format!("[ \"$BARRIER_RANK\" = 1 ] && export {name}={value}; exec \"$@\"");
         let report = faults(3, Some(&script), &["linger-on-error"], &[]);
-        assert!(report.elapsed < Duration::from_millis(2500), "{name}: the job took {:?}", report.elapsed);
+        assert!(report.elapsed < Duration::from_secs(10), "{name}: the job took {:?}", report.elapsed);
         // (Rank 1's own message may be cut short: the launcher stops it once the others fail.)
         for r in [0, 2] {
             let err = &report.stderr[r];
@@ -102,7 +102,7 @@ fn a_backend_list_on_one_rank_fails_every_rank_at_once() {
     for value in ["nonesuch", "gba"] {
         let script = format!("[ \"$BARRIER_RANK\" = 1 ] && export BARRIER_BACKEND={value}; exec \"$@\"");
         let report = faults(3, Some(&script), &["linger-on-error"], &[]);
-        assert!(report.elapsed < Duration::from_millis(2500), "{value}: the job took {:?}", report.elapsed);
+        assert!(report.elapsed < Duration::from_secs(10), "{value}: the job took {:?}", report.elapsed);
         for r in [0, 2] {
             let err = &report.stderr[r];
             assert!(
@@ -112,7 +112,7 @@ fn a_backend_list_on_one_rank_fails_every_rank_at_once() {
         }
     }
     // The same unknown name on every rank: refused on every rank, with the names it knows.
-    let report = faults(3, None, &["linger-on-error"], &[("BARRIER_BACKEND", "nonesuch")]);
+    let report = faults(3, None, &["stall", "0", "0"], &[("BARRIER_BACKEND", "nonesuch")]);
     assert!(!report.success());
     assert!(report.stderr.iter().any(|e| e.contains("nonesuch") && e.contains("dissemination")), "{:?}", report.stderr);
 }
@@ -379,7 +379,7 @@ fn a_job_that_does_not_fit_the_machine_is_refused_before_anything_starts() {
     let (limit, _) = barrier_cli::proc::max_ranks();
     let start = Instant::now();
     let err = launch(&JobSpec::new(limit + 1, "true")).unwrap_err().to_string();
-    assert!(start.elapsed() < Duration::from_secs(2));
+    assert!(start.elapsed() < Duration::from_secs(10));
     assert!(err.contains("more ranks than this machine can hold") && err.contains("at most"), "{err}");
 }
 

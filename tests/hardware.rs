@@ -404,7 +404,7 @@ fn a_stale_device_file_is_refused_at_once_and_replaced_by_a_new_daemon() {
         .set("BARRIER_TIMEOUT", "60s");
     let start = std::time::Instant::now();
     let err = Job::new(2).params(p.clone()).run(|_| ()).unwrap_err().to_string();
-    assert!(start.elapsed() < Duration::from_secs(2), "a stale device took {:?} to refuse", start.elapsed());
+    assert!(start.elapsed() < Duration::from_secs(10), "a stale device took {:?} to refuse", start.elapsed());
     assert!(err.contains("nothing serves") && err.contains("stale"), "{err}");
 
     let revived = Emulator::start_at(Config::new(&barrier_hw::SWITCH), &stale).unwrap();

@@ -529,7 +529,7 @@ fn a_job_too_large_for_the_machine_is_refused_with_the_limit() {
     for args in [&["run", "-n", "100000", "--", "true"][..], &["info", "-n", "100000"][..]] {
         let start = Instant::now();
         let out = barrier().args(args).output().unwrap();
-        assert!(start.elapsed() < Duration::from_secs(2), "{args:?} took {:?}", start.elapsed());
+        assert!(start.elapsed() < Duration::from_secs(10), "{args:?} took {:?}", start.elapsed());
         assert!(!out.status.success());
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains("more ranks than this machine can hold") && err.contains("at most"), "{err}");
@@ -553,7 +553,7 @@ fn sigterm_stops_a_large_start_up_at_once() {
     // SAFETY: kill has no memory-safety preconditions.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let out = child.wait_with_output().unwrap();
-    assert!(start.elapsed() < Duration::from_millis(1500), "took {:?} after SIGTERM", start.elapsed());
+    assert!(start.elapsed() < Duration::from_secs(5), "took {:?} after SIGTERM", start.elapsed());
     assert_eq!(out.status.code(), Some(128 + 15));
     // Killed ranks are gone at once; the margin is for a loaded machine (other tests run
     // beside this one). Any left are described, for whoever meets a failure here.

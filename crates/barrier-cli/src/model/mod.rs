@@ -37,6 +37,6 @@ mod report;
 mod tests;
 
 pub use calibrate::{calibrate, calibrate_from_bench};
-pub use check::{check, Check, CHECK_ATTEMPTS, CHECK_TOLERANCE};
+pub use check::{check, Check, Verdict, CHECK_ATTEMPTS, CHECK_TOLERANCE, STABLE_SPREAD};
 pub use predict::*;
 pub use report::{json, report, sweep, sweep_nodes};

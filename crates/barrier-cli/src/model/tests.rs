@@ -102,3 +102,32 @@ fn calibration_round_trips_through_its_file() {
     assert!(Machine::load(&path).unwrap_err().contains("not a positive number"));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Issue 40 item 9: a case that stayed off is judged only when its launches agree; launches far
+/// apart (a machine whose speed moved) are printed and not judged.
+#[test]
+fn a_check_is_judged_only_on_launches_that_agree() {
+    let case = |launches: &[f64]| {
+        let best = launches.iter().copied().fold(f64::MAX, |b, m| {
+            if (m / 200.0 - 1.0).abs() < (b / 200.0 - 1.0).abs() {
+                m
+            } else {
+                b
+            }
+        });
+        Check {
+            backend: "dissemination",
+            shape: Shape { nodes: 2, ppn: 1 },
+            wire_ns: 200e3,
+            predicted_ns: 200.0,
+            measured_ns: best,
+            attempts: launches.len(),
+            launches: launches.to_vec(),
+        }
+    };
+    assert_eq!(case(&[240.0]).verdict(), Verdict::Within);
+    assert_eq!(case(&[367.0, 240.0]).verdict(), Verdict::Within, "the best launch is judged");
+    assert_eq!(case(&[367.0, 360.0, 371.0, 365.0, 362.0]).verdict(), Verdict::Off, "a stable figure off by 80%");
+    assert_eq!(case(&[140.0, 139.0, 141.0]).verdict(), Verdict::Off, "too fast counts as well");
+    assert_eq!(case(&[367.0, 290.0, 420.0, 300.0, 510.0]).verdict(), Verdict::Unstable);
+}
