@@ -40,8 +40,9 @@
 //! * `shmem_barrier_all` = `shmem_quiet` + a barrier of every PE; `shmem_sync_all` = the barrier
 //!   alone (it orders this PE's local stores, as the specification asks, but completes no puts).
 //! * The active-set `shmem_barrier(start, stride, size, pSync)` and `shmem_sync(…)` are served
-//!   when the set is the whole job (`0, 0, npes`), without touching `pSync`; any other set
-//!   passes through to the implementation.
+//!   when the set is the whole job (`0, 0, npes`) or its PEs share this PE's node (a table in
+//!   the node's shared memory, `sets`), without touching `pSync`; any other set passes through
+//!   to the implementation.
 //! * Ordering: a PE's writes before its arrival are visible to every PE after it leaves: the
 //!   node's barrier stores its flags with release and loads them with acquire (so on a weaker
 //!   memory model, A64FX's included, the same holds), and between nodes each root's remote set

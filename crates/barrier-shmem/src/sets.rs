@@ -151,9 +151,15 @@ impl Sets {
                 break;
             }
             let missing = missing();
-            if let Some(&gone) =
-                missing.iter().find(|&&pe| self.departed(pe).is_some_and(|w| w.load(Ordering::Acquire) != 0))
-            {
+            let gone =
+                missing.iter().find(|&&pe| self.departed(pe).is_some_and(|w| w.load(Ordering::Acquire) != 0)).copied();
+            // A member that arrived (and was last: it released the barrier), left and finalized
+            // after `missing` read its arrival word: its departure flag, acquired above, follows
+            // its release store, so the release is visible now and the barrier is done.
+            if gone.is_some() && release.load(Ordering::Acquire) >= epoch {
+                break;
+            }
+            if let Some(gone) = gone {
                 return Err(Failure(format!(
                     "PE {gone} called shmem_finalize before it arrived at {}, so it can never complete (PE {me} waits \
                      in it); every member of an active set must make the same barrier calls before shmem_finalize",
