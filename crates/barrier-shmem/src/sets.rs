@@ -232,6 +232,25 @@ mod tests {
         assert_eq!(members(0, 2, 2, 5), Some(vec![0, 4]));
     }
 
+    proptest::proptest! {
+        /// Issue 40 item 10: the active-set arguments a program passes, fuzzed: a set is refused,
+        /// or it is `size` distinct PEs of the job in increasing order, never more than the job.
+        #[test]
+        fn any_active_set_arguments_are_refused_or_a_set_of_the_job(
+            start in proptest::prop_oneof![proptest::prelude::any::<i32>(), -2i32..100],
+            stride in -2i32..40,
+            size in proptest::prop_oneof![proptest::prelude::any::<i32>(), -2i32..70],
+            npes in proptest::prop_oneof![1usize..(1 << 20), 1usize..200],
+        ) {
+            if let Some(m) = members(start, stride, size, npes) {
+                proptest::prop_assert_eq!(m.len(), size as usize);
+                proptest::prop_assert!(m.windows(2).all(|w| w[0] < w[1]));
+                proptest::prop_assert!(m.iter().all(|&pe| pe < npes));
+                proptest::prop_assert_eq!(m[0], start as usize);
+            }
+        }
+    }
+
     #[test]
     fn keys_differ_and_are_never_empty() {
         let keys = [key(0, 0, 4), key(0, 1, 4), key(1, 0, 4), key(0, 0, 3)];

@@ -82,6 +82,10 @@ pub fn yield_now() {
 /// or `None` where the kernel cannot tell. Only ever a hint: the thread may be moved right
 /// after.
 pub fn current_cpu() -> Option<u32> {
+    // Miri runs no sched_getcpu: the kernel "cannot tell", a path every caller has.
+    if cfg!(miri) {
+        return None;
+    }
     // SAFETY: sched_getcpu takes no arguments and touches no caller memory.
     let cpu = unsafe { libc::sched_getcpu() };
     u32::try_from(cpu).ok()
@@ -486,8 +490,27 @@ impl Mapping {
     }
 
     /// Maps `len` bytes of zeroed anonymous memory shared with children and threads.
+    #[cfg(not(miri))]
     pub fn anonymous(len: usize) -> io::Result<Self> {
         Self::map(None, len)
+    }
+
+    /// Under Miri (which runs no `mmap`), zeroed page-aligned heap memory stands in for an
+    /// anonymous mapping: shared by threads, which is all a Miri test has, so the algorithms
+    /// over a segment run under Miri's checks of their atomics and pointers.
+    #[cfg(miri)]
+    pub fn anonymous(len: usize) -> io::Result<Self> {
+        let layout = Self::heap_layout(len)?;
+        // SAFETY: the layout has a nonzero size (checked in heap_layout).
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        let ptr = NonNull::new(ptr).ok_or_else(|| io::Error::from(io::ErrorKind::OutOfMemory))?;
+        Ok(Self { ptr, len })
+    }
+
+    #[cfg(miri)]
+    fn heap_layout(len: usize) -> io::Result<std::alloc::Layout> {
+        std::alloc::Layout::from_size_align(len.max(1), 4096)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))
     }
 
     fn map(fd: Option<RawFd>, len: usize) -> io::Result<Self> {
@@ -523,6 +546,13 @@ impl Mapping {
 
 impl Drop for Mapping {
     fn drop(&mut self) {
+        #[cfg(miri)]
+        if let Ok(layout) = Self::heap_layout(self.len) {
+            // SAFETY: under Miri every mapping of `len` bytes is this heap allocation (map_fd
+            // fails there: Miri has no mmap), made with this layout.
+            unsafe { std::alloc::dealloc(self.ptr.as_ptr(), layout) };
+            return;
+        }
         // SAFETY: `ptr`/`len` describe a mapping this value created and nothing else unmaps.
         unsafe {
             libc::munmap(self.ptr.as_ptr().cast(), self.len);
