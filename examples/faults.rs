@@ -4,6 +4,7 @@
 //! ```text
 //! barrier run -n 3 -- target/release/examples/faults exit-early 2     rank 2 exits (status 0) early
 //! barrier run -n 3 -- target/release/examples/faults stall 2 1500     rank 2 is 1.5 s late
+//! barrier run -n 3 -- target/release/examples/faults crash 1         rank 1 dies of abort(3)
 //! barrier run -n 3 -- target/release/examples/faults linger-on-error  a rank whose own setting is
 //!                                                                    bad prints it and stays 20 s
 //! barrier run -n 2 -- target/release/examples/faults spawn-child      rank 0 starts a copy of itself
@@ -113,6 +114,17 @@ fn main() -> ExitCode {
             }
             say(format!("rank {me}: {} leaves", world.algorithm()));
             Ok(())
+        }
+        "crash" => {
+            // A rank that dies of abort(3) (SIGABRT) after the first barrier: the others fail
+            // when they see it gone, and the launcher must blame the crashed rank, not them.
+            let who = arg(&args, 1, "a rank") as usize;
+            world.barrier().and_then(|()| {
+                if me == who {
+                    std::process::abort();
+                }
+                world.barrier()
+            })
         }
         "abort" => {
             // MPI_Abort from one rank: the job ends with its code.

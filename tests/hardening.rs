@@ -557,3 +557,20 @@ mod random_programs {
         }
     }
 }
+
+/// Issue 40 item 8: the rank that crashed is blamed, not the ranks that failed after seeing it
+/// gone, whether it died of a signal or a shell wrapper reported the death as a status.
+#[test]
+fn a_crashed_rank_is_blamed_not_the_ranks_that_saw_it() {
+    for wrapper in [None, Some("\"$@\"; exit $?")] {
+        for _ in 0..3 {
+            let report = faults(3, wrapper, &["crash", "1"], &[]);
+            let f = report.failure.as_ref().expect("the job failed");
+            assert_eq!(f.rank, 1, "{wrapper:?}: blamed {f:?}; {:?}", report.stderr);
+            match wrapper {
+                None => assert_eq!(f.end, barrier_cli::launch::RankEnd::Signaled(libc::SIGABRT)),
+                Some(_) => assert_eq!(f.end, barrier_cli::launch::RankEnd::Exited(128 + libc::SIGABRT)),
+            }
+        }
+    }
+}

@@ -251,7 +251,7 @@ impl BarrierComm {
         if params.flag_or(barrier::params::MPI_PROGRESS, true).unwrap_or(true) {
             seg.set_progress(barrier::wait::Progress::new(raw::progress, raw::to_word(self.comm)));
         }
-        // Stall reports name MPI ranks, as errors do (see `in_mpi_ranks`).
+        // Stall reports and errors of the node's waits name MPI ranks (and count user barriers).
         seg.set_rank_names(barrier::shm::RankNames {
             world: self.node_ranks.iter().map(|n| n.0).collect(),
             comm: self.node_ranks.iter().map(|n| n.1).collect(),
@@ -341,8 +341,8 @@ impl BarrierComm {
             self.path = Path::Hierarchical { halves: Box::new(halves), _node: node, internode, seg };
         } else {
             self.detail = format!(
-                "one node of {} ranks: {} ({}) over shared memory, {waits}{DECLINED_LIST}{}",
-                self.local_size,
+                "one node of {}: {} ({}) over shared memory, {waits}{DECLINED_LIST}{}",
+                barrier::sys::count(self.local_size, "rank"),
                 node_backend,
                 node.world().algorithm(),
                 declined(node.world().selection())
@@ -377,7 +377,7 @@ impl BarrierComm {
         self.on_home_thread()?;
         self.mpi_still_up()?;
         match &self.path {
-            Path::Node(node) => node.world().barrier().map_err(|e| self.in_mpi_ranks(e)),
+            Path::Node(node) => node.world().barrier(),
             Path::Hierarchical { halves, internode, seg, .. } => {
                 // Split-phase barriers started before this one complete first.
                 self.finish_flights()?;
@@ -386,7 +386,7 @@ impl BarrierComm {
                 // breaks the communicator (see `broken_by`): a retry must never start half a
                 // barrier out of step with the node.
                 let world = halves;
-                world.barrier().map_err(|e| self.broken_by(self.in_mpi_ranks(e)))?;
+                world.barrier().map_err(|e| self.broken_by(e))?;
                 if let Some(inter) = internode {
                     let epoch = self.epoch.get() + 1;
                     self.epoch.set(epoch);
@@ -395,7 +395,7 @@ impl BarrierComm {
                         return Err(self.broken_by(e));
                     }
                 }
-                world.barrier().map_err(|e| self.broken_by(self.in_mpi_ranks(e)))
+                world.barrier().map_err(|e| self.broken_by(e))
             }
             Path::Mpi => raw::barrier(self.comm),
         }
@@ -442,31 +442,6 @@ impl BarrierComm {
                     .into(),
             )),
             _ => Ok(()),
-        }
-    }
-
-    /// An error of the node's barrier with its ranks renamed: the node's segment numbers the
-    /// node's ranks from 0, the user knows them by their `MPI_COMM_WORLD` ranks.
-    #[cold]
-    pub(crate) fn in_mpi_ranks(&self, e: Error) -> Error {
-        let world = |r: usize| self.node_ranks.get(r).map_or(r, |n| n.0);
-        let comm = |r: usize| self.node_ranks.get(r).map_or(r, |n| n.1);
-        match e {
-            Error::Timeout { epoch, during, waited, missing, .. } => Error::Timeout {
-                rank: self.rank,
-                world_rank: world(self.local_rank),
-                size: self.size,
-                epoch,
-                during: if self.nodes > 1 { format!("{during} (within this node)") } else { during },
-                waited,
-                missing: missing.iter().map(|&r| comm(r)).collect(),
-                missing_world: missing.into_iter().map(world).collect(),
-            },
-            Error::RankLeft { rank, world_rank, during, how } => {
-                Error::RankLeft { rank, world_rank: world(world_rank), during, how }
-            }
-            Error::Aborted { failed_rank } => Error::Aborted { failed_rank: world(failed_rank) },
-            other => other,
         }
     }
 

@@ -197,11 +197,12 @@ impl Internode {
                 }
                 if polls.is_multiple_of(CHECK_EVERY) {
                     let t0 = *start.get_or_insert_with(Instant::now);
-                    let waited = t0.elapsed();
-                    if let Some(limit) = self.waits.timeout.filter(|&l| waited >= l) {
-                        return Err(self.timed_out(epoch, round, waited.max(limit)));
-                    }
+                    // The timeout counts from the start of this barrier's internode phase, not
+                    // per round (a barrier could wait several timeouts: issue 40 item 8).
                     let in_barrier = flight.barrier_start.get_or_insert(t0).elapsed();
+                    if let Some(limit) = self.waits.timeout.filter(|&l| in_barrier >= l) {
+                        return Err(self.timed_out(epoch, round, in_barrier.max(limit)));
+                    }
                     if self.waits.stall.is_some_and(|s| in_barrier >= s) && !flight.reported {
                         flight.reported = true;
                         self.report_stall(epoch, round, in_barrier);

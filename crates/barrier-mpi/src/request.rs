@@ -42,7 +42,7 @@ impl BarrierComm {
         self.on_home_thread()?;
         self.mpi_still_up()?;
         let stage = match &self.path {
-            Path::Node(node) => Stage::Node(node.world().ibarrier().map_err(|e| self.in_mpi_ranks(e))?),
+            Path::Node(node) => Stage::Node(node.world().ibarrier()?),
             Path::Mpi => Stage::Mpi(raw::ibarrier(self.comm)?),
             Path::Hierarchical { halves, internode, .. } => {
                 self.usable()?;
@@ -52,13 +52,13 @@ impl BarrierComm {
                 let leg = if internode.is_some() {
                     // The root: it joins this gather once the flights before it are done.
                     match first {
-                        true => Leg::Gather(world.ibarrier().map_err(|e| self.in_mpi_ranks(e))?.detach()),
+                        true => Leg::Gather(world.ibarrier()?.detach()),
                         false => Leg::Queued,
                     }
                 } else {
                     // Every other rank: both of the flight's node barriers, in order, now.
-                    world.ibarrier().map_err(|e| self.in_mpi_ranks(e))?.detach();
-                    Leg::Release(world.ibarrier().map_err(|e| self.in_mpi_ranks(e))?.detach())
+                    world.ibarrier()?.detach();
+                    Leg::Release(world.ibarrier()?.detach())
                 };
                 flights.queue.borrow_mut().push_back(leg);
                 flights.started.set(flights.started.get() + 1);
@@ -108,7 +108,7 @@ impl BarrierComm {
             match leg {
                 Leg::Queued => *leg = Leg::Gather(world.ibarrier()?.detach()),
                 Leg::Gather(epoch) => {
-                    if !node_done(*epoch).map_err(|e| self.in_mpi_ranks(e))? {
+                    if !node_done(*epoch)? {
                         return Ok(false);
                     }
                     let epoch = self.epoch.get() + 1;
@@ -130,7 +130,7 @@ impl BarrierComm {
                     }
                 }
                 Leg::Release(epoch) => {
-                    if !node_done(*epoch).map_err(|e| self.in_mpi_ranks(e))? {
+                    if !node_done(*epoch)? {
                         return Ok(false);
                     }
                     queue.pop_front();
@@ -196,9 +196,9 @@ impl Request<'_> {
             Stage::Done => return Ok(true),
             Stage::Node(request) if blocking => {
                 let Stage::Node(request) = std::mem::replace(&mut self.stage, Stage::Done) else { unreachable!() };
-                return request.wait().map(|()| true).map_err(|e| comm.in_mpi_ranks(e));
+                return request.wait().map(|()| true);
             }
-            Stage::Node(request) => request.test().map_err(|e| comm.in_mpi_ranks(e)),
+            Stage::Node(request) => request.test(),
             Stage::Mpi(request) if blocking => raw::wait(request).map(|()| true),
             Stage::Mpi(request) => raw::test(request),
             Stage::Flight(flight) => {

@@ -4,9 +4,10 @@
 
 use std::time::Duration;
 
+use barrier::params::ParamKind;
 pub(crate) use barrier::params::MPI_FAULT as FAULT;
 use barrier::params::MPI_NODE_BLOCK;
-use barrier::{Error, Params, Result};
+use barrier::{Error, ParamInfo, Params, Result};
 
 use crate::raw::{self, Comm};
 
@@ -48,7 +49,11 @@ pub(crate) fn agree_settings(comm: Comm, params: &Params, world_rank: usize) -> 
     let local_bad = known.iter().enumerate().find_map(|(i, info)| {
         // BARRIER_BACKEND may also name `mpi` here: checked on its own below.
         let checked = match info.name.as_str() {
-            "BARRIER_BACKEND" => check_backend_list(params),
+            // Its shape here; its names are agreed below (a backend registered on some ranks
+            // only is named as such, not "unknown" on those ranks).
+            "BARRIER_BACKEND" => {
+                params.check(&ParamInfo::new("BARRIER_BACKEND", "", "").kind(ParamKind::AnyBackendList))
+            }
             FAULT => parse_fault(params).map(|_| ()),
             _ => core.check(info),
         };
@@ -68,6 +73,8 @@ pub(crate) fn agree_settings(comm: Comm, params: &Params, world_rank: usize) -> 
         u64::from(may_fall_back),
         timeout.map_or(0, |t| t.as_micros().clamp(1, u64::MAX as u128) as u64),
         world_rank as u64,
+        unknown_names(&list),
+        list_hash(&list),
     ];
     let all = raw::allgather(comm, &words)?;
     if let Some((_, e)) = local_bad {
@@ -79,6 +86,7 @@ pub(crate) fn agree_settings(comm: Comm, params: &Params, world_rank: usize) -> 
             name: known.get(w[0] as usize - 1).map_or_else(String::new, |p| p.name.clone()),
         });
     }
+    agree_backend_names(&list, &all)?;
     let r0 = &all[0];
     Ok(Agreed {
         node_block: r0[1] as usize,
@@ -104,12 +112,75 @@ fn backend_list(params: &Params) -> Vec<String> {
         .unwrap_or_default()
 }
 
-fn check_backend_list(params: &Params) -> Result<()> {
-    let known: Vec<&str> = barrier::backends().iter().map(|b| b.name()).chain(std::iter::once(MPI_BACKEND)).collect();
-    for name in backend_list(params) {
-        if !known.contains(&name.as_str()) {
-            return Err(Error::UnknownBackend { name, known: known.join(", ") });
+/// The backend names this rank knows: its registry's and `mpi`.
+fn known_backends() -> Vec<&'static str> {
+    barrier::backends().iter().map(|b| b.name()).chain(std::iter::once(MPI_BACKEND)).collect()
+}
+
+/// Bit `i` set: the list's name `i` is not a backend this rank knows.
+fn unknown_names(list: &[String]) -> u64 {
+    let known = known_backends();
+    list.iter().take(64).enumerate().filter(|(_, n)| !known.contains(&n.as_str())).fold(0, |m, (i, _)| m | 1 << i)
+}
+
+/// The list as the ranks compare it (FNV-1a; 0 for no list).
+fn list_hash(list: &[String]) -> u64 {
+    if list.is_empty() {
+        return 0;
+    }
+    list.join(",").bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)) | 1
+}
+
+/// `BARRIER_BACKEND` agreed across the ranks (words 6 and 7 of the settings exchange): the same
+/// list everywhere, and every name in it known on every rank. A name no rank knows is unknown;
+/// one some ranks lack names them, as the core's selector does.
+fn agree_backend_names(list: &[String], all: &[Vec<u64>]) -> Result<()> {
+    let differ: Vec<usize> = all.iter().filter(|w| w[7] != all[0][7]).map(|w| w[5] as usize).collect();
+    if !differ.is_empty() {
+        return Err(Error::MismatchedParam {
+            name: "BARRIER_BACKEND".into(),
+            differ,
+            reference: all[0][5] as usize,
+            value: list.join(","),
+        });
+    }
+    for (i, name) in list.iter().enumerate().take(64) {
+        let lacking: Vec<usize> = all.iter().filter(|w| w[6] >> i & 1 == 1).map(|w| w[5] as usize).collect();
+        if lacking.len() == all.len() {
+            return Err(Error::UnknownBackend { name: name.clone(), known: known_backends().join(", ") });
+        }
+        if !lacking.is_empty() {
+            return Err(Error::ForcedBackendUnavailable {
+                requested: list.join(","),
+                reasons: format!("{name}: not registered on world rank(s) {lacking:?} (every rank must register it)"),
+            });
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A settings exchange's rows: world rank, unknown-name mask and list hash per rank.
+    fn rows(list: &[String], masks: &[u64]) -> Vec<Vec<u64>> {
+        masks.iter().enumerate().map(|(r, &m)| vec![0, 0, 0, 0, 0, r as u64, m, list_hash(list)]).collect()
+    }
+
+    /// Issue 40 item 8: a backend registered on some ranks only is named as such (as the core's
+    /// selector names it), not "unknown" on those ranks; one no rank knows is unknown.
+    #[test]
+    fn backend_names_are_agreed_not_judged_alone() {
+        let list = vec!["usercentral".to_string(), "dissemination".to_string()];
+        assert!(agree_backend_names(&list, &rows(&list, &[0, 0, 0])).is_ok());
+        let some = agree_backend_names(&list, &rows(&list, &[0, 0, 1])).unwrap_err().to_string();
+        assert!(some.contains("usercentral: not registered on world rank(s) [2]"), "{some}");
+        let none = agree_backend_names(&list, &rows(&list, &[1, 1, 1])).unwrap_err().to_string();
+        assert!(none.contains("unknown backend \"usercentral\""), "{none}");
+        let mut differ = rows(&list, &[0, 0, 0]);
+        differ[1][7] = 99;
+        let mismatch = agree_backend_names(&list, &differ).unwrap_err().to_string();
+        assert!(mismatch.contains("BARRIER_BACKEND is not the same on every rank: world ranks [1]"), "{mismatch}");
+    }
 }

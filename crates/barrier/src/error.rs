@@ -34,8 +34,8 @@ pub enum Error {
     },
     /// Another rank of the job failed, and the job is being torn down.
     #[error(
-        "the job was aborted because rank {failed_rank} failed; this rank stops waiting \
-         (see the launcher's message for why rank {failed_rank} ended)"
+        "the job was aborted because world rank {failed_rank} failed; this rank stops waiting (world rank \
+         {failed_rank}'s own error, or its launcher's message, says why it ended)"
     )]
     Aborted {
         /// World rank that failed.

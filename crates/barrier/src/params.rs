@@ -41,6 +41,28 @@ pub enum ParamKind {
     Choice(&'static [&'static str]),
     /// A comma-separated list of these backend names (the registry's, registered ones included).
     BackendList(Vec<&'static str>),
+    /// A comma-separated list of backend names, of any names (a program may register its own
+    /// on some ranks: the communicator agrees on names), checked for its shape only.
+    AnyBackendList,
+}
+
+/// The most backend names `BARRIER_BACKEND` may list (the selector agrees on an order of at
+/// most this many).
+pub const MAX_LISTED_BACKENDS: usize = 15;
+
+/// The names of a `BARRIER_BACKEND` value, or why it is not a list of names: one that names no
+/// backend (only commas) or more than [`MAX_LISTED_BACKENDS`].
+pub fn backend_list_names(text: &str) -> std::result::Result<Vec<&str>, String> {
+    let names: Vec<&str> = text.split(',').map(str::trim).filter(|n| !n.is_empty()).collect();
+    if names.is_empty() && !text.trim().is_empty() {
+        return Err("a list of backend names, but this names none (only commas); leave it unset to let the \
+                    selector choose"
+            .into());
+    }
+    if names.len() > MAX_LISTED_BACKENDS {
+        return Err(format!("at most {MAX_LISTED_BACKENDS} backend names, but this lists {}; name fewer", names.len()));
+    }
+    Ok(names)
 }
 
 impl ParamKind {
@@ -58,6 +80,7 @@ impl ParamKind {
             }
             ParamKind::Choice(words) => format!("one of {}", words.join(", ")),
             ParamKind::BackendList(known) => format!("comma-separated backend names from {}", known.join(", ")),
+            ParamKind::AnyBackendList => format!("comma-separated backend names (at most {MAX_LISTED_BACKENDS})"),
         }
     }
 }
@@ -202,11 +225,24 @@ impl Params {
             ParamKind::DurationAtMost(max) => self.duration(&info.name).is_ok_and(|d| d.is_none_or(|d| d <= *max)),
             ParamKind::Choice(words) => words.iter().any(|w| w.eq_ignore_ascii_case(text)),
             ParamKind::BackendList(known) => {
-                for name in text.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+                let names = backend_list_names(text).map_err(|expected| Error::InvalidParam {
+                    name: info.name.clone(),
+                    value: value.clone(),
+                    expected,
+                })?;
+                for name in names {
                     if !known.iter().any(|k| k.eq_ignore_ascii_case(name)) {
                         return Err(Error::UnknownBackend { name: name.into(), known: known.join(", ") });
                     }
                 }
+                true
+            }
+            ParamKind::AnyBackendList => {
+                backend_list_names(text).map_err(|expected| Error::InvalidParam {
+                    name: info.name.clone(),
+                    value: value.clone(),
+                    expected,
+                })?;
                 true
             }
         };

@@ -139,7 +139,7 @@ pub fn check_all_but_backend_names(params: &Params) -> std::result::Result<(), B
     let mut infos = all_params();
     for info in &mut infos {
         if matches!(info.kind, ParamKind::BackendList(_)) {
-            info.kind = ParamKind::Text;
+            info.kind = ParamKind::AnyBackendList;
         }
     }
     params.check_each(&infos)
@@ -421,5 +421,24 @@ mod tests {
             .set("BARRIER_TREE_ARITY", "64")
             .set("BARRIER_SW_TAIL_SPIN", "20us");
         assert!(check_all(&good).is_ok());
+    }
+
+    /// Issue 40 item 8: a list of only commas is not a forced choice of nothing, and a list
+    /// longer than the selector can agree on is refused rather than cut short silently, with
+    /// names checked or not.
+    #[test]
+    fn a_backend_list_names_one_to_fifteen_backends() {
+        let sixteen = vec!["dissemination"; 16].join(",");
+        for value in [",,,", " , ", sixteen.as_str()] {
+            let p = Params::defaults_only().set("BARRIER_BACKEND", value);
+            for (i, err) in [*check_all(&p).unwrap_err(), *check_all_but_backend_names(&p).unwrap_err()] {
+                assert_eq!(all_params()[i].name, "BARRIER_BACKEND");
+                let msg = err.to_string();
+                assert!(msg.contains("names none") || msg.contains("at most 15 backend names"), "{value}: {msg}");
+            }
+        }
+        let fifteen = vec!["dissemination"; 15].join(",");
+        assert!(check_all(&Params::defaults_only().set("BARRIER_BACKEND", fifteen)).is_ok());
+        assert!(check_all_but_backend_names(&Params::defaults_only().set("BARRIER_BACKEND", "mine,yours")).is_ok());
     }
 }

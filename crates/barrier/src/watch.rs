@@ -300,14 +300,46 @@ impl<'a, F: Fn() -> PeerWatch<'a>> Watch for LazyWatch<'a, F> {
 }
 
 impl PeerWatch<'_> {
+    /// Member `r` as the user knows it: its world rank (`world`) or its rank in the user's
+    /// communicator, through the segment's [`crate::shm::RankNames`] where it has them.
+    fn user_rank(&self, r: usize, world: bool) -> usize {
+        let seg_rank = self.members[r];
+        match self.seg().rank_names() {
+            Some(names) => {
+                let table = if world { &names.world } else { &names.comm };
+                table.get(seg_rank).copied().unwrap_or(seg_rank)
+            }
+            None if world => seg_rank,
+            None => r,
+        }
+    }
+
+    /// The call this wait is part of, in the user's count: across nodes a node's barrier `e` is
+    /// the user's barrier ⌈e/2⌉ (its gather or its release).
+    fn user_describe(&self) -> String {
+        match (self.need, self.seg().rank_names()) {
+            (Need::Barrier(e), Some(names)) if names.hierarchical => {
+                let phase = if e % 2 == 1 { "gather" } else { "release" };
+                format!("barrier {} (within this node, its {phase} phase)", e.div_ceil(2))
+            }
+            (need, _) => need.describe(),
+        }
+    }
+
     /// The error a rank returns when this wait ended with `w`.
     pub fn error(&self, w: WaitError) -> Error {
         match w {
-            WaitError::Aborted(r) => Error::Aborted { failed_rank: r },
+            WaitError::Aborted(r) => Error::Aborted {
+                failed_rank: self.seg().rank_names().and_then(|n| n.world.get(r).copied()).unwrap_or(r),
+            },
             WaitError::JobGone => Error::JobGone,
             WaitError::Recheck => Error::Broken("a wait asked for a recheck without an interval".into()),
             WaitError::PeerLeft(r) => {
-                let how = match (self.region.departed(r), self.seg().exited(self.members[r])) {
+                // Across nodes a node counts two barriers per user barrier (gather, release).
+                let halves = self.seg().rank_names().is_some_and(|n| n.hierarchical);
+                let user = |completed: u64| if halves { completed / 2 } else { completed };
+                let departed = self.region.departed(r).map(|(completed, failed)| (user(completed), failed));
+                let how = match (departed, self.seg().exited(self.members[r])) {
                     (Some((completed, false)), _) => {
                         format!("left the communicator (dropped it) after barrier {completed}")
                     }
@@ -321,19 +353,26 @@ impl PeerWatch<'_> {
                     (None, Some(how)) => format!("{how} without leaving the communicator"),
                     (None, None) => "left the communicator".into(),
                 };
-                Error::RankLeft { rank: r, world_rank: self.members[r], during: self.need.describe(), how }
+                // In the ranks the user knows (a node's segment of barrier-mpi or barrier-shmem
+                // numbers its ranks from 0).
+                Error::RankLeft {
+                    rank: self.user_rank(r, false),
+                    world_rank: self.user_rank(r, true),
+                    during: self.user_describe(),
+                    how,
+                }
             }
             WaitError::Timeout(waited) => {
                 let missing = self.missing();
                 Error::Timeout {
-                    rank: self.rank,
-                    world_rank: self.members[self.rank],
-                    size: self.members.len(),
+                    rank: self.user_rank(self.rank, false),
+                    world_rank: self.user_rank(self.rank, true),
+                    size: self.seg().rank_names().map_or(self.members.len(), |n| n.comm_size),
                     epoch: self.need.epoch(),
-                    during: self.need.describe(),
+                    during: self.user_describe(),
                     waited,
-                    missing_world: missing.iter().map(|&r| self.members[r]).collect(),
-                    missing,
+                    missing_world: missing.iter().map(|&r| self.user_rank(r, true)).collect(),
+                    missing: missing.iter().map(|&r| self.user_rank(r, false)).collect(),
                 }
             }
         }

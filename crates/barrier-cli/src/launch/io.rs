@@ -62,11 +62,16 @@ impl StdinPlan {
 /// writes without newlines cannot make the launcher hold its output in memory.
 pub const TAG_LINE_BOUND: usize = 64 * 1024;
 
-/// Copies a rank's output to the launcher's, each whole line prefixed with `[rank] ` and written
-/// in one call (so lines of different ranks never mix); see [`TAG_LINE_BOUND`].
+/// Jobs of at most this many ranks have their standard error forwarded a whole line at a time
+/// (a thread per rank); larger jobs' ranks write to the launcher's directly.
+pub const WHOLE_LINES_UP_TO: usize = 256;
+
+/// Copies a rank's output to the launcher's, each whole line (prefixed with `[rank] ` when
+/// `tag` is given) written in one call, so lines of different ranks never mix; see
+/// [`TAG_LINE_BOUND`].
 pub(super) fn tag_lines(
     pipe: impl Read + Send + 'static,
-    rank: usize,
+    tag: Option<usize>,
     stderr: bool,
 ) -> std::thread::JoinHandle<String> {
     std::thread::spawn(move || {
@@ -81,7 +86,7 @@ pub(super) fn tag_lines(
                     if line.last() != Some(&b'\n') {
                         line.push(b'\n');
                     }
-                    let mut tagged = format!("[{rank}] ").into_bytes();
+                    let mut tagged = tag.map(|rank| format!("[{rank}] ").into_bytes()).unwrap_or_default();
                     tagged.extend_from_slice(&line);
                     let _ = if stderr {
                         std::io::stderr().lock().write_all(&tagged)

@@ -30,7 +30,7 @@ mod report;
 mod run;
 mod spec;
 
-pub use io::TAG_LINE_BOUND;
+pub use io::{TAG_LINE_BOUND, WHOLE_LINES_UP_TO};
 pub use report::{signal_name, JobReport, LaunchError, RankEnd, RankFailure};
 pub use run::launch;
 pub use spec::{artifact_dirs, inline_emulator_library, trusted, JobSpec, BALANCE_EVERY, GRACE};

@@ -72,8 +72,12 @@ impl JobReport {
     pub fn describe(&self, ranks: usize) -> Option<String> {
         if let Some(f) = &self.failure {
             return Some(format!(
-                "barrier run: rank {} (pid {}) {} after {:.2?}; the job of {ranks} ranks was stopped",
-                f.rank, f.pid, f.end, f.after
+                "barrier run: rank {} (pid {}) {} after {:.2?}; the job of {} was stopped",
+                f.rank,
+                f.pid,
+                f.end,
+                f.after,
+                barrier::sys::count(ranks, "rank")
             ));
         }
         self.interrupted

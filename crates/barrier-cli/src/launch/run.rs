@@ -101,7 +101,12 @@ pub fn launch(spec: &JobSpec) -> Result<JobReport, LaunchError> {
         if spec.capture_stdout || spec.tag_output {
             cmd.stdout(Stdio::piped());
         }
-        if spec.capture_stderr || spec.tag_output {
+        // Standard error goes through the launcher a whole line at a time (untagged unless
+        // --tag-output) in jobs small enough for a thread per rank: a rank's line written in
+        // several calls (Rust's `main` returning an error, eprintln! with arguments) no longer
+        // mixes with another rank's mid-line (issue 40 item 8).
+        let whole_stderr_lines = spec.ranks <= super::io::WHOLE_LINES_UP_TO;
+        if spec.capture_stderr || spec.tag_output || whole_stderr_lines {
             cmd.stderr(Stdio::piped());
         }
         let core = cores.get(rank).copied().filter(|_| pin);
@@ -155,14 +160,14 @@ pub fn launch(spec: &JobSpec) -> Result<JobReport, LaunchError> {
                     if spec.capture_stdout {
                         readers.push(read_all(out));
                     } else {
-                        taggers.push(tag_lines(out, rank, false));
+                        taggers.push(tag_lines(out, Some(rank), false));
                     }
                 }
                 if let Some(err) = child.stderr.take() {
                     if spec.capture_stderr {
                         err_readers.push(read_all(err));
                     } else {
-                        taggers.push(tag_lines(err, rank, true));
+                        taggers.push(tag_lines(err, spec.tag_output.then_some(rank), true));
                     }
                 }
                 let pid = child.id();
@@ -259,7 +264,22 @@ pub fn launch(spec: &JobSpec) -> Result<JobReport, LaunchError> {
         } else {
             Duration::from_millis(50)
         };
-        for (rank, status) in wait_for_ends(&mut ranks, poll) {
+        let mut ended = wait_for_ends(&mut ranks, poll);
+        let ended_after = start.elapsed();
+        let failed = |status: libc::c_int| !(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
+        if failure.is_none() && interrupted.is_none() && ended.iter().any(|&(_, status)| failed(status)) {
+            // Ranks often fail because another one did (they saw it die and report it): take the
+            // ranks that end at about the same time too, and blame one killed by a signal (a
+            // crash, abort(3)) before one that exited with a status (issue 40 item 8: rank 0,
+            // exiting with 3 after seeing rank 1 abort, was blamed). A shell wrapper reports its
+            // program's death by a signal as a status above 128.
+            ended.extend(wait_for_ends(&mut ranks, Duration::from_millis(20)));
+            let crashed = |status: libc::c_int| {
+                libc::WIFSIGNALED(status) || (libc::WIFEXITED(status) && libc::WEXITSTATUS(status) > 128)
+            };
+            ended.sort_by_key(|&(_, status)| !crashed(status));
+        }
+        for (rank, status) in ended {
             live -= 1;
             let end = if libc::WIFEXITED(status) {
                 RankEnd::Exited(libc::WEXITSTATUS(status))
@@ -283,7 +303,7 @@ pub fn launch(spec: &JobSpec) -> Result<JobReport, LaunchError> {
                     },
                     _ => (rank, end),
                 };
-                failure = Some(RankFailure { rank, pid: ranks[rank].pid, end, after: start.elapsed() });
+                failure = Some(RankFailure { rank, pid: ranks[rank].pid, end, after: ended_after });
                 seg.set_abort(rank);
                 signal_all(&ranks, libc::SIGTERM);
                 stopping_since.get_or_insert_with(Instant::now);

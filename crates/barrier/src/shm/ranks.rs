@@ -24,7 +24,10 @@ impl Segment {
     pub fn join(&self, rank: usize) -> Result<()> {
         let me = std::process::id() as u64;
         let word = self.rank_word(rank, JOINED).ok_or_else(|| {
-            Error::Bootstrap(format!("rank {rank} is outside this job of {} ranks", self.shape().world_size))
+            Error::Bootstrap(format!(
+                "rank {rank} is outside this job of {}",
+                crate::sys::count(self.shape().world_size, "rank")
+            ))
         })?;
         match word.compare_exchange(0, me, Ordering::AcqRel, Ordering::Acquire) {
             Ok(_) => Ok(()),

@@ -194,9 +194,9 @@ impl Segment {
             .filter(|&sum| sum <= isize::MAX as usize)
             .ok_or_else(|| {
                 Error::InvalidArgument(format!(
-                    "a job segment for {} ranks with a pool of {pool} bytes is larger than this machine can map; \
+                    "a job segment for {} with a pool of {pool} bytes is larger than this machine can map; \
                      lower BARRIER_SHM_POOL_BYTES",
-                    shape.world_size
+                    crate::sys::count(shape.world_size, "rank")
                 ))
             })
     }
@@ -334,7 +334,7 @@ impl Segment {
             cores: word(&h.cores),
         };
         if !(1..=MAX_RANKS).contains(&shape.world_size) {
-            return Err(format!("a job of {} ranks (1 to {MAX_RANKS})", shape.world_size));
+            return Err(format!("a job of {} (1 to {MAX_RANKS})", crate::sys::count(shape.world_size, "rank")));
         }
         if !(1..=shape.world_size).contains(&shape.nodes) || shape.ranks_on_machine == 0 || shape.cores == 0 {
             return Err(format!("an impossible shape {shape:?}"));
