@@ -59,14 +59,16 @@ mod real;
 mod serve;
 mod sets;
 mod setup;
+mod waits;
 
 use std::ffi::{c_int, c_long};
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use real::{Forward, Real};
-use serve::{Failure, Serving, SetServing};
+use serve::{Serving, SetServing};
 use setup::{Outcome, Symmetric};
+use waits::Failure;
 
 /// Where the library is: calls pass through until set-up finishes, and again from finalize.
 static PHASE: AtomicU8 = AtomicU8::new(PASS);

@@ -14,67 +14,19 @@ use std::cell::Cell;
 use std::ffi::c_ulong;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use barrier::shm::Segment;
 use barrier::Universe;
 
 use crate::progress::call_progress;
 use crate::real::Real;
+use crate::waits::{pe_list, report_stall, Failure, Result, Waits};
 
 /// One flag per cache line in the internode inbox.
 pub(crate) const LINE: usize = 128;
 /// Polls between looks at the clock, the timeout and the departures.
 const CHECK_EVERY: u32 = 1024;
-
-/// How every wait of the job behaves: agreed at set-up (PE 0's values), so one PE's own
-/// `BARRIER_TIMEOUT` cannot end the job alone.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Waits {
-    /// Yield between looks (more PEs than cores on this machine).
-    pub yields: bool,
-    /// Give up after this long in one barrier (`BARRIER_TIMEOUT`).
-    pub timeout: Option<Duration>,
-    /// Say once per barrier who is awaited after this long (`BARRIER_STALL_REPORT`).
-    pub stall: Option<Duration>,
-}
-
-/// Why a served barrier cannot complete: a sentence in PEs, for the line that ends the job.
-#[derive(Debug)]
-pub(crate) struct Failure(pub String);
-
-impl From<barrier::Error> for Failure {
-    fn from(e: barrier::Error) -> Failure {
-        Failure(e.to_string())
-    }
-}
-
-impl std::fmt::Display for Failure {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-/// What a served barrier returns.
-pub(crate) type Result<T> = std::result::Result<T, Failure>;
-
-/// A list of PEs as a person reads it: `[0, 1, 2]`, or its first few and how many more.
-pub(crate) fn pe_list(pes: &[usize]) -> String {
-    const SHOWN: usize = 16;
-    if pes.len() <= SHOWN {
-        format!("{pes:?}")
-    } else {
-        format!("{:?} and {} more", &pes[..SHOWN], pes.len() - SHOWN)
-    }
-}
-
-/// Says a stall report (the core's wording, in PEs).
-#[cold]
-pub(crate) fn report_stall(what: String) {
-    let msg =
-        format!("{what}; still waiting (this report: BARRIER_STALL_REPORT; to give up instead, set BARRIER_TIMEOUT)");
-    barrier::sys::say(&msg);
-}
 
 /// The node roots' dissemination: ⌈log2 R⌉ rounds for R nodes; in round `r` root `j` adds one
 /// to round-`r` word of root `(j + 2^r) mod R` (`shmem_ulong_atomic_add`, remote; only `j`

@@ -31,7 +31,7 @@ use std::time::Instant;
 use barrier::SharedWindow;
 
 use crate::progress::call_progress;
-use crate::serve::{pe_list, report_stall, Failure, Result, Waits};
+use crate::waits::{pe_list, report_stall, Failure, Result, Waits};
 
 /// Active sets a node can serve.
 pub(crate) const SLOTS: usize = 64;

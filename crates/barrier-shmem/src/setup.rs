@@ -11,7 +11,8 @@ use barrier::shm::{JobShape, RankNames, Segment};
 use barrier::{Error, Params, Universe};
 
 use crate::real::{host_hash, Real};
-use crate::serve::{Rounds, Serving, Waits, LINE};
+use crate::serve::{Rounds, Serving, LINE};
+use crate::waits::Waits;
 
 /// Words per PE in an exchange.
 const WORDS: usize = 10;

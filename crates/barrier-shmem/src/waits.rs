@@ -1,0 +1,54 @@
+//! What every wait of the interposer shares, beneath the job barrier (`serve`) and the active
+//! sets (`sets`): the job's agreed wait settings, the failure a served barrier returns (a
+//! sentence in PEs), and the stall report.
+
+use std::time::Duration;
+
+/// How every wait of the job behaves: agreed at set-up (PE 0's values), so one PE's own
+/// `BARRIER_TIMEOUT` cannot end the job alone.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Waits {
+    /// Yield between looks (more PEs than cores on this machine).
+    pub yields: bool,
+    /// Give up after this long in one barrier (`BARRIER_TIMEOUT`).
+    pub timeout: Option<Duration>,
+    /// Say once per barrier who is awaited after this long (`BARRIER_STALL_REPORT`).
+    pub stall: Option<Duration>,
+}
+
+/// Why a served barrier cannot complete: a sentence in PEs, for the line that ends the job.
+#[derive(Debug)]
+pub(crate) struct Failure(pub String);
+
+impl From<barrier::Error> for Failure {
+    fn from(e: barrier::Error) -> Failure {
+        Failure(e.to_string())
+    }
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// What a served barrier returns.
+pub(crate) type Result<T> = std::result::Result<T, Failure>;
+
+/// A list of PEs as a person reads it: `[0, 1, 2]`, or its first few and how many more.
+pub(crate) fn pe_list(pes: &[usize]) -> String {
+    const SHOWN: usize = 16;
+    if pes.len() <= SHOWN {
+        format!("{pes:?}")
+    } else {
+        format!("{:?} and {} more", &pes[..SHOWN], pes.len() - SHOWN)
+    }
+}
+
+/// Says a stall report (the core's wording, in PEs).
+#[cold]
+pub(crate) fn report_stall(what: String) {
+    let msg =
+        format!("{what}; still waiting (this report: BARRIER_STALL_REPORT; to give up instead, set BARRIER_TIMEOUT)");
+    barrier::sys::say(&msg);
+}
