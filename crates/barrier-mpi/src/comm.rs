@@ -10,7 +10,7 @@ use barrier::{Error, Params, Result, Universe};
 use crate::census;
 use crate::internode::Internode;
 use crate::raw::{self, Comm, OwnedComm};
-use crate::settings::{agree_settings, node_params, Agreed, FAULT, HIERARCHICAL, MPI_BACKEND};
+use crate::settings::{agree_settings, node_params_without, Agreed, FAULT, HIERARCHICAL, MPI_BACKEND};
 
 /// What runs a communicator's barriers.
 pub(crate) enum Path {
@@ -261,7 +261,7 @@ impl BarrierComm {
 
         // Every node waits as long as the internode phase: the timeout is the communicator's
         // agreed one (its rank 0's), not each node root's own.
-        let node_settings = node_params(params).set(
+        let node_settings = node_params_without(params, &agreed.not_everywhere).set(
             "BARRIER_TIMEOUT",
             agreed.timeout.map_or_else(|| "none".to_string(), |t| format!("{}us", t.as_micros())),
         );

@@ -149,13 +149,13 @@ impl Internode {
             }
             if !inbox[flight.round].reached(flight.epoch) {
                 let now = Instant::now();
-                let round_start = *flight.round_start.get_or_insert(now);
+                flight.round_start.get_or_insert(now);
                 let barrier_start = *flight.barrier_start.get_or_insert(now);
-                let waited = now - round_start;
-                if let Some(limit) = self.waits.timeout.filter(|&l| waited >= l) {
-                    return Err(self.timed_out(flight.epoch, flight.round, waited.max(limit)));
-                }
+                // The timeout, like the stall report, counts the whole internode phase.
                 let in_barrier = now - barrier_start;
+                if let Some(limit) = self.waits.timeout.filter(|&l| in_barrier >= l) {
+                    return Err(self.timed_out(flight.epoch, flight.round, in_barrier.max(limit)));
+                }
                 if self.waits.stall.is_some_and(|s| in_barrier >= s) && !flight.reported {
                     flight.reported = true;
                     self.report_stall(flight.epoch, flight.round, in_barrier);
@@ -173,8 +173,8 @@ impl Internode {
     pub(crate) fn finish(&self, flight: &mut Flight) -> Result<()> {
         let epoch = flight.epoch;
         let inbox = self.transport.inbox();
-        // The stall report counts the whole barrier (a root slow in every round is reported
-        // once); the timeout counts each round's wait.
+        // The stall report and the timeout count the whole internode phase (a root slow in
+        // every round is reported once, and a barrier never waits more than one timeout).
         while let Some(out) = self.outbox.get(flight.round) {
             let round = flight.round;
             if !flight.signalled {

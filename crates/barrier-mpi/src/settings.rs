@@ -40,6 +40,10 @@ pub(crate) struct Agreed {
     pub(crate) timeout: Option<Duration>,
     /// BARRIER_MPI_FAULT: a set-up stage that fails on one world rank (tests).
     pub(crate) fault: Option<(String, usize)>,
+    /// Names in BARRIER_BACKEND that some ranks did not register: declined on every rank (the
+    /// node's own communicator must not see them: a node whose ranks all have it would pick a
+    /// backend other nodes lack).
+    pub(crate) not_everywhere: Vec<String>,
 }
 
 /// Checks every setting on every rank and agrees on the verdict and on rank 0's values.
@@ -86,9 +90,10 @@ pub(crate) fn agree_settings(comm: Comm, params: &Params, world_rank: usize) -> 
             name: known.get(w[0] as usize - 1).map_or_else(String::new, |p| p.name.clone()),
         });
     }
-    agree_backend_names(&list, &all)?;
+    let not_everywhere = agree_backend_names(&list, &all)?;
     let r0 = &all[0];
     Ok(Agreed {
+        not_everywhere,
         node_block: r0[1] as usize,
         mpi_only: r0[2] != 0,
         may_fall_back: r0[3] != 0,
@@ -100,8 +105,15 @@ pub(crate) fn agree_settings(comm: Comm, params: &Params, world_rank: usize) -> 
 /// The core parameters for the node's own communicator: `BARRIER_BACKEND` without the names
 /// that only exist at this level (`mpi`, `hierarchical`: the node is one node).
 pub(crate) fn node_params(params: &Params) -> Params {
-    let list: Vec<String> =
-        backend_list(params).into_iter().filter(|b| b != MPI_BACKEND && b != HIERARCHICAL).collect();
+    node_params_without(params, &[])
+}
+
+/// [`node_params`], without the names in `declined` (see [`Agreed::not_everywhere`]).
+pub(crate) fn node_params_without(params: &Params, declined: &[String]) -> Params {
+    let list: Vec<String> = backend_list(params)
+        .into_iter()
+        .filter(|b| b != MPI_BACKEND && b != HIERARCHICAL && !declined.contains(b))
+        .collect();
     params.clone().set("BARRIER_BACKEND", list.join(","))
 }
 
@@ -132,9 +144,10 @@ fn list_hash(list: &[String]) -> u64 {
 }
 
 /// `BARRIER_BACKEND` agreed across the ranks (words 6 and 7 of the settings exchange): the same
-/// list everywhere, and every name in it known on every rank. A name no rank knows is unknown;
-/// one some ranks lack names them, as the core's selector does.
-fn agree_backend_names(list: &[String], all: &[Vec<u64>]) -> Result<()> {
+/// list everywhere. A name no rank knows is unknown (refused); one some ranks lack is declined
+/// on every rank, as the core's selector declines it, and returned; if that leaves no name, the
+/// refusal names the ranks that lack each.
+fn agree_backend_names(list: &[String], all: &[Vec<u64>]) -> Result<Vec<String>> {
     let differ: Vec<usize> = all.iter().filter(|w| w[7] != all[0][7]).map(|w| w[5] as usize).collect();
     if !differ.is_empty() {
         return Err(Error::MismatchedParam {
@@ -144,19 +157,22 @@ fn agree_backend_names(list: &[String], all: &[Vec<u64>]) -> Result<()> {
             value: list.join(","),
         });
     }
+    let mut declined = Vec::new();
+    let mut reasons = Vec::new();
     for (i, name) in list.iter().enumerate().take(64) {
         let lacking: Vec<usize> = all.iter().filter(|w| w[6] >> i & 1 == 1).map(|w| w[5] as usize).collect();
         if lacking.len() == all.len() {
             return Err(Error::UnknownBackend { name: name.clone(), known: known_backends().join(", ") });
         }
         if !lacking.is_empty() {
-            return Err(Error::ForcedBackendUnavailable {
-                requested: list.join(","),
-                reasons: format!("{name}: not registered on world rank(s) {lacking:?} (every rank must register it)"),
-            });
+            reasons.push(format!("{name}: not registered on world rank(s) {lacking:?} (every rank must register it)"));
+            declined.push(name.clone());
         }
     }
-    Ok(())
+    if !list.is_empty() && declined.len() == list.len() {
+        return Err(Error::ForcedBackendUnavailable { requested: list.join(","), reasons: reasons.join("; ") });
+    }
+    Ok(declined)
 }
 
 #[cfg(test)]
@@ -173,8 +189,11 @@ mod tests {
     #[test]
     fn backend_names_are_agreed_not_judged_alone() {
         let list = vec!["usercentral".to_string(), "dissemination".to_string()];
-        assert!(agree_backend_names(&list, &rows(&list, &[0, 0, 0])).is_ok());
-        let some = agree_backend_names(&list, &rows(&list, &[0, 0, 1])).unwrap_err().to_string();
+        assert_eq!(agree_backend_names(&list, &rows(&list, &[0, 0, 0])).unwrap(), Vec::<String>::new());
+        // Declined together, and the next name serves.
+        assert_eq!(agree_backend_names(&list, &rows(&list, &[0, 0, 1])).unwrap(), vec!["usercentral".to_string()]);
+        let alone = vec!["usercentral".to_string()];
+        let some = agree_backend_names(&alone, &rows(&alone, &[0, 0, 1])).unwrap_err().to_string();
         assert!(some.contains("usercentral: not registered on world rank(s) [2]"), "{some}");
         let none = agree_backend_names(&list, &rows(&list, &[1, 1, 1])).unwrap_err().to_string();
         assert!(none.contains("unknown backend \"usercentral\""), "{none}");

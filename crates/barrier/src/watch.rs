@@ -364,12 +364,28 @@ impl PeerWatch<'_> {
             }
             WaitError::Timeout(waited) => {
                 let missing = self.missing();
+                let names = self.seg().rank_names();
+                let halves = names.is_some_and(|n| n.hierarchical);
+                let mut during = self.user_describe();
+                // A node's release waits for its root, which waits in the internode phase: the
+                // root is not the straggler (as the stall report says).
+                if halves
+                    && matches!(self.need, Need::Barrier(e) if e % 2 == 0)
+                    && !missing.is_empty()
+                    && missing.iter().all(|&r| self.members[r] == 0)
+                {
+                    during.push_str(&format!(
+                        ", waiting for this node's root (world rank {}), which waits in the internode phase for \
+                         another node, whose root's error names it",
+                        self.user_rank(missing[0], true)
+                    ));
+                }
                 Error::Timeout {
                     rank: self.user_rank(self.rank, false),
                     world_rank: self.user_rank(self.rank, true),
-                    size: self.seg().rank_names().map_or(self.members.len(), |n| n.comm_size),
-                    epoch: self.need.epoch(),
-                    during: self.user_describe(),
+                    size: names.map_or(self.members.len(), |n| n.comm_size),
+                    epoch: if halves { self.need.epoch().div_ceil(2) } else { self.need.epoch() },
+                    during,
                     waited,
                     missing_world: missing.iter().map(|&r| self.user_rank(r, true)).collect(),
                     missing: missing.iter().map(|&r| self.user_rank(r, false)).collect(),

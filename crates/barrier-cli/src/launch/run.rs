@@ -75,6 +75,7 @@ pub fn launch(spec: &JobSpec) -> Result<JobReport, LaunchError> {
     let mut readers = Vec::new();
     let mut err_readers = Vec::new();
     let mut taggers = Vec::new();
+    let stderr_is_terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let mut progress = StartProgress::new(spec.ranks);
     for rank in 0..spec.ranks {
         progress.show(rank);
@@ -102,10 +103,11 @@ pub fn launch(spec: &JobSpec) -> Result<JobReport, LaunchError> {
             cmd.stdout(Stdio::piped());
         }
         // Standard error goes through the launcher a whole line at a time (untagged unless
-        // --tag-output) in jobs small enough for a thread per rank: a rank's line written in
-        // several calls (Rust's `main` returning an error, eprintln! with arguments) no longer
-        // mixes with another rank's mid-line (issue 40 item 8).
-        let whole_stderr_lines = spec.ranks <= super::io::WHOLE_LINES_UP_TO;
+        // --tag-output) in jobs small enough for a thread per rank, when it is not a terminal
+        // (a log, a pipe: where a rank's line written in several calls, as Rust's `main`
+        // returning an error writes it, mixed with another rank's mid-line: issue 40 item 8).
+        // A terminal keeps the ranks' own: prompts, colours and partial lines show as written.
+        let whole_stderr_lines = (2..=super::io::WHOLE_LINES_UP_TO).contains(&spec.ranks) && !stderr_is_terminal;
         if spec.capture_stderr || spec.tag_output || whole_stderr_lines {
             cmd.stderr(Stdio::piped());
         }
@@ -273,7 +275,14 @@ pub fn launch(spec: &JobSpec) -> Result<JobReport, LaunchError> {
             // crash, abort(3)) before one that exited with a status (issue 40 item 8: rank 0,
             // exiting with 3 after seeing rank 1 abort, was blamed). A shell wrapper reports its
             // program's death by a signal as a status above 128.
-            ended.extend(wait_for_ends(&mut ranks, Duration::from_millis(20)));
+            let until = Instant::now() + Duration::from_millis(20);
+            while live > ended.len() {
+                let left = until.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    break;
+                }
+                ended.extend(wait_for_ends(&mut ranks, left));
+            }
             let crashed = |status: libc::c_int| {
                 libc::WIFSIGNALED(status) || (libc::WIFEXITED(status) && libc::WEXITSTATUS(status) > 128)
             };

@@ -140,7 +140,8 @@ pub struct Segment {
 
 /// How the ranks of a segment are known outside it: under `barrier-mpi` a node's segment numbers
 /// the node's ranks from 0, while the user knows them by their `MPI_COMM_WORLD` ranks and their
-/// ranks in the MPI communicator. Stall reports (printed by the waiting rank itself) use these.
+/// ranks in the MPI communicator. Stall reports and the errors of the segment's waits use these
+/// (and, for a node of a hierarchical barrier, count the user's barriers, not the node's).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RankNames {
     /// The `MPI_COMM_WORLD` rank of each of the segment's ranks.
@@ -380,8 +381,8 @@ impl Segment {
         let _ = self.progress.set(progress);
     }
 
-    /// Names this segment's ranks as the user knows them, for stall reports (set once; a
-    /// second call is ignored). Errors are renamed by whoever returns them.
+    /// Names this segment's ranks as the user knows them, for stall reports and errors (set
+    /// once; a second call is ignored).
     pub fn set_rank_names(&self, names: RankNames) {
         let _ = self.names.set(names);
     }
