@@ -160,6 +160,74 @@ fn late_retry(comm: &BarrierComm, counts: &Counts, world_rank: i32) {
     }
 }
 
+/// `split-bench [CHUNK]`: each split-phase request type completed by `wait()` and by a
+/// `while !request.test()? {}` loop, against the blocking barrier, timed in 21 alternating
+/// chunks of CHUNK barriers (default 500); rank 0 prints each way's median per barrier and the
+/// test loop over `wait()` (issue 41 item 1: when ranks outnumber cores, a test loop that never
+/// gave the core away cost about 1,000 times a wait).
+fn split_bench(comm: &BarrierComm, world: &barrier_mpi::mpi::topology::SimpleCommunicator) {
+    use barrier_mpi::FastBarrier;
+    let chunk: u64 = std::env::args().nth(2).and_then(|a| a.parse().ok()).unwrap_or(500);
+    type Way<'a> = (&'a str, Box<dyn Fn() + 'a>);
+    let ways: Vec<Way<'_>> = vec![
+        ("BarrierComm::barrier", Box::new(|| comm.barrier().expect("barrier"))),
+        ("BarrierComm::ibarrier + wait", Box::new(|| comm.ibarrier().and_then(|r| r.wait()).expect("ibarrier"))),
+        (
+            "BarrierComm::ibarrier + test loop",
+            Box::new(|| {
+                let mut r = comm.ibarrier().expect("ibarrier");
+                while !r.test().expect("test") {}
+            }),
+        ),
+        (
+            "immediate_fast_barrier + wait",
+            Box::new(|| world.immediate_fast_barrier().and_then(|r| r.wait()).expect("immediate_fast_barrier")),
+        ),
+        (
+            "immediate_fast_barrier + test loop",
+            Box::new(|| {
+                let mut r = world.immediate_fast_barrier().expect("immediate_fast_barrier");
+                while !r.test().expect("test") {}
+            }),
+        ),
+    ];
+    let mut times: Vec<Vec<f64>> = vec![Vec::new(); ways.len()];
+    for round in 0..22 {
+        for (i, (_, way)) in ways.iter().enumerate() {
+            comm.barrier().expect("barrier");
+            let start = std::time::Instant::now();
+            for _ in 0..chunk {
+                way();
+            }
+            // Round 0 warms up.
+            if round > 0 {
+                times[i].push(start.elapsed().as_nanos() as f64 / chunk as f64);
+            }
+        }
+    }
+    if comm.rank() == 0 {
+        let median = |v: &mut Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        let medians: Vec<f64> = times.iter_mut().map(median).collect();
+        println!(
+            "split-bench: {} ranks, {} nodes, 21 chunks of {chunk} each, alternating: {}",
+            comm.size(),
+            comm.num_nodes(),
+            comm.describe()
+        );
+        for ((name, _), m) in ways.iter().zip(&medians) {
+            println!("{name:<36} median {m:>10.0} ns");
+        }
+        println!(
+            "ratio test loop / wait: BarrierComm {:.2}, immediate_fast_barrier {:.2}",
+            medians[2] / medians[1],
+            medians[4] / medians[3]
+        );
+    }
+}
+
 fn main() {
     let mode = std::env::args().nth(1).unwrap_or_default();
     let iters: u64 = mode.parse().unwrap_or(1000);
@@ -186,6 +254,11 @@ fn main() {
             Err(e) => println!("mpi_barrier: rank {rank}: a split-phase barrier after MPI_Finalize: {e}"),
             Ok(()) => println!("mpi_barrier: rank {rank}: a split-phase barrier after MPI_Finalize: ok"),
         }
+        drop(comm);
+        return;
+    }
+    if mode == "split-bench" {
+        split_bench(&comm, &world);
         drop(comm);
         return;
     }

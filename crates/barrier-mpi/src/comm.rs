@@ -53,6 +53,10 @@ pub struct BarrierComm {
     pub(crate) epoch: Cell<u64>,
     /// Why this path, and what the others said.
     detail: String,
+    /// A split-phase request's `test()` that finds the barrier incomplete gives the core away
+    /// once (this machine's ranks outnumber its cores: the node's wait policy parks), so that
+    /// the rank it waits for can run.
+    pub(crate) test_yields: bool,
     /// The `MPI_COMM_WORLD` rank and the communicator rank of each rank of this rank's node (by
     /// its rank in the node's segment): errors of the node's barrier name MPI ranks.
     node_ranks: Vec<(usize, usize)>,
@@ -141,6 +145,7 @@ impl BarrierComm {
             local_size: 1,
             epoch: Cell::new(0),
             detail: String::new(),
+            test_yields: false,
             node_ranks: Vec::new(),
             fell_back: None,
             flights: Default::default(),
@@ -274,6 +279,7 @@ impl BarrierComm {
             }
         };
         let node = self.agree(joined, world_rank, "join the node")?;
+        self.test_yields = node.world().wait_policy() == barrier::wait::WaitPolicy::Park;
         // Across nodes the node's part is a gather and a release around the roots' phase.
         let halves = match self.nodes > 1 {
             true => Some(self.agree(node.world().halves(), world_rank, "make the node's gather and release")?),

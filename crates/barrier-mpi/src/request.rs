@@ -177,9 +177,16 @@ pub struct Request<'c> {
 
 impl Request<'_> {
     /// Makes progress without blocking; `Ok(true)` once every rank has arrived (and on every
-    /// call after that).
+    /// call after that). When ranks outnumber cores, a call that finds the barrier incomplete
+    /// yields the core once (never waits): a `while !request.test()? {}` loop then lets the
+    /// rank it waits for run, as `wait()` does.
     pub fn test(&mut self) -> Result<bool> {
-        self.step(false)
+        let done = self.step(false);
+        if matches!(done, Ok(false)) && self.comm.test_yields && !matches!(self.stage, Stage::Node(_)) {
+            // (The node's own request yields in the core.)
+            std::thread::yield_now();
+        }
+        done
     }
 
     /// Blocks until every rank has arrived.

@@ -147,32 +147,40 @@ fn a_polled_request_times_out_naming_the_missing_rank() {
     }
 }
 
+/// `test()` never blocks, under either wait policy (under `park` it yields the core once per
+/// incomplete call, issue 41 item 1: if it waited, rank 0 would never store the flag the others
+/// wait for, and the job would hang).
 #[test]
 fn ibarrier_completes_only_when_everyone_arrived() {
-    let out = job(3)
-        .run(|w| {
-            let win = w.shared_window(1).unwrap();
-            let go = &win.words()[0];
-            if w.rank() == 0 {
-                let mut req = w.ibarrier().unwrap();
-                // Ranks 1 and 2 arrive only after rank 0 stores 1, so it cannot be complete.
-                for _ in 0..100 {
-                    assert!(!req.test().unwrap());
+    for policy in ["spin", "park"] {
+        let p = Params::defaults_only().set("BARRIER_TIMEOUT", "20s").set("BARRIER_WAIT_POLICY", policy);
+        let out = threads::Job::new(3)
+            .params(p)
+            .run(|w| {
+                let win = w.shared_window(1).unwrap();
+                let go = &win.words()[0];
+                if w.rank() == 0 {
+                    let mut req = w.ibarrier().unwrap();
+                    // Ranks 1 and 2 arrive only after rank 0 stores 1, so it cannot be complete.
+                    for _ in 0..100 {
+                        assert!(!req.test().unwrap());
+                    }
+                    go.store(1, std::sync::atomic::Ordering::SeqCst);
+                    req.wait().unwrap();
+                } else {
+                    while go.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+                        std::thread::yield_now();
+                    }
+                    let req = w.ibarrier().unwrap();
+                    req.wait().unwrap();
                 }
-                go.store(1, std::sync::atomic::Ordering::SeqCst);
-                req.wait().unwrap();
-            } else {
-                while go.load(std::sync::atomic::Ordering::SeqCst) == 0 {
-                    std::thread::yield_now();
-                }
-                let req = w.ibarrier().unwrap();
-                req.wait().unwrap();
-            }
-            w.barrier().unwrap();
-            w.epoch()
-        })
-        .unwrap();
-    assert_eq!(out, vec![2, 2, 2]);
+                w.barrier().unwrap();
+                (w.epoch(), w.wait_policy())
+            })
+            .unwrap();
+        let want = if policy == "park" { barrier::wait::WaitPolicy::Park } else { barrier::wait::WaitPolicy::Spin };
+        assert_eq!(out, vec![(2, want); 3], "{policy}");
+    }
 }
 
 #[test]

@@ -130,7 +130,10 @@ impl<'c> Request<'c> {
     /// Makes progress; `Ok(true)` once every rank has arrived. Never blocks. Once the request
     /// has been pending longer than `BARRIER_TIMEOUT`, returns the timeout error naming the
     /// ranks that have not arrived, and once a rank has left without arriving, the error that
-    /// says so (polling for ever would otherwise hang silently).
+    /// says so (polling for ever would otherwise hang silently). Under the `Park` wait policy
+    /// (ranks outnumber cores) a call that finds the barrier incomplete yields the core once
+    /// (`sched_yield`, no wait): a `while !request.test()? {}` loop lets the ranks it waits for
+    /// run, as [`Request::wait`] does.
     pub fn test(&mut self) -> Result<bool> {
         if self.is_done() {
             return Ok(true);
@@ -150,7 +153,12 @@ impl<'c> Request<'c> {
             _ => Ok(()),
         };
         match verdict {
-            Ok(()) => Ok(false),
+            Ok(()) => {
+                if self.comm.wait.policy == crate::wait::WaitPolicy::Park {
+                    crate::sys::yield_now();
+                }
+                Ok(false)
+            }
             Err(w) => Err(self.comm.wait_error(&self.watch, w)),
         }
     }
