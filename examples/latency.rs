@@ -27,7 +27,7 @@ fn main() -> Result<(), barrier::Report> {
     let universe = barrier::init()?;
     let world = universe.world();
     if split {
-        return split_rounds(&world, barriers, rounds);
+        return split_rounds(world, barriers, rounds);
     }
     for _ in 0..(barriers / 10).max(1) {
         world.barrier()?;

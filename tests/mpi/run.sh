@@ -237,6 +237,15 @@ run "fault, forced backend" fail launch BARRIER_MPI_NODE_BLOCK=2 BARRIER_BACKEND
 expect_text "fault, forced backend" "fault injected by BARRIER_MPI_FAULT=open:1"
 expect_text "fault, forced backend" "world rank 1 could not map the node's shared segment"
 
+# A backend named in BARRIER_BACKEND serves each node's part across nodes (issue 41 item 2: it
+# was replaced by the gather/release halves without a word), checked barriers and the split phase.
+for np in 4 5; do
+    run "forced backend across nodes, np=$np" ok launch BARRIER_MPI_NODE_BLOCK=2 BARRIER_BACKEND=dissemination \
+        BARRIER_TIMEOUT=120s -- -np "$np" "$RUST_EXAMPLE" 600
+    expect_text "forced backend across nodes" "intranode dissemination (forced by BARRIER_BACKEND: two node barriers around the roots' phase"
+    expect_text "forced backend across nodes" "checked barriers on hierarchical"
+done
+
 step "a rank that never arrives: a timeout that names it, on one node and across nodes"
 for block in 0 1; do
     start=$(date +%s)

@@ -5,7 +5,17 @@ use std::fmt::Write;
 use barrier::{threads, Params};
 
 /// The report for a job of `ranks` ranks on `nodes` nodes, with these devices emulated (and an
-/// emulated A64FX node of this shape).
+/// emulated A64FX node of this shape): what `barrier info` prints, for a program that wants to
+/// say what it will run on (a backend registered before the call is included).
+///
+/// ```
+/// // Four ranks on one node, no devices: every backend, every parameter, and the choice.
+/// let text = barrier_cli::info::report(4, 1, &[], None).expect("a report");
+/// assert!(text.contains("dissemination"));
+/// // An emulated GBA device is tried too.
+/// let with_gba = barrier_cli::info::report(2, 1, &[&barrier_hw::GBA], None).expect("a report");
+/// assert!(with_gba.contains("gba"));
+/// ```
 pub fn report(
     ranks: usize,
     nodes: usize,

@@ -68,7 +68,7 @@ pub struct Config {
     /// Faults.
     pub faults: Faults,
     /// Run the device's work inline, in the ranks that ring it, instead of on an engine thread
-    /// (see [`inline`]; faults and latency need the thread).
+    /// (see [`crate::inline`]; faults and latency need the thread).
     pub inline: bool,
 }
 

@@ -51,10 +51,12 @@ fn ktree_is_correct_across_simulated_nodes_and_when_parking() {
         .params(forced())
         .run(|world| {
             stress(&world, &opts).unwrap();
-            world.network_ops()
+            (world.network_ops(), world.backend())
         })
         .unwrap();
-    assert!(puts.iter().sum::<u64>() > 0, "no put crossed the simulated network: {puts:?}");
+    // Forced, it serves across nodes itself (issue 41 item 2: never silently replaced).
+    assert!(puts.iter().all(|(_, b)| *b == "ktree"), "{puts:?}");
+    assert!(puts.iter().map(|p| p.0).sum::<u64>() > 0, "no put crossed the simulated network: {puts:?}");
     // Asynchronous puts land only while their sender calls in: the module must keep helping.
     Job::new(6)
         .nodes(3)

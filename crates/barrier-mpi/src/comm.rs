@@ -266,7 +266,9 @@ impl BarrierComm {
 
         // Every node waits as long as the internode phase: the timeout is the communicator's
         // agreed one (its rank 0's), not each node root's own.
-        let node_settings = node_params_without(params, &agreed.not_everywhere).set(
+        let node_settings = node_params_without(params, &agreed.not_everywhere);
+        let forced_node = node_settings.get("BARRIER_BACKEND").is_some();
+        let node_settings = node_settings.set(
             "BARRIER_TIMEOUT",
             agreed.timeout.map_or_else(|| "none".to_string(), |t| format!("{}us", t.as_micros())),
         );
@@ -282,6 +284,14 @@ impl BarrierComm {
         self.test_yields = node.world().wait_policy() == barrier::wait::WaitPolicy::Park;
         // Across nodes the node's part is a gather and a release around the roots' phase.
         let halves = match self.nodes > 1 {
+            // A backend named in BARRIER_BACKEND serves the node's part too (issue 41 item 2:
+            // it was replaced by the gather/release halves without a word): two whole barriers
+            // of the forced backend around the roots' phase (the first tells the root that its
+            // node arrived; the second holds the node until the root is back). Otherwise the
+            // halves: one gather and one release.
+            true if forced_node => {
+                Some(self.agree(node.world().dup(), world_rank, "make the node's forced barrier")?)
+            }
             true => Some(self.agree(node.world().halves(), world_rank, "make the node's gather and release")?),
             false => None,
         };
@@ -337,10 +347,15 @@ impl BarrierComm {
         );
         if let Some(halves) = halves {
             self.detail = format!(
-                "{} nodes: intranode {} ({} over shared memory, {} ranks on this node, {waits}), internode \
+                "{} nodes: intranode {} ({}{} over shared memory, {} ranks on this node, {waits}), internode \
                  dissemination over mpi-p2p among the node roots",
                 self.nodes,
                 node_backend,
+                if forced_node {
+                    "forced by BARRIER_BACKEND: two node barriers around the roots' phase, each "
+                } else {
+                    ""
+                },
                 halves.algorithm(),
                 self.local_size
             );

@@ -48,7 +48,7 @@ use crate::request::Request;
 /// ```
 ///
 /// Every method is collective where MPI's barrier is: every rank of the communicator calls it.
-/// The first call builds and caches the barrier (see the [module docs](self)) with the
+/// The first call builds and caches the barrier (see the [crate docs](crate)) with the
 /// settings of the environment (`BARRIER_*`), or with those a [`FastBarrierSettings`] attached
 /// before it.
 pub trait FastBarrier {
@@ -62,9 +62,15 @@ pub trait FastBarrier {
     /// how many may be outstanding.
     fn immediate_fast_barrier(&self) -> Result<FastBarrierRequest<'_>>;
 
-    /// What runs this communicator's barriers, in one line: the backend inside the node, the
-    /// path between nodes, or why it fell back to `MPI_Barrier` (builds the barrier on first use).
+    /// What runs this communicator's barriers, with every backend that declined and why (builds
+    /// the barrier on first use): the backend inside the node, the path between nodes, or why it
+    /// fell back to `MPI_Barrier`. [`BarrierComm::describe`].
     fn fast_barrier_describe(&self) -> Result<String>;
+
+    /// The same in one short line for a log, without the declined backends
+    /// ([`BarrierComm::summary`]), e.g. `dissemination: one node of 4 ranks: dissemination
+    /// (central + tail spin) over shared memory, waits park (4 ranks of the job on 2 cores here)`.
+    fn fast_barrier_summary(&self) -> Result<String>;
 }
 
 impl<C: mpi::topology::Communicator + ?Sized> FastBarrier for C {
@@ -88,6 +94,12 @@ impl<C: mpi::topology::Communicator + ?Sized> FastBarrier for C {
         let entry = cached(self.as_raw(), None)?;
         let _busy = entry.busy()?;
         Ok(entry.comm.describe())
+    }
+
+    fn fast_barrier_summary(&self) -> Result<String> {
+        let entry = cached(self.as_raw(), None)?;
+        let _busy = entry.busy()?;
+        Ok(entry.comm.summary())
     }
 }
 

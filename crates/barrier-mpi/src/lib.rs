@@ -26,8 +26,8 @@
 //! ```
 //!
 //! The first call on a communicator builds its barrier (steps below) and caches it as an
-//! attribute of the MPI communicator, freed with it ([`FastBarrier`] says more);
-//! [`FastBarrierSettings`] gives settings in code. [`BarrierComm`] is the same barrier as a
+//! attribute of the MPI communicator, freed with it (`FastBarrier` says more);
+//! `FastBarrierSettings` gives settings in code. `BarrierComm` is the same barrier as a
 //! value of its own, with `dup`, `split` and its reports, for programs that want to hold it.
 //!
 //! ## Making a communicator (collective over the MPI communicator's ranks)
@@ -47,12 +47,12 @@
 //!    [`barrier::Universe`]: the core selector picks the node's backend (dissemination on shared
 //!    memory, or a barrier device), with its own agreement inside the node. Agreed across nodes.
 //! 5. **The internode phase.** With more than one node, the roots set up dissemination over the
-//!    [MPI transport](transport) (point-to-point messages on a private communicator, ranked
+//!    MPI transport (module `transport`: point-to-point messages on a private communicator, ranked
 //!    below shared memory). Agreed.
 //!
 //! Any step that fails on any rank makes every rank fall back together to the `mpi` backend
 //! (`PMPI_Barrier` on a private duplicate, `PMPI_Ibarrier` for the split phase), with the
-//! reason in [`BarrierComm::describe`],
+//! reason in `BarrierComm::describe`,
 //! unless `BARRIER_BACKEND` names backends without `mpi`: then it fails on every rank.
 //!
 //! ## A barrier
@@ -95,6 +95,11 @@ mod settings;
 #[doc(hidden)]
 pub mod transport;
 
+/// How a waiting rank waits ([`FastBarrierSettings::wait_policy`]), re-exported so that a
+/// program needs no dependency on the core crate to name one.
+#[cfg(feature = "mpi")]
+#[cfg_attr(docsrs, doc(cfg(feature = "mpi")))]
+pub use barrier::WaitPolicy;
 /// The errors this crate returns (the core library's).
 #[cfg(feature = "mpi")]
 #[cfg_attr(docsrs, doc(cfg(feature = "mpi")))]

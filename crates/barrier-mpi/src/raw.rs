@@ -403,7 +403,7 @@ pub(crate) fn congruent_with_world(comm: Comm) -> Result<bool> {
 }
 
 /// A communicator handle as one word (a pointer in Open MPI, an `int` in MPICH): the context of
-/// [`progress`] ([`from_word`] turns it back), and the interposer's key for a thread's last
+/// `progress` (`from_word` turns it back), and the interposer's key for a thread's last
 /// lookup.
 pub fn to_word(comm: Comm) -> usize {
     let mut word = [0u8; std::mem::size_of::<usize>()];

@@ -6,7 +6,7 @@
 //! which reach the ranks of a node directly):
 //!
 //! * **registration**: the slots a peer can target are this transport's own inbox
-//!   ([`MpiTransport::inbox`], cache-line flags on the heap); a handle names the owner, the
+//!   (`MpiTransport::inbox`, cache-line flags on the heap); a handle names the owner, the
 //!   run's first slot and its length;
 //! * **put**: an `MPI_Isend` of one small message `[PUT, slot, value, …]` to the owner; the
 //!   owner's transport applies it (raising the slot to the value) when the owner calls

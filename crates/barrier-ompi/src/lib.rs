@@ -18,7 +18,7 @@
 //! *previous* barrier functions it replaces, the MCA parameters, the split-phase requests and
 //! the progress callback that completes them. It calls this crate through six functions that
 //! know nothing of Open MPI's structures (`src/coll.rs`); the barriers themselves are
-//! [`barrier_mpi::BarrierComm`]s, the same code as the rsmpi trait and the PMPI interposer.
+//! `barrier_mpi::BarrierComm`s, the same code as the rsmpi trait and the PMPI interposer.
 //!
 //! ## The protocol
 //!

@@ -23,7 +23,7 @@
 //! * **First barrier of a set of PEs** (collective over them): the PEs are MPI_COMM_WORLD
 //!   ranks (OSHMEM's PEs are), so the set gets an MPI communicator (`MPI_Comm_create_group`,
 //!   collective over the set alone; `MPI_COMM_WORLD` itself for every PE) and a
-//!   [`barrier_mpi::BarrierComm`] over it, with every decision agreed: every member serves the
+//!   `barrier_mpi::BarrierComm` over it, with every decision agreed: every member serves the
 //!   set or every member keeps the previous barrier. The outcome is cached by the set's PEs
 //!   (an active set comes back as a new group each call).
 //! * **A barrier**: `shmem_barrier_all` and `shmem_barrier` complete the PE's puts first (OSHMEM

@@ -6,7 +6,7 @@
 //! the communicator.
 //!
 //! * **First barrier on a communicator** (collective, as `MPI_Barrier` is): a
-//!   [`barrier_mpi::BarrierComm`] is made for it, with every decision agreed among its ranks
+//!   `barrier_mpi::BarrierComm` is made for it, with every decision agreed among its ranks
 //!   (bad `BARRIER_*` settings, a node segment that cannot be mapped, an internode set-up that
 //!   fails): either every rank gets our barrier, or every rank declines and calls
 //!   `PMPI_Barrier` from then on. Intercommunicators are declined. The outcome is cached on the

@@ -4,7 +4,7 @@
 //! come from the **same planning functions the backend runs**: the dissemination rounds
 //! ([`barrier::rounds`]), the depth of a node's k-ary gather and fanout tree
 //! ([`barrier::algo::tree::LocalTree::depth`] at `BARRIER_HIER_RADIX`'s default), the tree of device groups past a
-//! device's member limit and whether the device can hold it ([`TreeShape`]), the A64FX node's
+//! device's member limit and whether the device can hold it ([`TreeShape`](barrier::backends::offload::TreeShape)), the A64FX node's
 //! CMGs. A change to a backend's plan changes the model with it.
 //!
 //! Each step costs a constant of one of two kinds:

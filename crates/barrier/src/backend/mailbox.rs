@@ -133,6 +133,11 @@ impl Mailboxes {
     /// [need progress](Self::needs_progress) flushes before it reports `Ready`, so that no peer
     /// waits on a signal this rank left behind; while it waits it asks to be called back every
     /// [`PROGRESS_SLICE`](Self::PROGRESS_SLICE) (`Poll::pending(..).recheck(..)`) to progress them.
+    ///
+    /// It may be called inside `Module::progress` (which never blocks on *peers*): it completes
+    /// this rank's own signals, which needs no other rank to act (at most the transport's
+    /// latency: a put in flight, an eager MPI send), so it cannot wait for a rank that waits for
+    /// this one.
     pub fn flush(&self) -> Result<(), Error> {
         self.fabric.flush()
     }

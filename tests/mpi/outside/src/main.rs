@@ -54,7 +54,12 @@ fn run() -> Result<String, String> {
     let rank = world.rank();
     // Settings in code, on a duplicate, before its first barrier.
     let dup = world.duplicate();
-    FastBarrierSettings::new().timeout(Duration::from_secs(120)).attach(&dup).map_err(|e| e.to_string())?;
+    // (WaitPolicy from barrier_mpi itself: no dependency on the core crate.)
+    FastBarrierSettings::new()
+        .timeout(Duration::from_secs(120))
+        .wait_policy(barrier_mpi::WaitPolicy::Park)
+        .attach(&dup)
+        .map_err(|e| e.to_string())?;
     let half = world.split_by_color(Color::with_value(rank % 2)).ok_or("no split communicator")?;
 
     checked(&world, "world, blocking", 300, || world.fast_barrier())?;
@@ -93,10 +98,14 @@ fn run() -> Result<String, String> {
         return Err("a second attach on a communicator with a barrier was accepted".into());
     }
     let line = world.fast_barrier_describe().map_err(|e| e.to_string())?;
+    let summary = world.fast_barrier_summary().map_err(|e| e.to_string())?;
+    if !line.starts_with(&summary) {
+        return Err(format!("the summary {summary:?} is not the first part of the description {line:?}"));
+    }
     if rank != 0 {
         return Ok(String::new());
     }
-    Ok(format!("outside: {} ranks passed; {}", world.size(), line.split("; declined").next().unwrap_or(&line)))
+    Ok(format!("outside: {} ranks passed; {summary}", world.size()))
 }
 
 fn main() -> ExitCode {
