@@ -246,6 +246,16 @@ for np in 4 5; do
     expect_text "forced backend across nodes" "checked barriers on hierarchical"
 done
 
+step "settings given in code are named as given in errors (FastBarrierSettings::backend, ::timeout)"
+for block in 0 1; do
+    # The job ends without MPI_Finalize after the expected timeout: the launcher says it failed.
+    run "errors in the user's terms, block=$block" fail launch BARRIER_MPI_NODE_BLOCK=$block -- -np 3 \
+        "$OUTSIDE" errors
+    expect_text "errors in the user's terms" "outside errors: named as given: "
+    expect_text "errors in the user's terms" "or raise FastBarrierSettings::timeout"
+    expect_no_text "errors in the user's terms" "outside: FAILED"
+done
+
 step "a rank that never arrives: a timeout that names it, on one node and across nodes"
 for block in 0 1; do
     start=$(date +%s)

@@ -154,7 +154,7 @@ impl BarrierComm {
         };
         let agreed = agree_settings(me.comm, &params, world_rank)?;
         if agreed.mpi_only {
-            me.detail = "BARRIER_BACKEND=mpi".into();
+            me.detail = format!("{} names mpi first", params.source("BARRIER_BACKEND"));
             return Ok(me);
         }
         match me.build(&params, &agreed, world_rank) {
@@ -268,7 +268,7 @@ impl BarrierComm {
         // agreed one (its rank 0's), not each node root's own.
         let node_settings = node_params_without(params, &agreed.not_everywhere);
         let forced_node = node_settings.get("BARRIER_BACKEND").is_some();
-        let node_settings = node_settings.set(
+        let node_settings = node_settings.derive(
             "BARRIER_TIMEOUT",
             agreed.timeout.map_or_else(|| "none".to_string(), |t| format!("{}us", t.as_micros())),
         );
@@ -352,9 +352,12 @@ impl BarrierComm {
                 self.nodes,
                 node_backend,
                 if forced_node {
-                    "forced by BARRIER_BACKEND: two node barriers around the roots' phase, each "
+                    format!(
+                        "forced by {}: two node barriers around the roots' phase, each ",
+                        params.source("BARRIER_BACKEND")
+                    )
                 } else {
-                    ""
+                    String::new()
                 },
                 halves.algorithm(),
                 self.local_size
@@ -429,6 +432,7 @@ impl BarrierComm {
     /// node's others learn it from the abort word a root sets, or from their own failure).
     #[cold]
     pub(crate) fn broken_by(&self, e: Error) -> Error {
+        let e = e.timeout_given_in(self.params.source("BARRIER_TIMEOUT"));
         let mut broken = self.flights.broken.borrow_mut();
         if broken.is_none() {
             *broken = Some(format!("barrier failed on rank {}: {e}", self.rank));

@@ -203,7 +203,7 @@ impl FastBarrierSettings {
     /// `BARRIER_BACKEND`: only these backends (comma-separated, `mpi` for `MPI_Barrier`),
     /// in this order; creating the barrier fails if none can run.
     pub fn backend(self, names: &str) -> Self {
-        self.set("BARRIER_BACKEND", names)
+        self.set_as("BARRIER_BACKEND", names, "FastBarrierSettings::backend")
     }
 
     /// `BARRIER_TIMEOUT`: give up on a barrier after this long, naming the ranks that have not
@@ -211,25 +211,32 @@ impl FastBarrierSettings {
     pub fn timeout(self, limit: Duration) -> Self {
         let micros = limit.as_micros();
         let value = if limit.is_zero() { "0".to_string() } else { format!("{}us", micros.max(1)) };
-        self.set("BARRIER_TIMEOUT", value)
+        self.set_as("BARRIER_TIMEOUT", value, "FastBarrierSettings::timeout")
     }
 
     /// `BARRIER_WAIT_POLICY`: spin or park (by default: park when the job's ranks outnumber
     /// the cores).
     pub fn wait_policy(self, policy: WaitPolicy) -> Self {
-        self.set("BARRIER_WAIT_POLICY", policy.to_string())
+        self.set_as("BARRIER_WAIT_POLICY", policy.to_string(), "FastBarrierSettings::wait_policy")
     }
 
     /// `BARRIER_MPI_NODE_BLOCK`: treat every `ranks` consecutive ranks of a machine as a node
     /// (the path between nodes on one machine).
     pub fn node_block(self, ranks: usize) -> Self {
-        self.set(barrier::params::MPI_NODE_BLOCK, ranks.to_string())
+        self.set_as(barrier::params::MPI_NODE_BLOCK, ranks.to_string(), "FastBarrierSettings::node_block")
     }
 
     /// Any other setting by its name (`BARRIER_*`); checked, with every other, when the barrier
     /// is built.
-    pub fn set(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
-        self.params = self.params.set(name, value);
+    pub fn set(self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        let name = name.into();
+        let given_in = format!("FastBarrierSettings::set(\"{name}\", ..)");
+        self.set_as(name, value, given_in)
+    }
+
+    /// Errors about this setting name it `given_in` (the method the user called).
+    fn set_as(mut self, name: impl Into<String>, value: impl Into<String>, given_in: impl Into<String>) -> Self {
+        self.params = self.params.set_as(name, value, given_in);
         self
     }
 

@@ -65,11 +65,25 @@ pub fn guarded<T>(component: &str, what: &str, f: impl FnOnce() -> T) -> T {
     })
 }
 
-/// The MCA parameters the C glue passes, as `NAME=value` lines, laid over the environment.
-pub fn settings(text: &str) -> Params {
-    text.lines()
-        .filter_map(|l| l.split_once('='))
-        .fold(Params::from_env(), |p, (name, value)| p.set(name.trim(), value.trim()))
+/// The MCA parameters the C glue passes, as `NAME=value` lines, laid over the environment;
+/// errors name each as the MCA parameter the user set (`coll_fastbar_timeout` for
+/// `BARRIER_TIMEOUT` with `framework` `coll`).
+pub fn settings(text: &str, framework: &str) -> Params {
+    text.lines().filter_map(|l| l.split_once('=')).fold(Params::from_env(), |p, (name, value)| {
+        let name = name.trim();
+        let given_in = format!("MCA parameter {}", mca_name(framework, name));
+        p.set_as(name, value.trim(), given_in)
+    })
+}
+
+/// The component's MCA parameter that sets `BARRIER_*` variable `name`.
+fn mca_name(framework: &str, name: &str) -> String {
+    let own = match name {
+        "BARRIER_SWITCH_DEVICE_PATH" | "BARRIER_GBA_DEVICE_PATH" => "device_path".to_string(),
+        "BARRIER_MPI_NODE_BLOCK" => "node_block".to_string(),
+        other => other.trim_start_matches("BARRIER_").to_ascii_lowercase(),
+    };
+    format!("{framework}_fastbar_{own}")
 }
 
 /// Sets, once, an `MPI_COMM_SELF` attribute whose deletion (first thing in `MPI_Finalize`,
@@ -81,4 +95,21 @@ pub fn hook_finalize(key: &OnceLock<Option<c_int>>, at_finalize: DeleteAttr) {
         unsafe { raw::set_attr(raw::comm_self(), k, std::ptr::null_mut()) }.ok()?;
         Some(k)
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mca_settings_are_named_as_mca_parameters() {
+        let p = settings("BARRIER_TIMEOUT=abc\nBARRIER_GBA_DEVICE_PATH=/x\nBARRIER_MPI_NODE_BLOCK=2\n", "coll");
+        assert_eq!(p.source("BARRIER_TIMEOUT"), "MCA parameter coll_fastbar_timeout");
+        assert_eq!(p.source("BARRIER_GBA_DEVICE_PATH"), "MCA parameter coll_fastbar_device_path");
+        assert_eq!(p.source(barrier::params::MPI_NODE_BLOCK), "MCA parameter coll_fastbar_node_block");
+        let err = p.duration("BARRIER_TIMEOUT").unwrap_err().to_string();
+        assert!(err.contains("coll_fastbar_timeout") && !err.contains("BARRIER_TIMEOUT"), "{err}");
+        let shmem = settings("BARRIER_WAIT_POLICY=spin\n", "scoll");
+        assert_eq!(shmem.source("BARRIER_WAIT_POLICY"), "MCA parameter scoll_fastbar_wait_policy");
+    }
 }

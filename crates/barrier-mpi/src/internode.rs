@@ -253,6 +253,8 @@ impl Internode {
             waited,
             missing: vec![self.sender_ranks[round]],
             missing_world: vec![sender],
+            // The communicator names it as its settings gave it (`BarrierComm::fail`).
+            limit: "BARRIER_TIMEOUT".into(),
         }
     }
 }

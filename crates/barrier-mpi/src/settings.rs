@@ -27,6 +27,7 @@ fn parse_fault(params: &Params) -> Result<Option<(String, usize)>> {
     });
     parsed.map(Some).ok_or_else(|| Error::InvalidParam {
         name: FAULT.into(),
+        given_in: params.source(FAULT),
         value: v,
         expected: format!("STAGE:RANK with STAGE one of {}", FAULT_STAGES.join(", ")),
     })
@@ -90,7 +91,7 @@ pub(crate) fn agree_settings(comm: Comm, params: &Params, world_rank: usize) -> 
             name: known.get(w[0] as usize - 1).map_or_else(String::new, |p| p.name.clone()),
         });
     }
-    let not_everywhere = agree_backend_names(&list, &all)?;
+    let not_everywhere = agree_backend_names(&list, &all, &params.source("BARRIER_BACKEND"))?;
     let r0 = &all[0];
     Ok(Agreed {
         not_everywhere,
@@ -114,7 +115,7 @@ pub(crate) fn node_params_without(params: &Params, declined: &[String]) -> Param
         .into_iter()
         .filter(|b| b != MPI_BACKEND && b != HIERARCHICAL && !declined.contains(b))
         .collect();
-    params.clone().set("BARRIER_BACKEND", list.join(","))
+    params.clone().derive("BARRIER_BACKEND", list.join(","))
 }
 
 fn backend_list(params: &Params) -> Vec<String> {
@@ -147,7 +148,7 @@ fn list_hash(list: &[String]) -> u64 {
 /// list everywhere. A name no rank knows is unknown (refused); one some ranks lack is declined
 /// on every rank, as the core's selector declines it, and returned; if that leaves no name, the
 /// refusal names the ranks that lack each.
-fn agree_backend_names(list: &[String], all: &[Vec<u64>]) -> Result<Vec<String>> {
+fn agree_backend_names(list: &[String], all: &[Vec<u64>], given_in: &str) -> Result<Vec<String>> {
     let differ: Vec<usize> = all.iter().filter(|w| w[7] != all[0][7]).map(|w| w[5] as usize).collect();
     if !differ.is_empty() {
         return Err(Error::MismatchedParam {
@@ -162,7 +163,11 @@ fn agree_backend_names(list: &[String], all: &[Vec<u64>]) -> Result<Vec<String>>
     for (i, name) in list.iter().enumerate().take(64) {
         let lacking: Vec<usize> = all.iter().filter(|w| w[6] >> i & 1 == 1).map(|w| w[5] as usize).collect();
         if lacking.len() == all.len() {
-            return Err(Error::UnknownBackend { name: name.clone(), known: known_backends().join(", ") });
+            return Err(Error::UnknownBackend {
+                name: name.clone(),
+                given_in: given_in.into(),
+                known: known_backends().join(", "),
+            });
         }
         if !lacking.is_empty() {
             reasons.push(format!("{name}: not registered on world rank(s) {lacking:?} (every rank must register it)"));
@@ -170,7 +175,11 @@ fn agree_backend_names(list: &[String], all: &[Vec<u64>]) -> Result<Vec<String>>
         }
     }
     if !list.is_empty() && declined.len() == list.len() {
-        return Err(Error::ForcedBackendUnavailable { requested: list.join(","), reasons: reasons.join("; ") });
+        return Err(Error::ForcedBackendUnavailable {
+            requested: list.join(","),
+            given_in: given_in.into(),
+            reasons: reasons.join("; "),
+        });
     }
     Ok(declined)
 }
@@ -189,17 +198,26 @@ mod tests {
     #[test]
     fn backend_names_are_agreed_not_judged_alone() {
         let list = vec!["usercentral".to_string(), "dissemination".to_string()];
-        assert_eq!(agree_backend_names(&list, &rows(&list, &[0, 0, 0])).unwrap(), Vec::<String>::new());
+        assert_eq!(
+            agree_backend_names(&list, &rows(&list, &[0, 0, 0]), "BARRIER_BACKEND").unwrap(),
+            Vec::<String>::new()
+        );
         // Declined together, and the next name serves.
-        assert_eq!(agree_backend_names(&list, &rows(&list, &[0, 0, 1])).unwrap(), vec!["usercentral".to_string()]);
+        assert_eq!(
+            agree_backend_names(&list, &rows(&list, &[0, 0, 1]), "BARRIER_BACKEND").unwrap(),
+            vec!["usercentral".to_string()]
+        );
         let alone = vec!["usercentral".to_string()];
-        let some = agree_backend_names(&alone, &rows(&alone, &[0, 0, 1])).unwrap_err().to_string();
+        let some = agree_backend_names(&alone, &rows(&alone, &[0, 0, 1]), "BARRIER_BACKEND").unwrap_err().to_string();
         assert!(some.contains("usercentral: not registered on world rank(s) [2]"), "{some}");
-        let none = agree_backend_names(&list, &rows(&list, &[1, 1, 1])).unwrap_err().to_string();
+        let none = agree_backend_names(&list, &rows(&list, &[1, 1, 1]), "BARRIER_BACKEND").unwrap_err().to_string();
         assert!(none.contains("unknown backend \"usercentral\""), "{none}");
+        let named = agree_backend_names(&alone, &rows(&alone, &[1, 1, 1]), "FastBarrierSettings::backend");
+        let named = named.unwrap_err().to_string();
+        assert!(named.contains("\"usercentral\" in FastBarrierSettings::backend"), "{named}");
         let mut differ = rows(&list, &[0, 0, 0]);
         differ[1][7] = 99;
-        let mismatch = agree_backend_names(&list, &differ).unwrap_err().to_string();
+        let mismatch = agree_backend_names(&list, &differ, "BARRIER_BACKEND").unwrap_err().to_string();
         assert!(mismatch.contains("BARRIER_BACKEND is not the same on every rank: world ranks [1]"), "{mismatch}");
     }
 }

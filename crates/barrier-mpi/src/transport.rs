@@ -200,7 +200,7 @@ impl MpiTransport {
             }
             if self.timeout.is_some_and(|t| start.elapsed() > t) {
                 return Err(Error::Transport(format!(
-                    "an atomic on a slot of world rank {} got no answer within BARRIER_TIMEOUT ({:?}): that \
+                    "an atomic on a slot of world rank {} got no answer within the barrier's timeout ({:?}): that \
                      node root is not making MPI progress",
                     to.peer.world_rank,
                     start.elapsed()

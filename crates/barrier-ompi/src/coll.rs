@@ -100,10 +100,11 @@ pub unsafe extern "C" fn fastbar_rs_create(comm: MPI_Comm, settings: *const c_ch
     guarded("the first MPI_Barrier of a communicator", || {
         // SAFETY: the caller's contract.
         let settings = unsafe { CStr::from_ptr(settings) }.to_string_lossy().into_owned();
-        let mut params = glue::settings(&settings);
+        let mut params = glue::settings(&settings, "coll");
         if opted_out(comm) {
             // Agreed like any setting: rank 0's value decides for every rank.
-            params = params.set("BARRIER_BACKEND", barrier_mpi::MPI_BACKEND);
+            let given_in = format!("the communicator's info key {OPT_OUT_KEY}");
+            params = params.set_as("BARRIER_BACKEND", barrier_mpi::MPI_BACKEND, given_in);
         }
         let verbose = params.flag("BARRIER_VERBOSE").unwrap_or(false);
         let rank = raw::rank(comm).unwrap_or(0);

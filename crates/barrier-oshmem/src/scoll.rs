@@ -147,7 +147,7 @@ pub unsafe extern "C" fn fastbar_scoll_rs_find(
         }
         // SAFETY: the caller's contract.
         let settings = unsafe { CStr::from_ptr(settings) }.to_string_lossy().into_owned();
-        let params = glue::settings(&settings);
+        let params = glue::settings(&settings, "scoll");
         let verbose = params.flag("BARRIER_VERBOSE").unwrap_or(false);
         glue::hook_finalize(&FINALIZE_HOOK, at_finalize);
         let what = if key.len() == raw::size(raw::comm_world()).unwrap_or(0) {

@@ -195,7 +195,8 @@ pub(crate) fn run(real: &Real, params: &Params) -> (Outcome, Symmetric) {
     // a job across nodes: issue 40 item 7), on its node's universe too.
     let (timeout, stall) = (duration(verdicts[0][7]), duration(verdicts[0][8]));
     let agreed = |d: Option<std::time::Duration>| d.map_or_else(|| "0".to_string(), |d| format!("{}ns", d.as_nanos()));
-    let params = &params.clone().set("BARRIER_TIMEOUT", agreed(timeout)).set("BARRIER_STALL_REPORT", agreed(stall));
+    let params =
+        &params.clone().derive("BARRIER_TIMEOUT", agreed(timeout)).derive("BARRIER_STALL_REPORT", agreed(stall));
     let mut topo = nodes(&hashes, block);
     topo.on_machine = hashes.iter().filter(|&&h| h == hashes[me]).count();
     let my_node = topo.node_of[me];

@@ -11,7 +11,7 @@ pub enum Error {
         "{during} timed out after {waited:?} on world rank {world_rank} (rank {rank} of a communicator of \
          {size}): {} of {size} ranks have not arrived: world ranks {missing_world:?} (communicator ranks \
          {missing:?}); check that every rank makes the same barrier and collective calls, or raise \
-         BARRIER_TIMEOUT",
+         {limit}",
         missing.len()
     )]
     Timeout {
@@ -31,6 +31,9 @@ pub enum Error {
         missing: Vec<usize>,
         /// The same ranks as world ranks.
         missing_world: Vec<usize>,
+        /// How the time limit was given, in the user's terms (`BARRIER_TIMEOUT`, or the method
+        /// or option that set it: [`crate::Params::source`]).
+        limit: String,
     },
     /// Another rank of the job failed, and the job is being torn down.
     #[error(
@@ -89,18 +92,24 @@ pub enum Error {
     #[error("communicator is unusable after an earlier failure: {0}; create a new communicator")]
     Broken(String),
     /// A backend named in `BARRIER_BACKEND` does not exist.
-    #[error("unknown backend {name:?} in BARRIER_BACKEND; known backends: {known}")]
+    #[error("unknown backend {name:?} in {given_in}; known backends: {known}")]
     UnknownBackend {
         /// The name given.
         name: String,
+        /// Where the list was given: `BARRIER_BACKEND`, or the method or option that set it
+        /// ([`crate::Params::source`]).
+        given_in: String,
         /// Comma-separated list of known names.
         known: String,
     },
     /// Backends named explicitly could not run; explicit choices fail loudly.
-    #[error("no backend from BARRIER_BACKEND={requested} can run on this communicator: {reasons}")]
+    #[error("no backend of {requested:?} (given in {given_in}) can run on this communicator: {reasons}")]
     ForcedBackendUnavailable {
         /// The value of BARRIER_BACKEND.
         requested: String,
+        /// Where it was given: `BARRIER_BACKEND`, or the method or option that set it
+        /// ([`crate::Params::source`]).
+        given_in: String,
         /// Why each one declined.
         reasons: String,
     },
@@ -108,10 +117,13 @@ pub enum Error {
     #[error("no barrier backend can run on this communicator: {0}; enable the dissemination backend")]
     NoBackend(String),
     /// A parameter has a value that cannot be parsed or is out of range.
-    #[error("invalid value {value:?} for {name}: {expected}")]
+    #[error("invalid value {value:?} for {given_in}: {expected}")]
     InvalidParam {
         /// Parameter name, e.g. `BARRIER_TIMEOUT`.
         name: String,
+        /// Where the value was given: the variable (`name`), or the method or option that set
+        /// it ([`crate::Params::source`]).
+        given_in: String,
         /// The value given.
         value: String,
         /// What would be accepted.
@@ -168,6 +180,28 @@ pub enum Error {
 }
 
 impl Error {
+    /// The same error; a [`Error::Timeout`] names its limit as `given_in` (how the settings
+    /// gave `BARRIER_TIMEOUT`: [`crate::Params::source`]), for a layer that built it from the
+    /// variable's name.
+    pub fn timeout_given_in(self, given_in: String) -> Self {
+        match self {
+            Error::Timeout { rank, world_rank, size, epoch, during, waited, missing, missing_world, .. } => {
+                Error::Timeout {
+                    rank,
+                    world_rank,
+                    size,
+                    epoch,
+                    during,
+                    waited,
+                    missing,
+                    missing_world,
+                    limit: given_in,
+                }
+            }
+            other => other,
+        }
+    }
+
     pub(crate) fn io(what: impl Into<String>, source: std::io::Error) -> Self {
         Error::Io { what: what.into(), source }
     }

@@ -112,9 +112,14 @@ impl ParamInfo {
 }
 
 /// Parameter values: code overrides, then (optionally) the environment.
+///
+/// Each value remembers how it was given ([`Params::source`]), so that an error names the
+/// setting the way the user gave it: the variable, a builder's method, an MCA parameter.
 #[derive(Clone, Debug)]
 pub struct Params {
     overrides: BTreeMap<String, String>,
+    /// How an override was given, where not by [`Params::set`] (see [`Params::set_as`]).
+    sources: BTreeMap<String, String>,
     use_env: bool,
 }
 
@@ -127,18 +132,50 @@ impl Default for Params {
 impl Params {
     /// Values from the environment (and any later overrides).
     pub fn from_env() -> Self {
-        Params { overrides: BTreeMap::new(), use_env: true }
+        Params { overrides: BTreeMap::new(), sources: BTreeMap::new(), use_env: true }
     }
 
     /// Defaults only: the environment is ignored (tests that must not see the caller's env).
     pub fn defaults_only() -> Self {
-        Params { overrides: BTreeMap::new(), use_env: false }
+        Params { overrides: BTreeMap::new(), sources: BTreeMap::new(), use_env: false }
     }
 
-    /// Sets `name` to `value`, overriding the environment.
+    /// Sets `name` to `value`, overriding the environment. Errors name it as given in code
+    /// (`Params::set("BARRIER_TIMEOUT", ..)`); see [`Params::set_as`] for an API of one's own.
     pub fn set(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
-        self.overrides.insert(name.into(), value.into());
+        let name = name.into();
+        self.sources.remove(&name);
+        self.overrides.insert(name, value.into());
         self
+    }
+
+    /// [`Params::set`], with the words an error uses for where the value came from: the
+    /// method or option the user called (`"FastBarrierSettings::timeout"`, `"MCA parameter
+    /// coll_fastbar_timeout"`).
+    pub fn set_as(mut self, name: impl Into<String>, value: impl Into<String>, source: impl Into<String>) -> Self {
+        let name = name.into();
+        self.sources.insert(name.clone(), source.into());
+        self.overrides.insert(name, value.into());
+        self
+    }
+
+    /// Sets `name` to a value derived from the one it has (a list with names removed, a value
+    /// agreed with other ranks), keeping its [`Params::source`]: the user gave it, not this code.
+    pub fn derive(self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        let name = name.into();
+        let source = self.source(&name);
+        self.set_as(name, value, source)
+    }
+
+    /// Where `name`'s value comes from, in the words an error should use: the variable's name
+    /// when it comes from the environment or is unset (the variable is how to change it), else
+    /// how it was set in code.
+    pub fn source(&self, name: &str) -> String {
+        match (self.sources.get(name), self.overrides.contains_key(name)) {
+            (Some(source), _) => source.clone(),
+            (None, true) => format!("Params::set(\"{name}\", ..)"),
+            (None, false) => name.to_string(),
+        }
     }
 
     /// The raw value, if set anywhere. Empty strings count as unset.
@@ -157,6 +194,7 @@ impl Params {
             None => Ok(default),
             Some(v) if v.trim().eq_ignore_ascii_case("auto") => Ok(default),
             Some(v) => v.trim().parse().map_err(|_| Error::InvalidParam {
+                given_in: self.source(name),
                 name: name.into(),
                 value: v,
                 expected: expected.into(),
@@ -189,6 +227,7 @@ impl Params {
                 "1" | "true" | "yes" | "on" => Ok(true),
                 "0" | "false" | "no" | "off" => Ok(false),
                 _ => Err(Error::InvalidParam {
+                    given_in: self.source(name),
                     name: name.into(),
                     value: v,
                     expected: "1 or 0 (true/false, yes/no, on/off)".into(),
@@ -202,6 +241,7 @@ impl Params {
         match self.get(name) {
             None => Ok(None),
             Some(v) => parse_duration(&v).ok_or_else(|| Error::InvalidParam {
+                given_in: self.source(name),
                 name: name.into(),
                 value: v.clone(),
                 expected: "a duration like 30s, 500ms, 100us, 2m or 2.5 (seconds), at most a year (31536000s); 0 or none to disable".into(),
@@ -212,8 +252,12 @@ impl Params {
     /// Checks the value of `info` (if set) against its kind.
     pub fn check(&self, info: &ParamInfo) -> Result<()> {
         let Some(value) = self.get(&info.name) else { return Ok(()) };
-        let bad =
-            || Error::InvalidParam { name: info.name.clone(), value: value.clone(), expected: info.kind.expected() };
+        let bad = || Error::InvalidParam {
+            given_in: self.source(&info.name),
+            name: info.name.clone(),
+            value: value.clone(),
+            expected: info.kind.expected(),
+        };
         let text = value.trim();
         let ok = match &info.kind {
             ParamKind::Text => true,
@@ -226,19 +270,25 @@ impl Params {
             ParamKind::Choice(words) => words.iter().any(|w| w.eq_ignore_ascii_case(text)),
             ParamKind::BackendList(known) => {
                 let names = backend_list_names(text).map_err(|expected| Error::InvalidParam {
+                    given_in: self.source(&info.name),
                     name: info.name.clone(),
                     value: value.clone(),
                     expected,
                 })?;
                 for name in names {
                     if !known.iter().any(|k| k.eq_ignore_ascii_case(name)) {
-                        return Err(Error::UnknownBackend { name: name.into(), known: known.join(", ") });
+                        return Err(Error::UnknownBackend {
+                            name: name.into(),
+                            given_in: self.source(&info.name),
+                            known: known.join(", "),
+                        });
                     }
                 }
                 true
             }
             ParamKind::AnyBackendList => {
                 backend_list_names(text).map_err(|expected| Error::InvalidParam {
+                    given_in: self.source(&info.name),
                     name: info.name.clone(),
                     value: value.clone(),
                     expected,

@@ -35,8 +35,8 @@ pub enum Outcome {
     Declined(String),
     /// Disabled by `BARRIER_<NAME>_DISABLE`.
     Disabled,
-    /// Not named in `BARRIER_BACKEND`.
-    NotListed,
+    /// Not named in `BARRIER_BACKEND`: where that list was given ([`crate::Params::source`]).
+    NotListed(String),
     /// A backend earlier in the order was chosen first.
     NotNeeded,
 }
@@ -47,7 +47,7 @@ impl fmt::Display for Outcome {
             Outcome::Chosen => f.write_str("chosen"),
             Outcome::Declined(why) => write!(f, "declined: {why}"),
             Outcome::Disabled => f.write_str("disabled by its _DISABLE parameter"),
-            Outcome::NotListed => f.write_str("not listed in BARRIER_BACKEND"),
+            Outcome::NotListed(given_in) => write!(f, "not listed in {given_in}"),
             Outcome::NotNeeded => f.write_str("usable, but a higher-priority backend was chosen"),
         }
     }
@@ -212,7 +212,11 @@ pub(crate) fn select(input: SelectInput<'_>) -> Result<(Engine, Selection)> {
                     }
                     None => {
                         let known = registry.iter().map(|b| b.name()).collect::<Vec<_>>().join(", ");
-                        return Err(Error::UnknownBackend { name: name.into(), known });
+                        return Err(Error::UnknownBackend {
+                            name: name.into(),
+                            given_in: params.source("BARRIER_BACKEND"),
+                            known,
+                        });
                     }
                 }
             }
@@ -243,7 +247,7 @@ pub(crate) fn select(input: SelectInput<'_>) -> Result<(Engine, Selection)> {
     for i in 0..count {
         let (Some(b), Some(s)) = (backend(i), &settings[i]) else { continue };
         let outcome = if !order.contains(&i) {
-            Some(Outcome::NotListed)
+            Some(Outcome::NotListed(params.source("BARRIER_BACKEND")))
         } else if s.disabled {
             Some(Outcome::Disabled)
         } else if input.query.size < s.min_comm_size {
@@ -325,7 +329,8 @@ pub(crate) fn select(input: SelectInput<'_>) -> Result<(Engine, Selection)> {
     for i in 0..count {
         let (Some(b), Some(s)) = (backend(i), &settings[i]) else { continue };
         if !agreed_order.contains(&i) {
-            let outcome = local_reason[i].clone().unwrap_or(Outcome::NotListed);
+            let outcome =
+                local_reason[i].clone().unwrap_or_else(|| Outcome::NotListed(params.source("BARRIER_BACKEND")));
             candidates.push(Candidate { name: b.name(), priority: s.priority, outcome });
         }
     }
@@ -352,7 +357,11 @@ pub(crate) fn select(input: SelectInput<'_>) -> Result<(Engine, Selection)> {
                 .collect::<Vec<_>>()
                 .join("; ");
             match params.get("BARRIER_BACKEND") {
-                Some(list) => Err(Error::ForcedBackendUnavailable { requested: list, reasons }),
+                Some(list) => Err(Error::ForcedBackendUnavailable {
+                    requested: list,
+                    given_in: params.source("BARRIER_BACKEND"),
+                    reasons,
+                }),
                 None => Err(Error::NoBackend(reasons)),
             }
         }

@@ -389,6 +389,8 @@ impl PeerWatch<'_> {
                     waited,
                     missing_world: missing.iter().map(|&r| self.user_rank(r, true)).collect(),
                     missing: missing.iter().map(|&r| self.user_rank(r, false)).collect(),
+                    // The variable; the communicator names it as its settings gave it (`fail`).
+                    limit: "BARRIER_TIMEOUT".into(),
                 }
             }
         }

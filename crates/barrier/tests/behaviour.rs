@@ -62,7 +62,70 @@ fn timeout_names_the_missing_rank() {
         }
     }
     let msg = out[0].as_ref().unwrap_err().to_string();
-    assert!(msg.contains("world ranks [2]") && msg.contains("BARRIER_TIMEOUT"), "{msg}");
+    assert!(msg.contains("world ranks [2]") && msg.contains("raise Params::set(\"BARRIER_TIMEOUT\", ..)"), "{msg}");
+}
+
+/// Issue 41 item 3: a setting given in code is named the way it was given, never as the
+/// environment variable (`Params::set_as` is what a builder such as barrier-mpi's
+/// `FastBarrierSettings` uses).
+#[test]
+fn errors_name_settings_the_way_they_were_given() {
+    let given = |name: &str, value: &str| {
+        let method = format!("Builder::{}", name.trim_start_matches("BARRIER_").to_ascii_lowercase());
+        Params::defaults_only().set_as(name, value, method)
+    };
+    let no_variable = |msg: &str| {
+        assert!(!msg.contains("BARRIER_TIMEOUT") && !msg.contains("BARRIER_BACKEND"), "names a variable: {msg}")
+    };
+
+    let out = threads::Job::new(2)
+        .params(given("BARRIER_TIMEOUT", "200ms"))
+        .run(|w| {
+            if w.rank() == 1 {
+                std::thread::sleep(std::time::Duration::from_millis(800));
+                Ok(())
+            } else {
+                w.barrier()
+            }
+        })
+        .unwrap();
+    let msg = out[0].as_ref().unwrap_err().to_string();
+    assert!(msg.contains("or raise Builder::timeout"), "{msg}");
+    no_variable(&msg);
+
+    let msg = threads::Job::new(2).params(given("BARRIER_TIMEOUT", "soon")).run(|_| ()).unwrap_err().to_string();
+    assert!(msg.contains("\"soon\" for Builder::timeout"), "{msg}");
+    no_variable(&msg);
+
+    let msg = threads::Job::new(2).params(given("BARRIER_BACKEND", "nonesuch")).run(|_| ()).unwrap_err().to_string();
+    assert!(msg.contains("\"nonesuch\" in Builder::backend"), "{msg}");
+    no_variable(&msg);
+
+    let p = given("BARRIER_BACKEND", "dissemination").set("BARRIER_DISSEMINATION_MIN_COMM_SIZE", "4");
+    let msg = threads::Job::new(2).params(p).run(|_| ()).unwrap_err().to_string();
+    assert!(msg.contains("(given in Builder::backend)"), "{msg}");
+    no_variable(&msg);
+
+    let outcomes = threads::Job::new(2)
+        .params(given("BARRIER_BACKEND", "dissemination"))
+        .run(|w| w.selection().candidates.iter().map(|c| c.outcome.to_string()).collect::<Vec<_>>())
+        .unwrap();
+    let not_listed: Vec<&String> = outcomes[0].iter().filter(|o| o.starts_with("not listed")).collect();
+    assert!(
+        !not_listed.is_empty() && not_listed.iter().all(|o| *o == "not listed in Builder::backend"),
+        "{outcomes:?}"
+    );
+
+    // From the environment (or unset) a setting is its variable: how to change it.
+    let p = Params::defaults_only();
+    assert_eq!(p.source("BARRIER_TIMEOUT"), "BARRIER_TIMEOUT");
+    // A value derived from the user's keeps its source.
+    let p = given("BARRIER_BACKEND", "a,mpi").derive("BARRIER_BACKEND", "a");
+    assert_eq!(
+        (p.get("BARRIER_BACKEND").unwrap().as_str(), p.source("BARRIER_BACKEND").as_str()),
+        ("a", "Builder::backend")
+    );
+    assert_eq!(p.set("BARRIER_BACKEND", "b").source("BARRIER_BACKEND"), "Params::set(\"BARRIER_BACKEND\", ..)");
 }
 
 #[test]

@@ -231,6 +231,7 @@ impl Communicator {
 
     #[cold]
     pub(super) fn fail(&self, err: Error) -> Error {
+        let err = err.timeout_given_in(self.params.source("BARRIER_TIMEOUT"));
         *self.broken.borrow_mut() = Some(err.to_string());
         self.state.set(BROKEN);
         err

@@ -49,7 +49,10 @@ impl Communicator {
         make: Make,
     ) -> Result<Self> {
         let fallback = region.clone();
-        Self::build(seg, region, rank, members, params, make).inspect_err(|_| fallback.depart(rank, 0, true))
+        let limit = params.source("BARRIER_TIMEOUT");
+        Self::build(seg, region, rank, members, params, make)
+            .inspect_err(|_| fallback.depart(rank, 0, true))
+            .map_err(|e| e.timeout_given_in(limit))
     }
 
     fn build(

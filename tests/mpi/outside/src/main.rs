@@ -108,8 +108,54 @@ fn run() -> Result<String, String> {
     Ok(format!("outside: {} ranks passed; {summary}", world.size()))
 }
 
+/// `outside errors`: settings given in code are named in errors as the methods that set them
+/// (issue 41 item 3), never as the environment's variables. An unknown backend fails on every
+/// rank; a barrier that the last rank joins 2 s late times out on the others within
+/// `FastBarrierSettings::timeout`'s 300 ms. The job then ends without MPI_Finalize (the failed
+/// barrier left messages unmatched), every rank exits with 3; the test reads stderr.
+fn errors() -> Result<String, String> {
+    let universe = mpi::initialize().ok_or("MPI was initialized already")?;
+    let world = universe.world();
+    let (rank, size) = (world.rank(), world.size());
+    let no_variable = |e: &str| {
+        if e.contains("BARRIER_BACKEND") || e.contains("BARRIER_TIMEOUT") {
+            Err(format!("an error names a variable for a setting given in code: {e}"))
+        } else {
+            Ok(())
+        }
+    };
+    match FastBarrierSettings::new().backend("nonesuch").build(&world) {
+        Ok(_) => return Err("a barrier with an unknown backend was built".into()),
+        Err(e) => {
+            let e = e.to_string();
+            if !e.contains("\"nonesuch\" in FastBarrierSettings::backend") {
+                return Err(format!("the unknown backend's error: {e}"));
+            }
+            no_variable(&e)?;
+        }
+    }
+    let dup = world.duplicate();
+    FastBarrierSettings::new().timeout(Duration::from_millis(300)).attach(&dup).map_err(|e| e.to_string())?;
+    dup.fast_barrier().map_err(|e| e.to_string())?;
+    if rank == size - 1 {
+        std::thread::sleep(Duration::from_secs(2));
+    }
+    let late = dup.fast_barrier();
+    if rank == 0 {
+        let e = late.err().ok_or("world rank 0 passed a barrier that the last rank joined 2 s late")?.to_string();
+        if !e.contains("or raise FastBarrierSettings::timeout") {
+            return Err(format!("the timeout's error: {e}"));
+        }
+        no_variable(&e)?;
+        eprintln!("outside errors: named as given: {e}");
+    }
+    // Not a success: no rank finalizes (see above); 3 on every rank, whatever the launcher.
+    std::process::exit(3)
+}
+
 fn main() -> ExitCode {
-    match run() {
+    let mode = std::env::args().nth(1);
+    match if mode.as_deref() == Some("errors") { errors() } else { run() } {
         Ok(line) => {
             if !line.is_empty() {
                 println!("{line}");

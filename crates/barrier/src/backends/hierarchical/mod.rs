@@ -98,6 +98,7 @@ impl Settings {
         let internode =
             INTERNODE.iter().position(|c| c.eq_ignore_ascii_case(name.trim())).ok_or_else(|| Error::InvalidParam {
                 name: "BARRIER_HIER_INTERNODE".into(),
+                given_in: params.source("BARRIER_HIER_INTERNODE"),
                 value: name.clone(),
                 expected: format!("one of {}", INTERNODE.join(", ")),
             })?;
