@@ -121,7 +121,7 @@ for block in 0 2; do
     expect_text "set-up fault" "rank 3 of 4: .* checked barriers passed"
 done
 run "a bad setting" ok launch -- --mca coll_fastbar_timeout bogus -np 3 "$BIN/barrier_check" 100
-expect_text "bad setting" 'invalid value "bogus" for BARRIER_TIMEOUT'
+expect_text "bad setting" 'invalid value "bogus" for MCA parameter coll_fastbar_timeout'
 expect_text "bad setting" "checked barriers passed"
 
 step "barrier bench --mpi: Open MPI's barrier, the component and the interposer (smoke; times are printed)"
