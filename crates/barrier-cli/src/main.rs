@@ -323,9 +323,9 @@ fn check_settings(timeout: Option<&str>, program: bool) -> Result<(), String> {
         }
     }
     if let Some(t) = timeout {
-        let p = barrier::Params::defaults_only().set("BARRIER_TIMEOUT", t);
+        let p = barrier::Params::defaults_only().set_as("BARRIER_TIMEOUT", t, "--timeout");
         if let Some(info) = barrier::registry::all_params().into_iter().find(|i| i.name == "BARRIER_TIMEOUT") {
-            p.check(&info).map_err(|e| format!("--timeout {t}: {e}"))?;
+            p.check(&info).map_err(|e| e.to_string())?;
         }
     }
     Ok(())
