@@ -186,6 +186,12 @@ else
     run "busy ranks" ok launch LD_PRELOAD="$PRELOAD" BARRIER_VERBOSE=1 -- -np 4 "$BIN/busy_ranks" "$per_chunk"
     expect_text "busy ranks" "communicator of 2 ranks: dissemination: .*waits park (4 ranks of the job on $cores cores here)"
     grep "busy_ranks:" "$out"
+    # Intel MPI Benchmarks' layout: the idle ranks wait in the job's first MPI_Barrier on
+    # MPI_COMM_WORLD (asleep in our set-up's rendezvous, issue 41 item 7).
+    run "busy ranks, idle in MPI_Barrier" ok launch LD_PRELOAD="$PRELOAD" BARRIER_VERBOSE=1 -- -np 4 \
+        "$BIN/busy_ranks" "$per_chunk" barrier
+    expect_text "busy ranks, idle in MPI_Barrier" "2 waiting in MPI_Barrier"
+    grep "busy_ranks:" "$out"
 fi
 
 step "one rank with a bad setting"

@@ -117,7 +117,31 @@ impl BarrierComm {
     /// # Safety
     /// `comm` must be a valid MPI communicator handle of this process, MPI must be initialized,
     /// and every rank of `comm` must make this call (it is collective).
+    ///
+    /// Ranks that arrive early wait asleep for the others (an `MPI_Ibarrier` tested between
+    /// sleeps) before the set-up's own collectives, which wait in MPI's progress loop: with more
+    /// ranks than cores, ranks waiting there for a first barrier (a benchmark's idle ones) held
+    /// the cores the working ranks needed.
     pub unsafe fn from_raw(comm: Comm, params: Params) -> Result<Self> {
+        // SAFETY: the caller's contract.
+        unsafe { Self::from_raw_as(comm, params, true) }
+    }
+
+    /// [`BarrierComm::from_raw`] for an Open MPI component (coll, scoll): the ranks meet in
+    /// MPI's own collectives, as an `MPI_Ibarrier` of ours on `comm` would come back to the
+    /// component that is building this.
+    ///
+    /// # Safety
+    /// As for [`BarrierComm::from_raw`].
+    #[doc(hidden)]
+    pub unsafe fn from_raw_in_component(comm: Comm, params: Params) -> Result<Self> {
+        // SAFETY: the caller's contract.
+        unsafe { Self::from_raw_as(comm, params, false) }
+    }
+
+    /// # Safety
+    /// As for [`BarrierComm::from_raw`].
+    unsafe fn from_raw_as(comm: Comm, params: Params, meet_asleep: bool) -> Result<Self> {
         if !raw::mpi_active() {
             return Err(Error::InvalidArgument(
                 "MPI is not initialized (or already finalized): make barrier communicators between MPI_Init and \
@@ -129,6 +153,9 @@ impl BarrierComm {
             return Err(Error::InvalidArgument(
                 "an intercommunicator has two groups and no barrier of ours; use MPI_Barrier on it".into(),
             ));
+        }
+        if meet_asleep && raw::size(comm)? > 1 {
+            raw::sleeping_rendezvous(comm, params.stall_report())?;
         }
         let own = raw::dup(comm)?;
         let rank = raw::rank(own)?;

@@ -298,6 +298,44 @@ pub(crate) fn ibarrier(comm: Comm) -> Result<Request> {
     Ok(req)
 }
 
+/// Returns once every rank of `comm` has called it, waiting asleep: `MPI_Ibarrier`, tested for
+/// 50 µs (ranks that arrive together), then between sleeps that grow from 20 µs to 1 ms. A rank
+/// that waits in MPI's own blocking calls stays runnable (Open MPI yields in a loop, MPICH
+/// spins): with more ranks than cores it holds a core that a rank still working needs, for as
+/// long as it waits (issue 41 item 7). After `stall`, it says once that it waits and for what.
+/// A rank's sleep can hold up MPI's progress of the `MPI_Ibarrier` (across machines, its rounds
+/// pass through every rank) by up to 1 ms a round, once per communicator made. An error here is
+/// MPI's (its error handler is fatal by default) and, like one of `MPI_Comm_dup`, not agreed.
+pub(crate) fn sleeping_rendezvous(comm: Comm, stall: Option<std::time::Duration>) -> Result<()> {
+    use std::time::{Duration, Instant};
+    let mut req = ibarrier(comm)?;
+    let start = Instant::now();
+    let mut pause = Duration::ZERO;
+    let mut next_report = stall;
+    loop {
+        if test(&mut req)? {
+            return Ok(());
+        }
+        let waited = start.elapsed();
+        if waited < Duration::from_micros(50) {
+            std::hint::spin_loop();
+            continue;
+        }
+        if next_report.is_some_and(|at| waited >= at) {
+            next_report = None;
+            let me = rank(comm_world()).unwrap_or(0);
+            let size = size(comm).unwrap_or(0);
+            barrier::sys::say(&format!(
+                "barrier: world rank {me} has waited {waited:.1?} for the other ranks of a communicator of {size} \
+                 to set up our barrier on it (its first barrier, or a dup, split or attach); still waiting, \
+                 asleep (this report, once: BARRIER_STALL_REPORT)"
+            ));
+        }
+        pause = (pause * 2).clamp(Duration::from_micros(20), Duration::from_millis(1));
+        std::thread::sleep(pause);
+    }
+}
+
 /// Waits for the request (it is then freed and set to `MPI_REQUEST_NULL`).
 pub(crate) fn wait(req: &mut Request) -> Result<()> {
     // SAFETY: `req` is an active request (or MPI_REQUEST_NULL, which completes at once).

@@ -112,7 +112,7 @@ pub unsafe extern "C" fn fastbar_rs_create(comm: MPI_Comm, settings: *const c_ch
         glue::hook_finalize(&FINALIZE_HOOK, at_finalize);
         // SAFETY: MPI is initialized (this is an MPI_Barrier) and every rank of `comm` makes
         // this call in its first MPI_Barrier on it.
-        match unsafe { BarrierComm::from_raw(comm, params) } {
+        match unsafe { BarrierComm::from_raw_in_component(comm, params) } {
             Ok(c) if c.backend() == barrier_mpi::MPI_BACKEND => {
                 // MPI_Barrier itself: the previous module is that, without the detour.
                 if c.fell_back() && (rank == 0 || c.failed_here()) {

@@ -159,7 +159,7 @@ pub unsafe extern "C" fn fastbar_scoll_rs_find(
             let on = comm.unwrap_or_else(raw::comm_world);
             // SAFETY: `on` is a valid intracommunicator of exactly the set's members, every one
             // of which makes this call now.
-            let built = unsafe { BarrierComm::from_raw(on, params) };
+            let built = unsafe { BarrierComm::from_raw_in_component(on, params) };
             if let Some(mut own) = comm {
                 // The barrier keeps its own duplicate.
                 // SAFETY: made above, freed once.

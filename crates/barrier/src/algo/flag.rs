@@ -395,6 +395,7 @@ impl SoftwareModule {
                     recheck: Some(PROGRESS_SLICE),
                     last: false,
                     spin: None,
+                    park: false,
                 });
             }
             self.step += 1;
@@ -485,6 +486,7 @@ impl Module for SoftwareModule {
                         recheck: None,
                         last,
                         spin: None,
+                        park: false,
                     });
                 }
                 self.step += 1;
@@ -511,7 +513,8 @@ impl SoftwareModule {
                     return Ok(Poll::Ready);
                 }
                 let spin = self.tail.as_deref().and_then(|t| t.spin());
-                Ok(Poll::Pending { flag, target: epoch, recheck: None, last: true, spin })
+                let park = self.tail.as_deref().is_some_and(|t| t.escaping());
+                Ok(Poll::Pending { flag, target: epoch, recheck: None, last: true, spin, park })
             }
             Algorithm::Dissemination => self.progress_helping_the_network(epoch),
             Algorithm::Tournament | Algorithm::Tree | Algorithm::Gather => {
@@ -519,7 +522,14 @@ impl SoftwareModule {
                     while self.step < self.inbox.len() {
                         if !self.inbox[self.step].reached(epoch) {
                             let flag = &self.inbox[self.step];
-                            return Ok(Poll::Pending { flag, target: epoch, recheck: None, last: false, spin: None });
+                            return Ok(Poll::Pending {
+                                flag,
+                                target: epoch,
+                                recheck: None,
+                                last: false,
+                                spin: None,
+                                park: false,
+                            });
                         }
                         self.step += 1;
                     }
@@ -531,7 +541,14 @@ impl SoftwareModule {
                 if let Some(down) = self.down.as_deref() {
                     if !down.reached(epoch) {
                         let last = self.outbox.is_empty();
-                        return Ok(Poll::Pending { flag: down, target: epoch, recheck: None, last, spin: None });
+                        return Ok(Poll::Pending {
+                            flag: down,
+                            target: epoch,
+                            recheck: None,
+                            last,
+                            spin: None,
+                            park: false,
+                        });
                     }
                 }
                 for flag in &self.outbox {

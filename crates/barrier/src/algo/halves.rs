@@ -80,7 +80,9 @@ impl Module for HalvesModule {
                 Ok(Poll::Ready)
             }
             // After the release's wait nothing is left to do; after a child's, the up-slot is.
-            Err(flag) => Ok(Poll::Pending { flag, target: epoch, recheck: None, last: release, spin: None }),
+            Err(flag) => {
+                Ok(Poll::Pending { flag, target: epoch, recheck: None, last: release, spin: None, park: false })
+            }
         }
     }
 }

@@ -39,6 +39,23 @@
 //! missing rank on this CPU and is skipped when more than [`SCAN_LIMIT`] ranks are missing
 //! (early arrivers almost always share a CPU with one of them). The central algorithm's
 //! completing rank records its CPU too, after its release, so that its hint stays fresh.
+//!
+//! **The escape.** A rank whose missing partner shares its CPU yields to it, which is right,
+//! but a communicator whose ranks could each have a CPU (no more ranks than cores) can stay
+//! that way for good: with the job's other processes runnable on the other CPUs (a benchmark's
+//! idle ranks in MPI's progress loop), the load looks balanced to the kernel and nobody moves,
+//! so every barrier is a context switch (issue 41 item 7: 1.6–2.2 µs against 0.06–0.13 µs in
+//! launches that placed the pair apart). After [`ESCAPE_AFTER`] waiting arrivals in a row that
+//! found a missing rank known to have last run on this CPU, that wait parks at once instead of
+//! yielding (`Poll::Pending`'s `park`, honoured where the policy parks; skipping the MPI
+//! progress probe before it, which may yield): the kernel places a woken task on an idle CPU
+//! where there is one, so the wake that ends the park can move this rank away from its
+//! partner. An escape that did not separate them (the next waiting arrival finds a missing
+//! rank on this CPU again) doubles the count before the next one, up to [`MAX_ESCAPE_AFTER`];
+//! one that did (the next waiting arrival arms the spin) resets it. Only for communicators of
+//! at most as many ranks as the machine's cores, in a process that may run on more than one
+//! CPU, and only in the central algorithm (the offload's tail spin never escapes: its waits
+//! recheck the device in slices).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -60,6 +77,11 @@ const TAG_MASK: u64 = 0xffff;
 const TAG_HALF: u64 = 0x8000;
 /// More missing ranks than this: no scan, no spin.
 pub const SCAN_LIMIT: u32 = 16;
+/// Arrivals in a row beside a missing rank on this CPU before the first escape.
+pub const ESCAPE_AFTER: u32 = 32;
+/// The most arrivals between escapes (a park costs a futex wake, ~15-20 µs on the VM measured:
+/// under 0.1% of the time of 2^16 barriers on a machine where they never separate).
+pub const MAX_ESCAPE_AFTER: u32 = 1 << 16;
 
 /// One rank's view of the hints.
 #[derive(Debug)]
@@ -73,6 +95,14 @@ pub struct TailSpin {
     cpus: Vec<Shared<CachePadded<AtomicU64>>>,
     /// The spin decided at this rank's last arrival.
     armed: bool,
+    /// Whether escapes apply: the communicator has no more ranks than the machine has cores.
+    may_escape: bool,
+    /// Arrivals in a row that found a missing rank on this CPU.
+    beside: u32,
+    /// Such arrivals before the next escape.
+    escape_after: u32,
+    /// This rank's wait for its last arrival parks at once (the escape).
+    escaping: bool,
 }
 
 /// Whether a communicator wants the tail spin: its ranks park because they outnumber the
@@ -100,6 +130,11 @@ impl TailSpin {
             mask: at(region.tail_mask()),
             cpus: region.cpus().iter().map(|c| Shared::new(seg, seg.offset_of(c))).collect(),
             armed: false,
+            // A rank bound to one CPU cannot be moved by a wake.
+            may_escape: n <= seg.shape().cores && crate::sys::available_cores() > 1,
+            beside: 0,
+            escape_after: ESCAPE_AFTER,
+            escaping: false,
         }))
     }
 
@@ -110,6 +145,7 @@ impl TailSpin {
     pub(crate) fn arrived(&mut self, epoch: u64, complete: bool) {
         let cpu = crate::sys::current_cpu().map_or(0, |c| u64::from(c) + 1);
         if complete {
+            // (An escape is judged at the next arrival that waits: this one never does.)
             self.armed = false;
             self.record_cpu(cpu);
         } else {
@@ -146,7 +182,38 @@ impl TailSpin {
         // sets its bit), whose release is the device's work, which an inline device has done
         // already and an emulator's engine may need this very CPU for. No spin.
         let missing = self.full & !seen;
-        self.armed = updated.is_ok() && cpu != 0 && missing != 0 && self.missing_elsewhere(missing, cpu);
+        let waits = updated.is_ok() && cpu != 0 && missing != 0;
+        self.armed = waits && self.missing_elsewhere(missing, cpu);
+        if self.may_escape {
+            // Beside: a missing rank is known to have last run on this CPU (not merely unknown,
+            // nor too many missing to look).
+            let beside = waits && !self.armed && missing_here(missing, cpu, |r| self.cpus[r].load(Ordering::Relaxed));
+            self.count_escape(beside);
+        }
+    }
+
+    /// The escape's bookkeeping at an arrival that waits `beside` a missing rank on this CPU
+    /// or not (see the module docs).
+    fn count_escape(&mut self, beside: bool) {
+        if std::mem::take(&mut self.escaping) {
+            // Judge the last escape by where this arrival finds the others.
+            if beside {
+                self.escape_after = (self.escape_after * 2).min(MAX_ESCAPE_AFTER);
+            } else if self.armed {
+                self.escape_after = ESCAPE_AFTER;
+            }
+        }
+        self.beside = if beside { self.beside + 1 } else { 0 };
+        if self.beside >= self.escape_after {
+            self.beside = 0;
+            self.escaping = true;
+        }
+    }
+
+    /// Whether the wait for this rank's last arrival should park at once (the escape).
+    #[inline]
+    pub fn escaping(&self) -> bool {
+        self.escaping
     }
 
     /// How long to spin for the release of the epoch this rank last arrived at, if at all.
@@ -178,6 +245,23 @@ fn missing_elsewhere(missing: u64, cpu: u64, cpu_of: impl Fn(usize) -> u64) -> b
         }
     }
     true
+}
+
+/// Whether one of the ranks in `missing` (at most [`SCAN_LIMIT`] of them) is known to have last
+/// run on `cpu`.
+fn missing_here(missing: u64, cpu: u64, cpu_of: impl Fn(usize) -> u64) -> bool {
+    if missing.count_ones() > SCAN_LIMIT {
+        return false;
+    }
+    let mut left = missing;
+    while left != 0 {
+        let r = left.trailing_zeros() as usize;
+        left &= left - 1;
+        if cpu_of(r) == cpu {
+            return true;
+        }
+    }
+    false
 }
 
 #[cfg(all(test, not(loom)))]
@@ -272,5 +356,58 @@ mod tests {
         let many = (1u64 << (SCAN_LIMIT + 1)) - 1;
         assert!(!missing_elsewhere(many << 1, 99, cpu_of));
         assert!(missing_elsewhere((1u64 << SCAN_LIMIT) - 1, 99, cpu_of));
+    }
+
+    /// The escape: a park at once after ESCAPE_AFTER arrivals beside a missing rank on this
+    /// CPU; doubled after an escape that left them together, reset after one that separated
+    /// them (the next arrival arms the spin); never where the ranks outnumber the cores.
+    #[test]
+    fn escapes_come_after_a_run_beside_the_partner_and_back_off_when_they_fail() {
+        let mut shape = JobShape::local(2, 1);
+        shape.cores = 2;
+        let seg = Segment::anonymous(shape, 1 << 20).unwrap();
+        let region = Region::create(&seg, 2).unwrap();
+        let mut t = *TailSpin::new(&region, 0, Duration::from_micros(50)).unwrap();
+        assert_eq!(t.may_escape, crate::sys::available_cores() > 1);
+        // Arrivals beside the partner: the escape at the ESCAPE_AFTER-th only.
+        let beside = |t: &mut TailSpin, times: u32| -> Vec<u32> {
+            (1..=times)
+                .filter(|_| {
+                    t.armed = false;
+                    t.count_escape(true);
+                    t.escaping()
+                })
+                .collect()
+        };
+        assert_eq!(beside(&mut t, ESCAPE_AFTER), vec![ESCAPE_AFTER]);
+        // Still together after it: the next escape waits twice as long.
+        assert_eq!(beside(&mut t, 2 * ESCAPE_AFTER), vec![2 * ESCAPE_AFTER]);
+        assert_eq!(t.escape_after, 2 * ESCAPE_AFTER);
+        // Apart after it (the spin armed): back to the start.
+        t.armed = true;
+        t.count_escape(false);
+        assert_eq!((t.escape_after, t.beside, t.escaping()), (ESCAPE_AFTER, 0, false));
+        // A run broken by an arrival that does not wait beside anyone starts again.
+        beside(&mut t, ESCAPE_AFTER - 1);
+        t.armed = false;
+        t.count_escape(false);
+        assert_eq!(beside(&mut t, ESCAPE_AFTER - 1), Vec::<u32>::new());
+        // The back-off is bounded.
+        t.escape_after = MAX_ESCAPE_AFTER;
+        t.escaping = true;
+        t.count_escape(true);
+        assert_eq!(t.escape_after, MAX_ESCAPE_AFTER);
+        // A completing arrival (it never waits) leaves the escape to be judged by the next
+        // arrival that waits.
+        t.escaping = true;
+        t.arrived(7, true);
+        assert!(t.escaping());
+        assert!(missing_here(0b10, 3, |_| 3) && !missing_here(0b10, 3, |_| 0) && !missing_here(0b10, 3, |_| 4));
+        // More ranks than cores: no escapes.
+        let mut crowded = JobShape::local(3, 1);
+        crowded.cores = 2;
+        let seg = Segment::anonymous(crowded, 1 << 20).unwrap();
+        let region = Region::create(&seg, 3).unwrap();
+        assert!(!TailSpin::new(&region, 0, Duration::from_micros(50)).unwrap().may_escape);
     }
 }

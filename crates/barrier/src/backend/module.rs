@@ -34,6 +34,11 @@ pub enum Poll<'a> {
         /// barrier, by the first blocking wait that offers one: a spin that ended without the
         /// flag means the hint was wrong. `None` for every other wait.
         spin: Option<std::time::Duration>,
+        /// Park at once, without the policy's yields (honoured only where the policy parks, so
+        /// that the signaller wakes the waiter): the module expects the flag to be set by a
+        /// rank that shares this CPU and would run sooner, and on another CPU, if this rank's
+        /// wake moved it to an idle one (the tail spin's escape, see `algo::tail`).
+        park: bool,
     },
 }
 
@@ -43,7 +48,7 @@ impl<'a> Poll<'a> {
     /// methods below set them. (The variant may gain fields: a backend outside this crate
     /// builds it here.)
     pub fn pending(flag: &'a Flag, target: u64) -> Self {
-        Poll::Pending { flag, target, recheck: None, last: false, spin: None }
+        Poll::Pending { flag, target, recheck: None, last: false, spin: None, park: false }
     }
 
     /// Also call `progress` again after `every` even if the flag has not moved.
@@ -59,6 +64,14 @@ impl<'a> Poll<'a> {
     pub fn last(mut self) -> Self {
         if let Poll::Pending { last, .. } = &mut self {
             *last = true;
+        }
+        self
+    }
+
+    /// Park at once where the policy parks (see the field).
+    pub fn park(mut self) -> Self {
+        if let Poll::Pending { park, .. } = &mut self {
+            *park = true;
         }
         self
     }

@@ -309,15 +309,21 @@ impl Communicator {
         loop {
             match engine.progress(epoch) {
                 Ok(Poll::Ready) => return Ok(()),
-                Ok(Poll::Pending { flag, target, recheck: None, last, spin }) => {
+                Ok(Poll::Pending { flag, target, recheck: None, last, spin, park }) => {
                     if !spin_once(flag, target, spin) {
-                        self.wait.wait(flag, target, &watch).map_err(|w| self.wait_error(watch.get(), w))?;
+                        // A park at once only where the signaller wakes (the policy parks).
+                        let wait = if park && self.wait.policy.wakes() {
+                            WaitConfig { spin: 0, yields: 0, ..self.wait }
+                        } else {
+                            self.wait
+                        };
+                        wait.wait(flag, target, &watch).map_err(|w| self.wait_error(watch.get(), w))?;
                     }
                     if last {
                         return Ok(());
                     }
                 }
-                Ok(Poll::Pending { flag, target, recheck: Some(slice), last, spin }) => {
+                Ok(Poll::Pending { flag, target, recheck: Some(slice), last, spin, park: _ }) => {
                     // Most hardware waits end spinning or after a yield or two: no clock read
                     // then (it would delay the return of a rank whose release lands during
                     // the read). What comes before the first slice starts its clock (the spin

@@ -281,7 +281,11 @@ impl WaitConfig {
                 check(&mut started, clock)?;
             }
         }
-        // Park phase.
+        // Park phase. A wait that parks at once (no yields: the tail spin's escape) parks before
+        // its first progress call: MPI's progress may yield the CPU (Open MPI's does when
+        // oversubscribed), which would let the signaller on this CPU finish first and leave no
+        // wake to move this rank.
+        let mut progress_first = self.yields > 0;
         loop {
             if flag.reached(epoch) {
                 return Ok(());
@@ -296,7 +300,9 @@ impl WaitConfig {
             }
             if let Some(progress) = self.progress {
                 // Before the park (what arrived while this rank yielded) and after it.
-                progress.run();
+                if std::mem::replace(&mut progress_first, true) {
+                    progress.run();
+                }
                 flag.park(epoch, slice.min(PROGRESS_PARK_SLICE));
                 // Not when the wake was the release: MPI's progress may yield the CPU (Open
                 // MPI's does when oversubscribed), which a released rank must not give away.

@@ -417,7 +417,7 @@ impl A64fxModule {
         // SAFETY: the pointer is to the window's flips flag (alive as long as the window,
         // which `self` owns) or to `self.idle`; both outlive the returned borrow of `self`.
         let flag = unsafe { &*flag };
-        Poll::Pending { flag, target, recheck, last: false, spin: None }
+        Poll::Pending { flag, target, recheck, last: false, spin: None, park: false }
     }
 }
 
@@ -460,7 +460,14 @@ impl Module for A64fxModule {
                         let flag: *const Flag = flag;
                         // SAFETY: the slot belongs to `self.leaders`, alive as long as `self`.
                         let flag = unsafe { &*flag };
-                        return Ok(Poll::Pending { flag, target: epoch, recheck: None, last: false, spin: None });
+                        return Ok(Poll::Pending {
+                            flag,
+                            target: epoch,
+                            recheck: None,
+                            last: false,
+                            spin: None,
+                            park: false,
+                        });
                     }
                     self.sync_start();
                     self.phase = Phase::Release;

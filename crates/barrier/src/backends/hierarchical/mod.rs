@@ -447,7 +447,7 @@ impl Module for HierModule {
     fn progress(&mut self, epoch: u64) -> Result<Poll<'_>, Error> {
         if self.phase == Phase::Gather {
             if let Err(flag) = self.tree.gather(&mut self.next_child, epoch, self.wake) {
-                return Ok(Poll::Pending { flag, target: epoch, recheck: None, last: false, spin: None });
+                return Ok(Poll::Pending { flag, target: epoch, recheck: None, last: false, spin: None, park: false });
             }
             if let Some(c) = &mut self.clock {
                 c.lap(0);
@@ -470,15 +470,22 @@ impl Module for HierModule {
                             self.fabric.progress();
                         }
                         let last = last_round && leaf && self.net_recheck.is_none();
-                        return Ok(Poll::Pending { flag, target: epoch, recheck: self.net_recheck, last, spin: None });
+                        return Ok(Poll::Pending {
+                            flag,
+                            target: epoch,
+                            recheck: self.net_recheck,
+                            last,
+                            spin: None,
+                            park: false,
+                        });
                     }
                     if self.net_recheck.is_some() {
                         self.fabric.flush()?;
                     }
                 }
                 Internode::Device(d) => {
-                    if let Poll::Pending { flag, target, recheck, last, spin } = d.module_mut().progress(epoch)? {
-                        return Ok(Poll::Pending { flag, target, recheck, last: last && leaf, spin });
+                    if let Poll::Pending { flag, target, recheck, last, spin, park } = d.module_mut().progress(epoch)? {
+                        return Ok(Poll::Pending { flag, target, recheck, last: last && leaf, spin, park });
                     }
                 }
                 Internode::None | Internode::Remote => {}
@@ -492,7 +499,7 @@ impl Module for HierModule {
             if let Err(flag) = self.tree.release(epoch, self.wake) {
                 // A rank that waits for the release has nothing left to do after it.
                 let last = self.clock.is_none();
-                return Ok(Poll::Pending { flag, target: epoch, recheck: None, last, spin: None });
+                return Ok(Poll::Pending { flag, target: epoch, recheck: None, last, spin: None, park: false });
             }
             if let Some(c) = &mut self.clock {
                 c.lap(2);

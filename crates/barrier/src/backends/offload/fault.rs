@@ -53,6 +53,7 @@ impl HwModule {
                     recheck: None,
                     last,
                     spin: None,
+                    park: false,
                 };
             }
             self.flat_next += 1;

@@ -201,7 +201,14 @@ impl Module for HwModule {
                         // The plan's last wait: its flag reaching the target completes the
                         // barrier (the next arrive resets the wait's bookkeeping).
                         let last = self.step + 1 == self.plan.len();
-                        return Ok(Poll::Pending { flag, target: base + epoch, recheck: Some(RECHECK), last, spin });
+                        return Ok(Poll::Pending {
+                            flag,
+                            target: base + epoch,
+                            recheck: Some(RECHECK),
+                            last,
+                            spin,
+                            park: false,
+                        });
                     } else if let Some(reason) = self.inspect(s, epoch) {
                         self.degrade(epoch, reason, true);
                     } else {
@@ -212,6 +219,7 @@ impl Module for HwModule {
                             recheck: Some(RECHECK),
                             last: false,
                             spin: None,
+                            park: false,
                         });
                     }
                 }
