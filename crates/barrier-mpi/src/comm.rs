@@ -374,7 +374,7 @@ impl BarrierComm {
         );
         if let Some(halves) = halves {
             self.detail = format!(
-                "{} nodes: intranode {} ({}{} over shared memory, {} ranks on this node, {waits}), internode \
+                "{} nodes: intranode {} ({}{} over shared memory, {} on this node, {waits}), internode \
                  dissemination over mpi-p2p among the node roots",
                 self.nodes,
                 node_backend,
@@ -387,7 +387,7 @@ impl BarrierComm {
                     String::new()
                 },
                 halves.algorithm(),
-                self.local_size
+                barrier::sys::count(self.local_size, "rank")
             );
             self.path = Path::Hierarchical { halves: Box::new(halves), _node: node, internode, seg };
         } else {
