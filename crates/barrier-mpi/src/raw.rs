@@ -299,12 +299,14 @@ pub(crate) fn ibarrier(comm: Comm) -> Result<Request> {
 }
 
 /// Returns once every rank of `comm` has called it, waiting asleep: `MPI_Ibarrier`, tested for
-/// 50 µs (ranks that arrive together), then between sleeps that grow from 20 µs to 1 ms. A rank
+/// 50 µs (ranks that arrive together), then between sleeps that grow from 20 µs to 1 ms (to
+/// 10 ms, a tenth of the wait so far, for long waits). A rank
 /// that waits in MPI's own blocking calls stays runnable (Open MPI yields in a loop, MPICH
 /// spins): with more ranks than cores it holds a core that a rank still working needs, for as
 /// long as it waits (issue 41 item 7). After `stall`, it says once that it waits and for what.
 /// A rank's sleep can hold up MPI's progress of the `MPI_Ibarrier` (across machines, its rounds
-/// pass through every rank) by up to 1 ms a round, once per communicator made. An error here is
+/// pass through every rank) by up to 1 ms a round (a tenth of the wait, for late ranks), once
+/// per communicator made. An error here is
 /// MPI's (its error handler is fatal by default) and, like one of `MPI_Comm_dup`, not agreed.
 pub(crate) fn sleeping_rendezvous(comm: Comm, stall: Option<std::time::Duration>) -> Result<()> {
     use std::time::{Duration, Instant};
@@ -331,7 +333,10 @@ pub(crate) fn sleeping_rendezvous(comm: Comm, stall: Option<std::time::Duration>
                  asleep (this report, once: BARRIER_STALL_REPORT)"
             ));
         }
-        pause = (pause * 2).clamp(Duration::from_micros(20), Duration::from_millis(1));
+        // At most a tenth of the wait so far (and 1 ms to 10 ms): a late rank is met within
+        // 10% of its lateness, and a rank that waits long wakes seldom.
+        let cap = (waited / 10).clamp(Duration::from_millis(1), Duration::from_millis(10));
+        pause = (pause * 2).clamp(Duration::from_micros(20), cap);
         std::thread::sleep(pause);
     }
 }

@@ -51,14 +51,18 @@
 //! progress probe before it, which may yield): the kernel places a woken task on an idle CPU
 //! where there is one, so the wake that ends the park can move this rank away from its
 //! partner. An escape that did not separate them (the next waiting arrival finds a missing
-//! rank on this CPU again) doubles the count before the next one, up to [`MAX_ESCAPE_AFTER`];
-//! one that did (the next waiting arrival arms the spin) resets it. Only for communicators of
+//! rank on this CPU again) doubles the pause before the next one may come, from
+//! [`MIN_ESCAPE_PAUSE`] up to [`MAX_ESCAPE_PAUSE`] (by time, not by count: the ranks that keep
+//! the other CPUs busy may go to sleep at any moment, and a pair must then separate within a
+//! millisecond or two, while a failed escape costs one futex wake, ~15-20 µs on the VM
+//! measured: at most 2% of a CPU); one that did (the next waiting arrival arms the spin) resets
+//! it. The clock is read once per [`ESCAPE_AFTER`] such arrivals. Only for communicators of
 //! at most as many ranks as the machine's cores, in a process that may run on more than one
 //! CPU, and only in the central algorithm (the offload's tail spin never escapes: its waits
 //! recheck the device in slices).
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::pad::CachePadded;
 use crate::region::Region;
@@ -77,11 +81,13 @@ const TAG_MASK: u64 = 0xffff;
 const TAG_HALF: u64 = 0x8000;
 /// More missing ranks than this: no scan, no spin.
 pub const SCAN_LIMIT: u32 = 16;
-/// Arrivals in a row beside a missing rank on this CPU before the first escape.
+/// Arrivals in a row beside a missing rank on this CPU before an escape (and between looks at
+/// the clock while escapes pause).
 pub const ESCAPE_AFTER: u32 = 32;
-/// The most arrivals between escapes (a park costs a futex wake, ~15-20 µs on the VM measured:
-/// under 0.1% of the time of 2^16 barriers on a machine where they never separate).
-pub const MAX_ESCAPE_AFTER: u32 = 1 << 16;
+/// The pause after the first escape that failed; it doubles with each that fails.
+pub const MIN_ESCAPE_PAUSE: Duration = Duration::from_micros(50);
+/// The longest pause between escapes.
+pub const MAX_ESCAPE_PAUSE: Duration = Duration::from_millis(1);
 
 /// One rank's view of the hints.
 #[derive(Debug)]
@@ -97,10 +103,11 @@ pub struct TailSpin {
     armed: bool,
     /// Whether escapes apply: the communicator has no more ranks than the machine has cores.
     may_escape: bool,
-    /// Arrivals in a row that found a missing rank on this CPU.
+    /// Arrivals in a row that found a missing rank on this CPU (up to [`ESCAPE_AFTER`]).
     beside: u32,
-    /// Such arrivals before the next escape.
-    escape_after: u32,
+    /// When the last escape came, and how long after it the next may (0 after a success).
+    last_escape: Option<Instant>,
+    escape_pause: Duration,
     /// This rank's wait for its last arrival parks at once (the escape).
     escaping: bool,
 }
@@ -133,7 +140,8 @@ impl TailSpin {
             // A rank bound to one CPU cannot be moved by a wake.
             may_escape: n <= seg.shape().cores && crate::sys::available_cores() > 1,
             beside: 0,
-            escape_after: ESCAPE_AFTER,
+            last_escape: None,
+            escape_pause: Duration::ZERO,
             escaping: false,
         }))
     }
@@ -198,15 +206,19 @@ impl TailSpin {
         if std::mem::take(&mut self.escaping) {
             // Judge the last escape by where this arrival finds the others.
             if beside {
-                self.escape_after = (self.escape_after * 2).min(MAX_ESCAPE_AFTER);
+                self.escape_pause = (self.escape_pause * 2).clamp(MIN_ESCAPE_PAUSE, MAX_ESCAPE_PAUSE);
             } else if self.armed {
-                self.escape_after = ESCAPE_AFTER;
+                self.escape_pause = Duration::ZERO;
             }
         }
         self.beside = if beside { self.beside + 1 } else { 0 };
-        if self.beside >= self.escape_after {
+        if self.beside >= ESCAPE_AFTER {
             self.beside = 0;
-            self.escaping = true;
+            let now = Instant::now();
+            if self.last_escape.is_none_or(|at| now.duration_since(at) >= self.escape_pause) {
+                self.last_escape = Some(now);
+                self.escaping = true;
+            }
         }
     }
 
@@ -359,8 +371,9 @@ mod tests {
     }
 
     /// The escape: a park at once after ESCAPE_AFTER arrivals beside a missing rank on this
-    /// CPU; doubled after an escape that left them together, reset after one that separated
-    /// them (the next arrival arms the spin); never where the ranks outnumber the cores.
+    /// CPU; paused, doubling, after an escape that left them together, not after one that
+    /// separated them (the next arrival arms the spin); never where the ranks outnumber the
+    /// cores.
     #[test]
     fn escapes_come_after_a_run_beside_the_partner_and_back_off_when_they_fail() {
         let mut shape = JobShape::local(2, 1);
@@ -380,23 +393,34 @@ mod tests {
                 .collect()
         };
         assert_eq!(beside(&mut t, ESCAPE_AFTER), vec![ESCAPE_AFTER]);
-        // Still together after it: the next escape waits twice as long.
-        assert_eq!(beside(&mut t, 2 * ESCAPE_AFTER), vec![2 * ESCAPE_AFTER]);
-        assert_eq!(t.escape_after, 2 * ESCAPE_AFTER);
-        // Apart after it (the spin armed): back to the start.
+        // Still together after it: the next one waits for the pause (as if just escaped).
+        t.count_escape(true);
+        assert_eq!(t.escape_pause, MIN_ESCAPE_PAUSE);
+        t.last_escape = Some(Instant::now());
+        t.escape_pause = Duration::from_secs(60);
+        assert_eq!(beside(&mut t, 3 * ESCAPE_AFTER), Vec::<u32>::new());
+        // Once the pause is over, the next run of ESCAPE_AFTER escapes.
+        t.escape_pause = Duration::ZERO;
+        t.beside = 0;
+        assert_eq!(beside(&mut t, ESCAPE_AFTER), vec![ESCAPE_AFTER]);
+        // Still together: the pause doubles, bounded.
+        t.escape_pause = MAX_ESCAPE_PAUSE;
+        t.count_escape(true);
+        assert_eq!(t.escape_pause, MAX_ESCAPE_PAUSE);
+        t.escape_pause = MIN_ESCAPE_PAUSE;
+        t.escaping = true;
+        t.count_escape(true);
+        assert_eq!(t.escape_pause, 2 * MIN_ESCAPE_PAUSE);
+        // Apart after one (the spin armed): no pause.
+        t.escaping = true;
         t.armed = true;
         t.count_escape(false);
-        assert_eq!((t.escape_after, t.beside, t.escaping()), (ESCAPE_AFTER, 0, false));
+        assert_eq!((t.escape_pause, t.beside, t.escaping()), (Duration::ZERO, 0, false));
         // A run broken by an arrival that does not wait beside anyone starts again.
         beside(&mut t, ESCAPE_AFTER - 1);
         t.armed = false;
         t.count_escape(false);
         assert_eq!(beside(&mut t, ESCAPE_AFTER - 1), Vec::<u32>::new());
-        // The back-off is bounded.
-        t.escape_after = MAX_ESCAPE_AFTER;
-        t.escaping = true;
-        t.count_escape(true);
-        assert_eq!(t.escape_after, MAX_ESCAPE_AFTER);
         // A completing arrival (it never waits) leaves the escape to be judged by the next
         // arrival that waits.
         t.escaping = true;
