@@ -88,7 +88,7 @@ fn the_examples_print_errors_as_sentences_not_debug_dumps() {
         run_example(1, "hello", &[], &[("BARRIER_BACKEND", "gba"), ("BARRIER_GBA_DEVICE_PATH", "/nonexistent/gba")]);
     assert!(report.failure.is_some(), "no gba device: the job must fail");
     for err in &report.stderr {
-        assert!(err.contains("Error: no backend from BARRIER_BACKEND=gba can run"), "{err}");
+        assert!(err.contains("Error: no backend of \"gba\" (given in BARRIER_BACKEND) can run"), "{err}");
         assert!(!err.contains("ForcedBackendUnavailable {") && !err.contains(" { "), "a debug dump: {err}");
     }
     let report = run_example(1, "hybrid", &["two"], &[]);
