@@ -234,7 +234,9 @@ for fault in open:1 join:2 internode:2; do
     fi
 done
 # A fault for a rank the job does not have cannot fire: said once, and the job runs as usual.
-run "fault out of range" ok launch BARRIER_MPI_NODE_BLOCK=1 BARRIER_MPI_FAULT=open:9 -- -np 3 "$RUST_EXAMPLE" 100
+# (Our rounds among the roots: with MPI's barrier faster, 3 nodes of 1 rank would be MPI's barrier.)
+run "fault out of range" ok launch BARRIER_MPI_NODE_BLOCK=1 BARRIER_MPI_INTERNODE=dissemination \
+    BARRIER_MPI_FAULT=open:9 -- -np 3 "$RUST_EXAMPLE" 100
 expect_text "fault out of range" "BARRIER_MPI_FAULT=open:9 will not fire: MPI_COMM_WORLD has 3 ranks"
 expect_text "fault out of range" "checked barriers on hierarchical"
 # With the backends named (and mpi not among them) the same failure is an error on every rank.
@@ -251,6 +253,32 @@ for np in 4 5; do
     expect_text "forced backend across nodes" "intranode dissemination (forced by BARRIER_BACKEND: two node barriers around the roots' phase"
     expect_text "forced backend across nodes" "checked barriers on hierarchical"
 done
+
+step "the node roots' phase on MPI's own barrier (BARRIER_MPI_INTERNODE=mpi), and auto timing both ways"
+for np in 3 4 5; do
+    for block in 1 2; do
+        env=(BARRIER_MPI_NODE_BLOCK="$block" BARRIER_MPI_INTERNODE=mpi)
+        # Nodes of one rank each: MPI's barrier among them is the whole barrier (backend mpi).
+        backend=hierarchical
+        [ "$block" = 1 ] && backend=mpi
+        run "roots on MPI_Barrier, np=$np block=$block" ok launch "${env[@]}" -- -np "$np" "$RUST_EXAMPLE" 600
+        expect_text "roots on MPI_Barrier" "internode MPI_Barrier among the node roots (BARRIER_MPI_INTERNODE=mpi)"
+        expect_text "roots on MPI_Barrier" "checked barriers on $backend"
+        run "roots on MPI_Barrier, outside program, np=$np block=$block" ok launch "${env[@]}" -- -np "$np" "$OUTSIDE"
+        expect_text "roots on MPI_Barrier, outside" "$np ranks passed; $backend"
+        run "roots on MPI_Barrier, interposed, np=$np block=$block" ok launch "${env[@]}" LD_PRELOAD="$PRELOAD" -- \
+            -np "$np" "$BIN/barrier_check" 300
+        expect_text "roots on MPI_Barrier, interposed" "rank $((np - 1)) of $np: .* checked barriers passed"
+    done
+done
+# Unset, without a timeout or a stall report: the roots time both ways and keep the faster.
+run "roots timed" ok launch BARRIER_MPI_NODE_BLOCK=2 -- -np 4 "$RUST_EXAMPLE" 600
+expect_text "roots timed" "a barrier when timed, against"
+expect_text "roots timed" "checked barriers on hierarchical"
+# With a timeout: our rounds, untimed (their reports name the root waited for).
+run "roots with a timeout" ok launch BARRIER_MPI_NODE_BLOCK=2 BARRIER_TIMEOUT=120s -- -np 4 "$RUST_EXAMPLE" 300
+expect_text "roots with a timeout" "internode dissemination over mpi-p2p among the node roots"
+expect_no_text "roots with a timeout" "when timed"
 
 step "settings given in code are named as given in errors (FastBarrierSettings::backend, ::timeout)"
 for block in 0 1; do

@@ -6,9 +6,10 @@
 # ranks share the kernel's memory), so BARRIER_MPI_NODE_BLOCK=K groups each namespace's ranks
 # into a node; on a cluster the nodes are the machines themselves (docs/mpi.md).
 #
-# Runs, per layout: the C check program under the interposer, barrier-mpi's Rust example, a
-# user's rsmpi program from outside the workspace, and the barrier benchmark (MPI's own barrier
-# against ours, printed, not judged).
+# Runs, per layout: the C check program under the interposer (with the roots' phase ours, then
+# MPI's own: BARRIER_MPI_INTERNODE=mpi), barrier-mpi's Rust example, a user's rsmpi program from
+# outside the workspace, and the barrier benchmark (MPI's own barrier against ours, with the
+# roots' way timed and kept by `auto`: printed, not judged).
 #
 #   bash tests/net/run.sh [NODESxRANKS ...]      (default: 2x2 3x1; as root)
 #
@@ -90,8 +91,14 @@ for layout in "${LAYOUTS[@]}"; do
     expect_text "Rust example, $layout" "checked barriers on $backend"
     run "outside program, $layout" ok launch "${env[@]}" -- "$TARGET/release/outside-rsmpi-user"
     expect_text "outside program, $layout" "$NP ranks passed; $backend"
-    run "benchmark, $layout" ok launch "${env[@]}" LD_PRELOAD="$PRELOAD" -- "$OUT_DIR/barrier_bench" 300 11
-    grep -E "median|ratio" "$out"
+    run "roots on MPI_Barrier, C check program, $layout" ok launch "${env[@]}" BARRIER_MPI_INTERNODE=mpi \
+        LD_PRELOAD="$PRELOAD" BARRIER_VERBOSE=1 -- "$OUT_DIR/barrier_check" 300
+    [ "$NODES" = 1 ] || expect_text "roots on MPI_Barrier, $layout" "internode MPI_Barrier among the node roots"
+    expect_text "roots on MPI_Barrier, $layout" "rank $((NP - 1)) of $NP: .* checked barriers passed"
+    # No timeout: the roots time both ways and keep the faster (the line says which, and both times).
+    run "benchmark, $layout" ok launch BARRIER_MPI_NODE_BLOCK="$K" LD_PRELOAD="$PRELOAD" BARRIER_VERBOSE=1 -- \
+        "$OUT_DIR/barrier_bench" 300 11
+    grep -E "internode|median|ratio" "$out" | sed 's/.*internode /internode /' | sort -u
     net_down
 done
 echo

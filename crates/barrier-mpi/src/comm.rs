@@ -25,7 +25,8 @@ pub(crate) enum Path {
         halves: Box<barrier::Communicator>,
         /// The node's universe, held only so that it outlives `halves` (nothing calls it).
         _node: Universe,
-        internode: Option<Internode>,
+        /// Boxed: the node's roots alone have one.
+        internode: Option<Box<Internode>>,
         /// The node's segment: a root whose internode phase fails marks it failed, so that the
         /// node's ranks waiting for the root stop at once instead of at their timeout.
         seg: Arc<Segment>,
@@ -129,7 +130,8 @@ impl BarrierComm {
 
     /// [`BarrierComm::from_raw`] for an Open MPI component (coll, scoll): the ranks meet in
     /// MPI's own collectives, as an `MPI_Ibarrier` of ours on `comm` would come back to the
-    /// component that is building this.
+    /// component that is building this, and the node roots keep our rounds
+    /// (`BARRIER_MPI_INTERNODE` does not apply).
     ///
     /// # Safety
     /// As for [`BarrierComm::from_raw`].
@@ -139,6 +141,9 @@ impl BarrierComm {
         unsafe { Self::from_raw_as(comm, params, false) }
     }
 
+    /// `meet_asleep` is false for the Open MPI components, which also keep the node roots on
+    /// our rounds: MPI's barrier on the roots' communicator would be the component's own.
+    ///
     /// # Safety
     /// As for [`BarrierComm::from_raw`].
     unsafe fn from_raw_as(comm: Comm, params: Params, meet_asleep: bool) -> Result<Self> {
@@ -179,7 +184,10 @@ impl BarrierComm {
             home: (!raw::any_thread_may_call()).then(this_thread),
             params: params.clone(),
         };
-        let agreed = agree_settings(me.comm, &params, world_rank)?;
+        let mut agreed = agree_settings(me.comm, &params, world_rank)?;
+        if !meet_asleep {
+            agreed.internode = crate::internode::Choice::Fixed(crate::internode::Way::Dissemination);
+        }
         if agreed.mpi_only {
             me.detail = format!("{} names mpi first", params.source("BARRIER_BACKEND"));
             return Ok(me);
@@ -330,13 +338,19 @@ impl BarrierComm {
                     timeout: agreed.timeout,
                     stall: params.stall_report(),
                 };
-                Some(Internode::new(r.0, self.rank, self.size, waits, injected))
+                Some(Internode::new(r.0, self.rank, self.size, waits, agreed.internode, injected).map(Box::new))
             }
             _ => None,
         };
         let internode_runs = roots.is_some() && self.nodes > 1;
         drop(roots);
         let internode = self.agree(internode.transpose(), world_rank, "set up the internode phase over MPI")?;
+        // How the roots meet, on every rank (for `describe`): rank 0 is a root.
+        let mut chosen = internode.as_ref().map_or([0; 3], |i| i.chosen().to_words());
+        if self.nodes > 1 {
+            raw::broadcast(self.comm, 0, &mut chosen).map_err(local)?;
+        }
+        let chosen = crate::internode::Chosen::from_words(chosen);
         // A fault for a rank the job does not have: said by world rank 0, once per process.
         static OUT_OF_RANGE_SAID: std::sync::Once = std::sync::Once::new();
         if let Some((stage, rank)) = agreed.fault.as_ref().filter(|_| world_rank == 0) {
@@ -372,10 +386,16 @@ impl BarrierComm {
             job.ranks,
             job.cores
         );
+        if self.nodes == self.size && chosen.way == crate::internode::Way::Mpi {
+            // Every node has one rank and MPI's barrier among them is the faster (or was asked
+            // for): it is the whole barrier, with nothing of ours around it.
+            self.detail = format!("{} nodes of 1 rank each: internode {}", self.nodes, chosen.describe());
+            self.path = Path::Mpi;
+            return Ok(());
+        }
         if let Some(halves) = halves {
             self.detail = format!(
-                "{} nodes: intranode {} ({}{} over shared memory, {} on this node, {waits}), internode \
-                 dissemination over mpi-p2p among the node roots",
+                "{} nodes: intranode {} ({}{} over shared memory, {} on this node, {waits}), internode {}",
                 self.nodes,
                 node_backend,
                 if forced_node {
@@ -387,7 +407,8 @@ impl BarrierComm {
                     String::new()
                 },
                 halves.algorithm(),
-                barrier::sys::count(self.local_size, "rank")
+                barrier::sys::count(self.local_size, "rank"),
+                chosen.describe()
             );
             self.path = Path::Hierarchical { halves: Box::new(halves), _node: node, internode, seg };
         } else {

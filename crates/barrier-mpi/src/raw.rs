@@ -145,6 +145,7 @@ pub(crate) fn split_shared(comm: Comm, key: usize) -> Result<Comm> {
 }
 
 /// A communicator this crate made for a while, freed when dropped (on every path).
+#[derive(Debug)]
 pub(crate) struct OwnedComm(pub(crate) Comm);
 
 impl Drop for OwnedComm {

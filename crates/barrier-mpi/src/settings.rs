@@ -6,9 +6,10 @@ use std::time::Duration;
 
 use barrier::params::ParamKind;
 pub(crate) use barrier::params::MPI_FAULT as FAULT;
-use barrier::params::MPI_NODE_BLOCK;
+use barrier::params::{MPI_INTERNODE, MPI_NODE_BLOCK};
 use barrier::{Error, ParamInfo, Params, Result};
 
+use crate::internode::{Choice, Way};
 use crate::raw::{self, Comm};
 
 /// The name of the last backend of the chain: `MPI_Barrier` itself.
@@ -41,6 +42,8 @@ pub(crate) struct Agreed {
     pub(crate) timeout: Option<Duration>,
     /// BARRIER_MPI_FAULT: a set-up stage that fails on one world rank (tests).
     pub(crate) fault: Option<(String, usize)>,
+    /// How the node roots meet (BARRIER_MPI_INTERNODE and rank 0's reports).
+    pub(crate) internode: Choice,
     /// Names in BARRIER_BACKEND that some ranks did not register: declined on every rank (the
     /// node's own communicator must not see them: a node whose ranks all have it would pick a
     /// backend other nodes lack).
@@ -80,6 +83,7 @@ pub(crate) fn agree_settings(comm: Comm, params: &Params, world_rank: usize) -> 
         world_rank as u64,
         unknown_names(&list),
         list_hash(&list),
+        internode_choice(params, timeout).to_word(),
     ];
     let all = raw::allgather(comm, &words)?;
     if let Some((_, e)) = local_bad {
@@ -100,7 +104,19 @@ pub(crate) fn agree_settings(comm: Comm, params: &Params, world_rank: usize) -> 
         may_fall_back: r0[3] != 0,
         timeout: (r0[4] > 0).then(|| Duration::from_micros(r0[4])),
         fault,
+        internode: Choice::from_word(r0[8]),
     })
+}
+
+/// `BARRIER_MPI_INTERNODE` on this rank: `auto` times both ways unless a report that names the
+/// missing root was asked for (a timeout, a stall report set explicitly).
+fn internode_choice(params: &Params, timeout: Option<Duration>) -> Choice {
+    match params.get(MPI_INTERNODE).map(|v| v.trim().to_ascii_lowercase()).as_deref() {
+        Some("dissemination") => Choice::Fixed(Way::Dissemination),
+        Some("mpi") => Choice::Fixed(Way::Mpi),
+        _ if timeout.is_some() || params.get("BARRIER_STALL_REPORT").is_some() => Choice::Fixed(Way::Dissemination),
+        _ => Choice::Measure,
+    }
 }
 
 /// The core parameters for the node's own communicator: `BARRIER_BACKEND` without the names

@@ -339,6 +339,8 @@ pub const REBALANCE: &str = "BARRIER_REBALANCE";
 pub const MPI_FAULT: &str = "BARRIER_MPI_FAULT";
 /// `BARRIER_MPI_NODE_BLOCK`: see `registry::mpi_params`.
 pub const MPI_NODE_BLOCK: &str = "BARRIER_MPI_NODE_BLOCK";
+/// `BARRIER_MPI_INTERNODE`: see `registry::mpi_params`.
+pub const MPI_INTERNODE: &str = "BARRIER_MPI_INTERNODE";
 /// `BARRIER_MPI_PROGRESS`: see `registry::mpi_params`.
 pub const MPI_PROGRESS: &str = "BARRIER_MPI_PROGRESS";
 

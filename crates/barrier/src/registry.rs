@@ -16,7 +16,7 @@ use crate::backend::Backend;
 use crate::backends::dissemination::Software;
 use crate::backends::hierarchical::Hierarchical;
 use crate::error::Error;
-use crate::params::{ParamInfo, ParamKind, Params, MPI_FAULT, MPI_NODE_BLOCK, MPI_PROGRESS, REBALANCE};
+use crate::params::{ParamInfo, ParamKind, Params, MPI_FAULT, MPI_INTERNODE, MPI_NODE_BLOCK, MPI_PROGRESS, REBALANCE};
 
 /// The software backend (the selector enables it statically: see `engine.rs`).
 pub(crate) static SOFTWARE: Software = Software;
@@ -316,6 +316,17 @@ pub fn mpi_params() -> Vec<ParamInfo> {
              (MPI_COMM_TYPE_SHARED).",
         )
         .kind(ParamKind::Int { min: 0, max: i32::MAX as i64 }),
+        ParamInfo::new(
+            MPI_INTERNODE,
+            "auto",
+            "MPI only: how the node roots meet across nodes. dissemination: our rounds over MPI point-to-point \
+             (a timeout or stall report names the root waited for); mpi: MPI_Barrier on a communicator of the \
+             roots (MPI_Ibarrier for split-phase barriers and under a BARRIER_TIMEOUT); auto: the roots time \
+             both when the communicator is made and keep the faster, unless BARRIER_TIMEOUT or \
+             BARRIER_STALL_REPORT is set (dissemination, whose reports name the missing root). Rank 0's \
+             value holds.",
+        )
+        .kind(ParamKind::Choice(&["auto", "dissemination", "mpi"])),
         ParamInfo::new(
             MPI_PROGRESS,
             "1",
