@@ -234,9 +234,7 @@ for fault in open:1 join:2 internode:2; do
     fi
 done
 # A fault for a rank the job does not have cannot fire: said once, and the job runs as usual.
-# (Our rounds among the roots: with MPI's barrier faster, 3 nodes of 1 rank would be MPI's barrier.)
-run "fault out of range" ok launch BARRIER_MPI_NODE_BLOCK=1 BARRIER_MPI_INTERNODE=dissemination \
-    BARRIER_MPI_FAULT=open:9 -- -np 3 "$RUST_EXAMPLE" 100
+run "fault out of range" ok launch BARRIER_MPI_NODE_BLOCK=1 BARRIER_MPI_FAULT=open:9 -- -np 3 "$RUST_EXAMPLE" 100
 expect_text "fault out of range" "BARRIER_MPI_FAULT=open:9 will not fire: MPI_COMM_WORLD has 3 ranks"
 expect_text "fault out of range" "checked barriers on hierarchical"
 # With the backends named (and mpi not among them) the same failure is an error on every rank.
@@ -258,11 +256,9 @@ step "the node roots' phase on MPI's own barrier (BARRIER_MPI_INTERNODE=mpi), an
 for np in 3 4 5; do
     for block in 1 2; do
         env=(BARRIER_MPI_NODE_BLOCK="$block" BARRIER_MPI_INTERNODE=mpi)
-        # Nodes of one rank each: MPI's barrier among them is the whole barrier (backend mpi).
         backend=hierarchical
-        [ "$block" = 1 ] && backend=mpi
         run "roots on MPI_Barrier, np=$np block=$block" ok launch "${env[@]}" -- -np "$np" "$RUST_EXAMPLE" 600
-        expect_text "roots on MPI_Barrier" "internode MPI_Barrier among the node roots (BARRIER_MPI_INTERNODE=mpi)"
+        expect_text "roots on MPI_Barrier" "internode MPI's barrier among the node roots (BARRIER_MPI_INTERNODE=mpi)"
         expect_text "roots on MPI_Barrier" "checked barriers on $backend"
         run "roots on MPI_Barrier, outside program, np=$np block=$block" ok launch "${env[@]}" -- -np "$np" "$OUTSIDE"
         expect_text "roots on MPI_Barrier, outside" "$np ranks passed; $backend"
@@ -298,6 +294,14 @@ for block in 0 1; do
     expect_text "absent rank" "have not arrived: world ranks \[1\]"
     [ $(($(date +%s) - start)) -lt 50 ] || fail "absent rank: the others took $(($(date +%s) - start))s to give up"
 done
+
+# The roots on MPI's barrier (BARRIER_MPI_INTERNODE=mpi): its timeout can only say that a node
+# root is missing, and says so, within the timeout.
+start=$(date +%s)
+run "absent rank, roots on MPI's barrier" fail launch LD_PRELOAD="$PRELOAD" BARRIER_TIMEOUT=3s \
+    BARRIER_MPI_NODE_BLOCK=1 BARRIER_MPI_INTERNODE=mpi BARRIER_CHECK_ABSENT_RANK=1 -- -np 3 "$BIN/barrier_check" 200
+expect_text "absent rank, roots on MPI" "(MPI_Ibarrier among the node roots) timed out after 3.0s: a node root has not arrived"
+[ $(($(date +%s) - start)) -lt 50 ] || fail "absent rank, roots on MPI: the others took $(($(date +%s) - start))s"
 
 step "a timeout and a retry never release a rank early (nodes of two; world rank 1 three seconds late)"
 # World rank 0 alone has a short timeout; the others none. Before the fix, node 1's root timed

@@ -93,7 +93,7 @@ for layout in "${LAYOUTS[@]}"; do
     expect_text "outside program, $layout" "$NP ranks passed; $backend"
     run "roots on MPI_Barrier, C check program, $layout" ok launch "${env[@]}" BARRIER_MPI_INTERNODE=mpi \
         LD_PRELOAD="$PRELOAD" BARRIER_VERBOSE=1 -- "$OUT_DIR/barrier_check" 300
-    [ "$NODES" = 1 ] || expect_text "roots on MPI_Barrier, $layout" "internode MPI_Barrier among the node roots"
+    [ "$NODES" = 1 ] || expect_text "roots on MPI_Barrier, $layout" "internode MPI's barrier among the node roots"
     expect_text "roots on MPI_Barrier, $layout" "rank $((NP - 1)) of $NP: .* checked barriers passed"
     # No timeout: the roots time both ways and keep the faster (the line says which, and both times).
     run "benchmark, $layout" ok launch BARRIER_MPI_NODE_BLOCK="$K" LD_PRELOAD="$PRELOAD" BARRIER_VERBOSE=1 -- \

@@ -344,8 +344,11 @@ impl BarrierComm {
         };
         let internode_runs = roots.is_some() && self.nodes > 1;
         drop(roots);
-        let internode = self.agree(internode.transpose(), world_rank, "set up the internode phase over MPI")?;
-        // How the roots meet, on every rank (for `describe`): rank 0 is a root.
+        let mut internode = self.agree(internode.transpose(), world_rank, "set up the internode phase over MPI")?;
+        // How the roots meet (timed, if so, once every root's set-up has succeeded), agreed;
+        // then on every rank (for `describe`): rank 0 is a root.
+        let chose = internode.as_mut().map_or(Ok(()), |i| i.choose(agreed.internode));
+        self.agree(chose, world_rank, "choose how the node roots meet")?;
         let mut chosen = internode.as_ref().map_or([0; 3], |i| i.chosen().to_words());
         if self.nodes > 1 {
             raw::broadcast(self.comm, 0, &mut chosen).map_err(local)?;
@@ -386,13 +389,6 @@ impl BarrierComm {
             job.ranks,
             job.cores
         );
-        if self.nodes == self.size && chosen.way == crate::internode::Way::Mpi {
-            // Every node has one rank and MPI's barrier among them is the faster (or was asked
-            // for): it is the whole barrier, with nothing of ours around it.
-            self.detail = format!("{} nodes of 1 rank each: internode {}", self.nodes, chosen.describe());
-            self.path = Path::Mpi;
-            return Ok(());
-        }
         if let Some(halves) = halves {
             self.detail = format!(
                 "{} nodes: intranode {} ({}{} over shared memory, {} on this node, {waits}), internode {}",

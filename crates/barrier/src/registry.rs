@@ -320,8 +320,9 @@ pub fn mpi_params() -> Vec<ParamInfo> {
             MPI_INTERNODE,
             "auto",
             "MPI only: how the node roots meet across nodes. dissemination: our rounds over MPI point-to-point \
-             (a timeout or stall report names the root waited for); mpi: MPI_Barrier on a communicator of the \
-             roots (MPI_Ibarrier for split-phase barriers and under a BARRIER_TIMEOUT); auto: the roots time \
+             (a timeout or stall report names the root waited for); mpi: MPI's barrier on a \
+             communicator of the roots (MPI_Barrier; MPI_Ibarrier for split-phase barriers and under a \
+             timeout, whose report cannot name the missing root); auto: the roots time \
              both when the communicator is made and keep the faster, unless BARRIER_TIMEOUT or \
              BARRIER_STALL_REPORT is set (dissemination, whose reports name the missing root). Rank 0's \
              value holds.",
