@@ -389,14 +389,7 @@ impl SoftwareModule {
                 // The put this call just queued goes out now, not a slice later.
                 fabric.progress();
                 let flag = &self.inbox[self.step];
-                return Ok(Poll::Pending {
-                    flag,
-                    target: epoch,
-                    recheck: Some(PROGRESS_SLICE),
-                    last: false,
-                    spin: None,
-                    park: false,
-                });
+                return Ok(Poll::pending(flag, epoch).recheck(PROGRESS_SLICE));
             }
             self.step += 1;
             if let Some(next) = self.outbox.get(self.step) {
@@ -480,14 +473,7 @@ impl Module for SoftwareModule {
                 if !self.inbox[self.step].reached(epoch) {
                     // After the last round there is nothing left to signal.
                     let last = self.step + 1 == self.inbox.len();
-                    return Ok(Poll::Pending {
-                        flag: &self.inbox[self.step],
-                        target: epoch,
-                        recheck: None,
-                        last,
-                        spin: None,
-                        park: false,
-                    });
+                    return Ok(Poll::wait_for(&self.inbox[self.step], epoch, last));
                 }
                 self.step += 1;
                 if let Some(next) = self.outbox.get(self.step) {
@@ -522,14 +508,7 @@ impl SoftwareModule {
                     while self.step < self.inbox.len() {
                         if !self.inbox[self.step].reached(epoch) {
                             let flag = &self.inbox[self.step];
-                            return Ok(Poll::Pending {
-                                flag,
-                                target: epoch,
-                                recheck: None,
-                                last: false,
-                                spin: None,
-                                park: false,
-                            });
+                            return Ok(Poll::pending(flag, epoch));
                         }
                         self.step += 1;
                     }
@@ -541,14 +520,7 @@ impl SoftwareModule {
                 if let Some(down) = self.down.as_deref() {
                     if !down.reached(epoch) {
                         let last = self.outbox.is_empty();
-                        return Ok(Poll::Pending {
-                            flag: down,
-                            target: epoch,
-                            recheck: None,
-                            last,
-                            spin: None,
-                            park: false,
-                        });
+                        return Ok(Poll::wait_for(down, epoch, last));
                     }
                 }
                 for flag in &self.outbox {

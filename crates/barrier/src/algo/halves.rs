@@ -80,9 +80,7 @@ impl Module for HalvesModule {
                 Ok(Poll::Ready)
             }
             // After the release's wait nothing is left to do; after a child's, the up-slot is.
-            Err(flag) => {
-                Ok(Poll::Pending { flag, target: epoch, recheck: None, last: release, spin: None, park: false })
-            }
+            Err(flag) => Ok(Poll::wait_for(flag, epoch, release)),
         }
     }
 }

@@ -191,12 +191,12 @@ impl TailSpin {
         // already and an emulator's engine may need this very CPU for. No spin.
         let missing = self.full & !seen;
         let waits = updated.is_ok() && cpu != 0 && missing != 0;
-        self.armed = waits && self.missing_elsewhere(missing, cpu);
+        let place = if waits { self.where_missing(missing, cpu) } else { Missing::Unknown };
+        self.armed = place == Missing::Elsewhere;
         if self.may_escape {
             // Beside: a missing rank is known to have last run on this CPU (not merely unknown,
             // nor too many missing to look).
-            let beside = waits && !self.armed && missing_here(missing, cpu, |r| self.cpus[r].load(Ordering::Relaxed));
-            self.count_escape(beside);
+            self.count_escape(place == Missing::Here);
         }
     }
 
@@ -234,46 +234,42 @@ impl TailSpin {
         self.armed.then_some(self.limit)
     }
 
-    /// Whether no rank in `missing` last arrived on `cpu`.
-    fn missing_elsewhere(&self, missing: u64, cpu: u64) -> bool {
-        missing_elsewhere(missing, cpu, |r| self.cpus[r].load(Ordering::Relaxed))
+    /// Where the ranks in `missing` last arrived, seen from `cpu`.
+    fn where_missing(&self, missing: u64, cpu: u64) -> Missing {
+        where_missing(missing, cpu, |r| self.cpus[r].load(Ordering::Relaxed))
     }
 }
 
-/// Whether none of the ranks in the bit set `missing` last ran on `cpu` (`cpu_of(r)`: rank
-/// `r`'s CPU plus one, 0 if not known, which counts as "maybe here"). At most [`SCAN_LIMIT`]
-/// ranks are looked at; more missing than that is a no.
-fn missing_elsewhere(missing: u64, cpu: u64, cpu_of: impl Fn(usize) -> u64) -> bool {
+/// Where the missing ranks last ran, seen from a rank's CPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Missing {
+    /// Every one on another CPU: spin for the release.
+    Elsewhere,
+    /// One on this CPU: yield to it (and count towards an escape).
+    Here,
+    /// A CPU not known, or too many missing to look: neither.
+    Unknown,
+}
+
+/// Where the ranks in the bit set `missing` last ran (`cpu_of(r)`: rank `r`'s CPU plus one, 0
+/// if not known), seen from `cpu` (plus one). At most [`SCAN_LIMIT`] ranks are looked at; more
+/// missing than that is `Unknown`.
+fn where_missing(missing: u64, cpu: u64, cpu_of: impl Fn(usize) -> u64) -> Missing {
     if missing.count_ones() > SCAN_LIMIT {
-        return false;
+        return Missing::Unknown;
     }
+    let mut place = Missing::Elsewhere;
     let mut left = missing;
     while left != 0 {
         let r = left.trailing_zeros() as usize;
         left &= left - 1;
-        let theirs = cpu_of(r);
-        if theirs == 0 || theirs == cpu {
-            return false;
+        match cpu_of(r) {
+            theirs if theirs == cpu => return Missing::Here,
+            0 => place = Missing::Unknown,
+            _ => {}
         }
     }
-    true
-}
-
-/// Whether one of the ranks in `missing` (at most [`SCAN_LIMIT`] of them) is known to have last
-/// run on `cpu`.
-fn missing_here(missing: u64, cpu: u64, cpu_of: impl Fn(usize) -> u64) -> bool {
-    if missing.count_ones() > SCAN_LIMIT {
-        return false;
-    }
-    let mut left = missing;
-    while left != 0 {
-        let r = left.trailing_zeros() as usize;
-        left &= left - 1;
-        if cpu_of(r) == cpu {
-            return true;
-        }
-    }
-    false
+    place
 }
 
 #[cfg(all(test, not(loom)))]
@@ -357,17 +353,17 @@ mod tests {
         // Ranks 0..8, CPUs (plus one) 1,2,1,2,1,2,1,2: even ranks on CPU 0, odd on CPU 1.
         let cpu_of = |r: usize| 1 + (r as u64 % 2);
         // Rank 0 (CPU 0) sees ranks 1, 3, 5 missing: all on CPU 1.
-        assert!(missing_elsewhere(0b0010_1010, 1, cpu_of));
+        assert!(where_missing(0b0010_1010, 1, cpu_of) == Missing::Elsewhere);
         // Rank 7 missing too, and rank 4, on CPU 0: no.
-        assert!(!missing_elsewhere(0b1011_0000, 1, cpu_of));
+        assert!(where_missing(0b1011_0000, 1, cpu_of) != Missing::Elsewhere);
         // Nobody missing: vacuously true (arrived_on does not spin then).
-        assert!(missing_elsewhere(0, 2, cpu_of));
+        assert!(where_missing(0, 2, cpu_of) == Missing::Elsewhere);
         // A rank whose CPU is not known yet counts as here.
-        assert!(!missing_elsewhere(0b10, 1, |_| 0));
+        assert!(where_missing(0b10, 1, |_| 0) != Missing::Elsewhere);
         // Too many missing to look at.
         let many = (1u64 << (SCAN_LIMIT + 1)) - 1;
-        assert!(!missing_elsewhere(many << 1, 99, cpu_of));
-        assert!(missing_elsewhere((1u64 << SCAN_LIMIT) - 1, 99, cpu_of));
+        assert!(where_missing(many << 1, 99, cpu_of) != Missing::Elsewhere);
+        assert!(where_missing((1u64 << SCAN_LIMIT) - 1, 99, cpu_of) == Missing::Elsewhere);
     }
 
     /// The escape: a park at once after ESCAPE_AFTER arrivals beside a missing rank on this
@@ -426,7 +422,11 @@ mod tests {
         t.escaping = true;
         t.arrived(7, true);
         assert!(t.escaping());
-        assert!(missing_here(0b10, 3, |_| 3) && !missing_here(0b10, 3, |_| 0) && !missing_here(0b10, 3, |_| 4));
+        assert_eq!(where_missing(0b10, 3, |_| 3), Missing::Here);
+        assert_eq!(where_missing(0b10, 3, |_| 0), Missing::Unknown);
+        assert_eq!(where_missing(0b10, 3, |_| 4), Missing::Elsewhere);
+        // A rank on this CPU counts even behind one whose CPU is not known.
+        assert_eq!(where_missing(0b110, 3, |r| if r == 1 { 0 } else { 3 }), Missing::Here);
         // More ranks than cores: no escapes.
         let mut crowded = JobShape::local(3, 1);
         crowded.cores = 2;

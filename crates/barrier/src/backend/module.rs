@@ -47,8 +47,15 @@ impl<'a> Poll<'a> {
     /// fields start at their plain values (no recheck, not the last wait, no tail spin); the
     /// methods below set them. (The variant may gain fields: a backend outside this crate
     /// builds it here.)
+    #[inline]
     pub fn pending(flag: &'a Flag, target: u64) -> Self {
-        Poll::Pending { flag, target, recheck: None, last: false, spin: None, park: false }
+        Self::wait_for(flag, target, false)
+    }
+
+    /// [`Poll::pending`] with `last` as given: this crate's modules' common wait.
+    #[inline]
+    pub(crate) fn wait_for(flag: &'a Flag, target: u64, last: bool) -> Self {
+        Poll::Pending { flag, target, recheck: None, last, spin: None, park: false }
     }
 
     /// Also call `progress` again after `every` even if the flag has not moved.

@@ -460,14 +460,7 @@ impl Module for A64fxModule {
                         let flag: *const Flag = flag;
                         // SAFETY: the slot belongs to `self.leaders`, alive as long as `self`.
                         let flag = unsafe { &*flag };
-                        return Ok(Poll::Pending {
-                            flag,
-                            target: epoch,
-                            recheck: None,
-                            last: false,
-                            spin: None,
-                            park: false,
-                        });
+                        return Ok(Poll::pending(flag, epoch));
                     }
                     self.sync_start();
                     self.phase = Phase::Release;

@@ -447,7 +447,7 @@ impl Module for HierModule {
     fn progress(&mut self, epoch: u64) -> Result<Poll<'_>, Error> {
         if self.phase == Phase::Gather {
             if let Err(flag) = self.tree.gather(&mut self.next_child, epoch, self.wake) {
-                return Ok(Poll::Pending { flag, target: epoch, recheck: None, last: false, spin: None, park: false });
+                return Ok(Poll::pending(flag, epoch));
             }
             if let Some(c) = &mut self.clock {
                 c.lap(0);
@@ -499,7 +499,7 @@ impl Module for HierModule {
             if let Err(flag) = self.tree.release(epoch, self.wake) {
                 // A rank that waits for the release has nothing left to do after it.
                 let last = self.clock.is_none();
-                return Ok(Poll::Pending { flag, target: epoch, recheck: None, last, spin: None, park: false });
+                return Ok(Poll::wait_for(flag, epoch, last));
             }
             if let Some(c) = &mut self.clock {
                 c.lap(2);

@@ -47,14 +47,7 @@ impl HwModule {
         while self.flat_next < self.n {
             if !self.arrivals[self.flat_next].reached(epoch) {
                 let last = self.flat_next + 1 == self.n;
-                return Poll::Pending {
-                    flag: &self.arrivals[self.flat_next],
-                    target: epoch,
-                    recheck: None,
-                    last,
-                    spin: None,
-                    park: false,
-                };
+                return Poll::wait_for(&self.arrivals[self.flat_next], epoch, last);
             }
             self.flat_next += 1;
         }

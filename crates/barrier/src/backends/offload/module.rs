@@ -213,14 +213,7 @@ impl Module for HwModule {
                         self.degrade(epoch, reason, true);
                     } else {
                         let flag = self.dev.mmio.flag(a.flag_off);
-                        return Ok(Poll::Pending {
-                            flag,
-                            target: base + epoch,
-                            recheck: Some(RECHECK),
-                            last: false,
-                            spin: None,
-                            park: false,
-                        });
+                        return Ok(Poll::pending(flag, base + epoch).recheck(RECHECK));
                     }
                 }
             }
