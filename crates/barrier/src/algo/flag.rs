@@ -69,9 +69,11 @@ pub enum Algorithm {
 /// otherwise: a flat gather up to 17 ranks.
 pub const DEFAULT_GATHER_RADIX: usize = 16;
 
-/// With a core per rank, `auto` runs `gather` from this many ranks on (dissemination below);
-/// see [`Algorithm::resolve`].
-pub const GATHER_FROM: usize = 12;
+/// With a core per rank, `auto` runs `gather` from this many ranks on (dissemination below):
+/// at 9 ranks dissemination's rounds go from 3 to 4, and on a 16-core node (2026-11-27, two
+/// runs) it went from 1.05-1.09x the floor at 8 ranks to 1.33-1.50x at 9, where gather was
+/// 1.00-1.09x; see [`Algorithm::resolve`].
+pub const GATHER_FROM: usize = 9;
 
 impl Algorithm {
     /// Every concrete algorithm.
@@ -121,7 +123,9 @@ impl Algorithm {
     ///   in parallel on every rank.
     /// * ranks spin, [`GATHER_FROM`] or more: **gather**. The rounds grow with n; the gather's
     ///   two hand-overs do not, and on a 16-core node the raw flat gather with one release flag
-    ///   was ahead of raw dissemination from 12 ranks on (the floor rows of `barrier bench`).
+    ///   was ahead of raw dissemination from 9 ranks on (the floor rows of `barrier bench`), as
+    ///   were our own gather rows against our dissemination (1.00-1.12x the floor against
+    ///   1.16-1.50x at 9 to 11 ranks).
     pub fn resolve(self, n: usize, parks: bool) -> Algorithm {
         match self {
             Algorithm::Auto if parks => Algorithm::Central,
