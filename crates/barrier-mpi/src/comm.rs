@@ -30,6 +30,11 @@ pub(crate) enum Path {
         /// The node's segment: a root whose internode phase fails marks it failed, so that the
         /// node's ranks waiting for the root stop at once instead of at their timeout.
         seg: Arc<Segment>,
+        /// This rank is its node's only rank and the node runs the selector's choice (no forced
+        /// backend): a blocking barrier skips the node's two barriers, which would wait for
+        /// nobody, and is the roots' phase alone (at one rank per node with MPI's barrier among
+        /// the roots, MPI's barrier and nothing else: never slower than MPI's own).
+        solo: bool,
     },
     /// `PMPI_Barrier` on a private copy of the communicator.
     Mpi,
@@ -390,8 +395,9 @@ impl BarrierComm {
             job.cores
         );
         if let Some(halves) = halves {
+            let solo = self.local_size == 1 && !forced_node;
             self.detail = format!(
-                "{} nodes: intranode {} ({}{} over shared memory, {} on this node, {waits}), internode {}",
+                "{} nodes: intranode {} ({}{} over shared memory, {}, {waits}), internode {}",
                 self.nodes,
                 node_backend,
                 if forced_node {
@@ -403,10 +409,14 @@ impl BarrierComm {
                     String::new()
                 },
                 halves.algorithm(),
-                barrier::sys::count(self.local_size, "rank"),
+                if solo {
+                    "this rank alone on its node: a blocking barrier skips them".to_string()
+                } else {
+                    barrier::sys::count(self.local_size, "rank") + " on this node"
+                },
                 chosen.describe()
             );
-            self.path = Path::Hierarchical { halves: Box::new(halves), _node: node, internode, seg };
+            self.path = Path::Hierarchical { halves: Box::new(halves), _node: node, internode, seg, solo };
         } else {
             self.detail = format!(
                 "one node of {}: {} ({}) over shared memory, {waits}{DECLINED_LIST}{}",
@@ -446,9 +456,14 @@ impl BarrierComm {
         self.mpi_still_up()?;
         match &self.path {
             Path::Node(node) => node.world().barrier(),
-            Path::Hierarchical { halves, internode, seg, .. } => {
+            Path::Hierarchical { halves, internode, seg, solo, .. } => {
                 // Split-phase barriers started before this one complete first.
                 self.finish_flights()?;
+                if let (true, Some(inter)) = (*solo, internode) {
+                    let epoch = self.epoch.get() + 1;
+                    self.epoch.set(epoch);
+                    return inter.barrier(epoch).map_err(|e| self.broken_by(e));
+                }
                 // The gather: the root returns once the node's ranks have all arrived, the
                 // others at once; then the roots' phase; then the release. A failure anywhere
                 // breaks the communicator (see `broken_by`): a retry must never start half a
