@@ -69,6 +69,10 @@ net_up() {
 net_down() {
     local i
     for ((i = 0; i < NET_NODES; i++)); do
+        # The host end first: deleting a veth deletes its peer at once, where a deleted
+        # namespace is torn down later by the kernel (its veth and name linger a while, and
+        # a net_up right after would find them: "File exists").
+        ip link del "${NET_TAG}v$i" 2>/dev/null || true
         ip netns del "${NET_TAG}n$i" 2>/dev/null || true
     done
     ip link del "${NET_TAG}br" 2>/dev/null || true

@@ -10,6 +10,13 @@
  * With Open MPI's coll component `fastbar` loaded, the argument `component` (after the settle
  * time) adds it as a third variant: PMPI_Barrier on MPI_COMM_WORLD is then the component's, and
  * the library's own is timed on a duplicate whose info (coll_fastbar_disable) keeps it off.
+ *
+ * Where BARRIER_MPI_NODE_BLOCK=K groups the ranks into nodes of K (and there are several), it
+ * first times a ping-pong of 8-byte messages between the first ranks of nodes 0 and 1 (ranks 0
+ * and K) in the same chunks, and prints half its round trip: the network's one-way latency,
+ * which `barrier model --check-mpi` calibrates its predictions with. Then an exchange between
+ * the same two (both send and receive at once, MPI_Sendrecv: one step of a barrier), printed
+ * per exchange, which tells what a step costs beyond a one-way message.
  */
 #include <mpi.h>
 #include <stdio.h>
@@ -41,6 +48,40 @@ static double chunk(int (*bar)(MPI_Comm), long n) {
     t = (MPI_Wtime() - t) / (double)n;
     PMPI_Allreduce(&t, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     return worst;
+}
+
+/* Mean seconds per one-way message over `n` round trips between ranks 0 and `peer` (the others
+ * wait), rank 0's. */
+static double pingpong(int rank, int peer, long n) {
+    double t, payload = 0.0;
+    PMPI_Barrier(MPI_COMM_WORLD);
+    t = MPI_Wtime();
+    for (long i = 0; i < n && (rank == 0 || rank == peer); i++) {
+        if (rank == 0) {
+            PMPI_Send(&payload, 1, MPI_DOUBLE, peer, 7, MPI_COMM_WORLD);
+            PMPI_Recv(&payload, 1, MPI_DOUBLE, peer, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        } else {
+            PMPI_Recv(&payload, 1, MPI_DOUBLE, 0, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            PMPI_Send(&payload, 1, MPI_DOUBLE, 0, 7, MPI_COMM_WORLD);
+        }
+    }
+    t = (MPI_Wtime() - t) / (2.0 * (double)n);
+    PMPI_Bcast(&t, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    return t;
+}
+
+/* Mean seconds per exchange over `n` exchanges between ranks 0 and `peer` (each sends to the
+ * other and receives from it at once), rank 0's. */
+static double exchange(int rank, int peer, long n) {
+    double t, out = 0.0, in = 0.0;
+    int other = rank == 0 ? peer : 0;
+    PMPI_Barrier(MPI_COMM_WORLD);
+    t = MPI_Wtime();
+    for (long i = 0; i < n && (rank == 0 || rank == peer); i++)
+        PMPI_Sendrecv(&out, 1, MPI_DOUBLE, other, 8, &in, 1, MPI_DOUBLE, other, 8, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    t = (MPI_Wtime() - t) / (double)n;
+    PMPI_Bcast(&t, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    return t;
 }
 
 int main(int argc, char **argv) {
@@ -79,6 +120,20 @@ int main(int argc, char **argv) {
         more = MPI_Wtime() - start < settle;
         PMPI_Bcast(&more, 1, MPI_INT, 0, MPI_COMM_WORLD);
     }
+    /* The network's one-way latency between the first ranks of two nodes. */
+    const char *block = getenv("BARRIER_MPI_NODE_BLOCK");
+    int peer = block ? atoi(block) : 0;
+    double *oneway = malloc(sizeof(double) * (size_t)rounds), *step = malloc(sizeof(double) * (size_t)rounds);
+    if (peer > 0 && peer < size) {
+        pingpong(rank, peer, iters);
+        exchange(rank, peer, iters);
+        for (int r = 0; r < rounds; r++) {
+            oneway[r] = pingpong(rank, peer, iters);
+            step[r] = exchange(rank, peer, iters);
+        }
+    } else {
+        peer = 0;
+    }
     for (int r = 0; r < rounds; r++) {
         /* Alternate which goes first. */
         if (r % 2 == 0) {
@@ -105,6 +160,14 @@ int main(int argc, char **argv) {
         printf("%-34s median %10.0f ns   best %10.0f ns\n", "PMPI_Barrier (the MPI library)", ml, lib[0] * 1e9);
         printf("%-34s median %10.0f ns   best %10.0f ns\n", "MPI_Barrier (this process's)", mo, ours[0] * 1e9);
         printf("ratio MPI_Barrier / PMPI_Barrier: %.3f\n", mo / ml);
+        if (peer) {
+            qsort(oneway, (size_t)rounds, sizeof(double), cmp);
+            printf("ping-pong rank 0 - rank %d: one way median %10.0f ns   best %10.0f ns\n", peer,
+                   oneway[rounds / 2] * 1e9, oneway[0] * 1e9);
+            qsort(step, (size_t)rounds, sizeof(double), cmp);
+            printf("exchange rank 0 - rank %d: per exchange median %10.0f ns   best %10.0f ns\n", peer,
+                   step[rounds / 2] * 1e9, step[0] * 1e9);
+        }
         if (component) {
             qsort(comp, (size_t)rounds, sizeof(double), cmp);
             double mc = comp[rounds / 2] * 1e9;
@@ -113,6 +176,8 @@ int main(int argc, char **argv) {
         }
     }
     if (own_comm != MPI_COMM_WORLD) MPI_Comm_free(&own_comm);
+    free(oneway);
+    free(step);
     free(comp);
     free(lib);
     free(ours);

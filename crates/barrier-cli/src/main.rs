@@ -162,8 +162,25 @@ enum Cmd {
         /// them with the model's prediction (exit 1 if one is off by more than 25%).
         #[arg(long, conflicts_with_all = ["sweep", "json", "plot"])]
         check: bool,
-        /// Barriers per measured configuration of --check.
-        #[arg(long, default_value_t = 400, requires = "check")]
+        /// Instead: the model against barriers over this machine's MPI (Open MPI's mpirun, or
+        /// MPIRUN, with MPIRUN_ARGS): per layout, a ping-pong between two nodes' first ranks gives
+        /// the network's one-way latency, then MPI's own barrier and ours (the roots on our
+        /// dissemination, then on MPI's barrier) are measured and predicted. Printed, not
+        /// judged. tests/net/model.sh runs it across network namespaces.
+        #[arg(long, conflicts_with_all = ["sweep", "json", "plot", "check", "calibrate"])]
+        check_mpi: bool,
+        /// Layouts of --check-mpi, NODESxRANKS (nodes told apart by BARRIER_MPI_NODE_BLOCK).
+        #[arg(long, default_value = "2x1,3x1,4x1,2x2", requires = "check_mpi")]
+        layouts: String,
+        /// With --check-mpi: start every rank through this program (tests/net/in-node.sh puts
+        /// each in its node's network namespace).
+        #[arg(long, value_name = "PATH", requires = "check_mpi")]
+        wrapper: Option<PathBuf>,
+        /// With --check-mpi: the interposer (default: libbarrier_pmpi.so beside this command).
+        #[arg(long, value_name = "PATH", requires = "check_mpi")]
+        mpi_preload: Option<PathBuf>,
+        /// Barriers per measured configuration of --check; barriers per chunk of --check-mpi.
+        #[arg(long, default_value_t = 400)]
         iters: u64,
         /// The calibration file (default: ~/.cache/barrier/model-calibration).
         #[arg(long)]
@@ -565,22 +582,41 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Cmd::Model { nodes, ppn, network, devices, sweep, json, plot, calibrate, bench, check, iters, calibration } => {
-            barrier_cli::model::cli::run(barrier_cli::model::cli::ModelArgs {
-                nodes,
-                ppn,
-                network,
-                devices,
-                sweep,
-                json,
-                plot,
-                calibrate,
-                bench,
-                check,
-                iters,
-                calibration,
-            })
-        }
+        Cmd::Model {
+            nodes,
+            ppn,
+            network,
+            devices,
+            sweep,
+            json,
+            plot,
+            calibrate,
+            bench,
+            check,
+            check_mpi,
+            layouts,
+            wrapper,
+            mpi_preload,
+            iters,
+            calibration,
+        } => barrier_cli::model::cli::run(barrier_cli::model::cli::ModelArgs {
+            nodes,
+            ppn,
+            network,
+            devices,
+            sweep,
+            json,
+            plot,
+            calibrate,
+            bench,
+            check,
+            check_mpi,
+            layouts,
+            wrapper,
+            mpi_preload,
+            iters,
+            calibration,
+        }),
         Cmd::Info { ranks, nodes, .. } if ranks == 0 || nodes == 0 => {
             eprintln!("barrier info: {} 0: a job needs at least 1", if ranks == 0 { "-n" } else { "--nodes" });
             ExitCode::from(2)

@@ -110,7 +110,7 @@ impl CProgram<'_> {
         tool(self.launcher.0, self.launcher.1)
     }
 
-    fn build(&self, dir: &Path) -> Result<PathBuf, String> {
+    pub(crate) fn build(&self, dir: &Path) -> Result<PathBuf, String> {
         let (var, default, install) = self.compiler;
         let cc = tool(var, default);
         let src = dir.join(format!("{}.c", self.name));
@@ -171,7 +171,7 @@ impl CProgram<'_> {
 }
 
 /// The MPI benchmark program.
-fn program() -> CProgram<'static> {
+pub(crate) fn program() -> CProgram<'static> {
     CProgram {
         name: "barrier_bench",
         source: SOURCE,

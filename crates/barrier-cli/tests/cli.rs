@@ -1103,6 +1103,9 @@ fn model_predicts_every_backend_and_sweeps_to_4096_nodes() {
         (&["model", "--network", "sim:5us"][..], "above 20 µs"),
         (&["model", "--nodes", "4294967296", "--ppn", "2"][..], "more than the"),
         (&["model", "--sweep", "--nodes", "4"][..], "cannot be used with"),
+        (&["model", "--check-mpi", "--layouts", "1x2"][..], "2 nodes or more"),
+        (&["model", "--check-mpi", "--mpi-preload", "/nonexistent/libbarrier_pmpi.so"][..], "no interposer at"),
+        (&["model", "--layouts", "2x1"][..], "--check-mpi"),
     ] {
         let out = barrier().args(args).output().unwrap();
         assert_eq!(out.status.code(), Some(2), "{args:?}");

@@ -14,7 +14,12 @@
 //! On the 2-core VM (one writer for every child line), N = 11, six runs: the medians' ratio was
 //! 0.96-1.05 (once 1.59), but the best chunks, from the machine's fast phases, were 138-160 ns
 //! inside one page against 188-274 ns crossing it: 50-110 ns, the size of the 12-rank gap
-//! (70-220 ns), though not proof. On a many-core machine, with one writer per line, it decides.
+//! (70-220 ns), though not proof. On the lent 16-core machine (2026-11-27) the medians were
+//! 956 against 1034 ns at N = 11 (1.08) and 1232 against 1147 at N = 15 (0.93), and the test
+//! that decides, the library's gather with its lines moved onto the region's first page against
+//! the layout as it is (alternating binaries, `barrier bench -n 11..16 --algorithms`), ran no
+//! faster (12 ranks: 1.09-1.12x the floor against 1.06-1.08x): the explanation is refuted.
+//! What closed the gap at 9-11 ranks was the selector's threshold (docs/benchmark.md).
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 

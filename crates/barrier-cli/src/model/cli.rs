@@ -26,6 +26,14 @@ pub struct ModelArgs {
     pub bench: Option<PathBuf>,
     /// `--check`.
     pub check: bool,
+    /// `--check-mpi`.
+    pub check_mpi: bool,
+    /// `--layouts` (of `--check-mpi`).
+    pub layouts: String,
+    /// `--wrapper` (of `--check-mpi`).
+    pub wrapper: Option<PathBuf>,
+    /// `--mpi-preload` (of `--check-mpi`).
+    pub mpi_preload: Option<PathBuf>,
     /// `--iters`.
     pub iters: u64,
     /// `--calibration`.
@@ -83,6 +91,9 @@ pub fn run(a: ModelArgs) -> ExitCode {
                 ExitCode::FAILURE
             }
         };
+    }
+    if a.check_mpi {
+        return check_mpi(&a);
     }
     if a.check {
         // The check compares with this machine as it is now: its constants are measured first.
@@ -224,4 +235,97 @@ pub fn run(a: ModelArgs) -> ExitCode {
         print!("{}", model::report(shape, &net, &machine));
     }
     ExitCode::SUCCESS
+}
+
+/// `barrier model --check-mpi`: measures, predicts and prints (not judged: exit 0 once every
+/// launch ran; 2 for refused input, 1 when a launch failed).
+fn check_mpi(a: &ModelArgs) -> ExitCode {
+    use crate::model;
+    let layouts = match model::parse_layouts(&a.layouts) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("barrier model --check-mpi: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let preload = match a.mpi_preload.clone().or_else(crate::mpibench::default_preload) {
+        Some(p) if p.is_file() => p,
+        other => {
+            eprintln!(
+                "barrier model --check-mpi: no interposer at {}: build it with `MPI_PKG_CONFIG=ompi cargo build --release -p \
+                 barrier-pmpi --features mpi` or name it with --mpi-preload",
+                other.map_or_else(|| "libbarrier_pmpi.so beside this command".into(), |p| p.display().to_string())
+            );
+            return ExitCode::from(2);
+        }
+    };
+    let machine = match model::calibrate() {
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!("barrier model --check-mpi: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let preload = preload.canonicalize().unwrap_or(preload);
+    let opts = model::MpiCheckOptions { layouts, iters: a.iters, wrapper: a.wrapper.clone(), preload };
+    match model::check_mpi(&opts, &machine) {
+        Ok(rows) => {
+            println!(
+                "barrier model --check-mpi: MPI's messages on this machine ({} cores, flag hand-off {:.0} ns, yield hand-off {:.0} ns); one-way latency from a ping-pong in each launch; medians",
+                machine.cores, machine.flag_ns, machine.yield_ns
+            );
+            println!(
+                "{:<7} {:<18} {:>8} {:>8} | {:>8} {:>15} {:>15} | {:>8} {:>15} {:>15} | {:>6}",
+                "layout",
+                "roots",
+                "one-way",
+                "exchange",
+                "MPI own",
+                "pred. one-way",
+                "pred. exchange",
+                "ours",
+                "pred. one-way",
+                "pred. exchange",
+                "ratio"
+            );
+            let us = |ns: f64| format!("{:.1}us", ns / 1e3);
+            let pred = |ns: f64, err: f64| format!("{} {:+.0}%", us(ns), err * 100.0);
+            let mut off = [0usize; 2];
+            for r in &rows {
+                let (own_1, ours_1) = r.errors(r.from_one_way);
+                let (own_x, ours_x) = r.errors(r.from_exchange);
+                off[0] += [own_1, ours_1].iter().filter(|e| e.abs() > model::CHECK_TOLERANCE).count();
+                off[1] += [own_x, ours_x].iter().filter(|e| e.abs() > model::CHECK_TOLERANCE).count();
+                println!(
+                    "{:<7} {:<18} {:>8} {:>8} | {:>8} {:>15} {:>15} | {:>8} {:>15} {:>15} | {:>6.3}",
+                    format!("{}x{}", r.shape.nodes, r.shape.ppn),
+                    match r.way {
+                        model::RootsWay::Dissemination => "our dissemination",
+                        model::RootsWay::Mpi => "MPI's barrier",
+                    },
+                    us(r.measured.one_way_ns),
+                    us(r.measured.exchange_ns),
+                    us(r.measured.own_ns),
+                    pred(r.from_one_way.0, own_1),
+                    pred(r.from_exchange.0, own_x),
+                    us(r.measured.ours_ns),
+                    pred(r.from_one_way.1, ours_1),
+                    pred(r.from_exchange.1, ours_x),
+                    r.measured.ours_ns / r.measured.own_ns,
+                );
+            }
+            println!(
+                "outside ±{:.0}%: {} of {} predictions from the one-way latency, {} from the exchange (printed, not judged; docs/model.md says which terms the model misses)",
+                model::CHECK_TOLERANCE * 100.0,
+                off[0],
+                rows.len() * 2,
+                off[1]
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("barrier model --check-mpi: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }

@@ -26,11 +26,14 @@
 //!
 //! The model is checked against this machine's own runs: `barrier model --check` measures
 //! dissemination and hierarchical barriers across simulated nodes (`BARRIER_NET_PUT_LATENCY`)
-//! and compares them with what it predicts for the `sim:` profile.
+//! and compares them with what it predicts for the `sim:` profile; `barrier model --check-mpi`
+//! measures them over a real MPI's messages (the network namespaces of `tests/net`), its
+//! network constant from a ping-pong in the same run.
 
 mod calibrate;
 mod check;
 pub mod cli;
+mod mpi_check;
 mod predict;
 mod report;
 #[cfg(test)]
@@ -38,5 +41,6 @@ mod tests;
 
 pub use calibrate::{calibrate, calibrate_from_bench};
 pub use check::{check, Check, Verdict, CHECK_ATTEMPTS, CHECK_TOLERANCE, STABLE_SPREAD};
+pub use mpi_check::{check_mpi, parse_layouts, parse_report, predict_over_mpi, MpiCheck, MpiCheckOptions, RootsWay};
 pub use predict::*;
 pub use report::{json, report, sweep, sweep_nodes};

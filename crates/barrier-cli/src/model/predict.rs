@@ -242,7 +242,7 @@ impl Prediction {
 /// core each; else the waiter notices at its next turn on a core, after the other ranks there
 /// had theirs (`ranks / cores` yield hand-offs: oversubscribed ranks yield, and never sleep long
 /// while their neighbours are runnable).
-fn handoff(machine: &Machine, ranks_here: usize) -> f64 {
+pub(super) fn handoff(machine: &Machine, ranks_here: usize) -> f64 {
     if ranks_here > machine.cores {
         ranks_here as f64 / machine.cores.max(1) as f64 * machine.yield_ns
     } else {
