@@ -104,10 +104,11 @@ proptest! {
 /// every choice runs correct barriers.
 #[test]
 fn the_automatic_flat_algorithm_follows_the_rank_count() {
+    let from = barrier::algo::flag::GATHER_FROM;
     let cases = [
         (4, "spin", "dissemination"),
-        (11, "spin", "dissemination"),
-        (12, "spin", "gather"),
+        (from - 1, "spin", "dissemination"),
+        (from, "spin", "gather"),
         (13, "spin", "gather"),
         (4, "park", "central"),
     ];

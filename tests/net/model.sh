@@ -23,6 +23,10 @@ LAYOUTS=${1:-2x1,3x1,4x1,2x2}
 BIN=${NET_BIN:-target/release}
 BARRIER=$BIN/barrier
 PRELOAD=$(cd "$BIN" && pwd)/libbarrier_pmpi.so
+[ -x "$BARRIER" ] && [ -f "$PRELOAD" ] || {
+    echo "tests/net/model.sh: $BARRIER or $PRELOAD is missing (run tests/net/run.sh, or set NET_BIN)"
+    exit 2
+}
 nodes=$(tr ',' '\n' <<<"$LAYOUTS" | cut -dx -f1 | sort -n | tail -1)
 
 export PMIX_MCA_ptl_tcp_remote_connections=1 PMIX_MCA_ptl_tcp_if_include=$NET_SUBNET

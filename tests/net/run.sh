@@ -104,6 +104,6 @@ done
 trap - EXIT
 step "the model against these runs (barrier model --check-mpi at 2x1 and 2x2: printed, not judged)"
 CARGO_TARGET_DIR=$TARGET cargo build --release -p barrier-cli
-MPICC=mpicc.openmpi bash tests/net/model.sh 2x1,2x2
+MPICC=mpicc.openmpi timeout 600 bash tests/net/model.sh 2x1,2x2
 echo
 echo "net tests: all passed (${LAYOUTS[*]})"

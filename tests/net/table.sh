@@ -70,6 +70,7 @@ for layout in "${LAYOUTS[@]}"; do
             -x LD_PRELOAD="$PRELOAD" -x BARRIER_VERBOSE=1 "${extra[@]}" \
             tests/net/in-node.sh "$BENCH" "$ITERS" "$CHUNKS" >"$log" 2>&1 || {
             cat "$log"
+            rm -f "$log"
             echo "tests/net/table.sh: $layout run $run failed"
             exit 1
         }

@@ -121,8 +121,11 @@ int main(int argc, char **argv) {
         PMPI_Bcast(&more, 1, MPI_INT, 0, MPI_COMM_WORLD);
     }
     /* The network's one-way latency between the first ranks of two nodes. */
+    /* Rank 0's setting, for everyone: ranks that read different values would make different
+     * collective calls and hang. */
     const char *block = getenv("BARRIER_MPI_NODE_BLOCK");
     int peer = block ? atoi(block) : 0;
+    PMPI_Bcast(&peer, 1, MPI_INT, 0, MPI_COMM_WORLD);
     double *oneway = malloc(sizeof(double) * (size_t)rounds), *step = malloc(sizeof(double) * (size_t)rounds);
     if (peer > 0 && peer < size) {
         pingpong(rank, peer, iters);

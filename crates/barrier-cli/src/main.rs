@@ -126,6 +126,7 @@ enum Cmd {
     },
     /// Predict each backend's barrier latency for a job shape this machine cannot run (a model
     /// calibrated here and by published network figures; docs/model.md).
+    #[command(group = clap::ArgGroup::new("checks").args(["check", "check_mpi"]))]
     Model {
         /// Nodes of the job.
         #[arg(long, default_value_t = 1, conflicts_with_all = ["sweep", "calibrate", "check"])]
@@ -180,7 +181,7 @@ enum Cmd {
         #[arg(long, value_name = "PATH", requires = "check_mpi")]
         mpi_preload: Option<PathBuf>,
         /// Barriers per measured configuration of --check; barriers per chunk of --check-mpi.
-        #[arg(long, default_value_t = 400)]
+        #[arg(long, default_value_t = 400, requires = "checks")]
         iters: u64,
         /// The calibration file (default: ~/.cache/barrier/model-calibration).
         #[arg(long)]

@@ -181,6 +181,34 @@ pub(crate) fn program() -> CProgram<'static> {
     }
 }
 
+/// Checks that `preload` is an interposer built with MPI, for the MPI that `mpirun` launches;
+/// returns whether `mpirun` is Open MPI's.
+pub(crate) fn check_interposer(preload: &Path, mpirun: &str) -> Result<bool, String> {
+    if !defines_mpi_barrier(preload)? {
+        return Err(format!(
+            "{} does not define MPI_Barrier: it was built without MPI; rebuild it with `cargo build --release -p \
+             barrier-pmpi --features mpi`",
+            preload.display()
+        ));
+    }
+    let open_mpi = is_open_mpi(mpirun)?;
+    let bytes = std::fs::read(preload).map_err(|e| format!("reading {}: {e}", preload.display()))?;
+    match linked_mpi(&bytes) {
+        Some(Mpi::Mpich) if open_mpi => Err(format!(
+            "{} was built against MPICH, but {mpirun} is Open MPI's: run with MPIRUN=mpiexec.mpich \
+             MPICC=mpicc.mpich, or build the interposer for Open MPI (MPI_PKG_CONFIG=ompi)",
+            preload.display()
+        )),
+        Some(Mpi::OpenMpi) if !open_mpi => Err(format!(
+            "{} was built against Open MPI, but {mpirun} is not Open MPI's: run with MPIRUN=mpirun.openmpi \
+             MPICC=mpicc.openmpi, or build the interposer for this MPI (MPI_PKG_CONFIG=mpich and its own \
+             CARGO_TARGET_DIR)",
+            preload.display()
+        )),
+        _ => Ok(open_mpi),
+    }
+}
+
 /// Builds the program and runs it at every rank count; its report goes to stdout.
 pub fn run(opts: &MpiBenchOptions) -> Result<(), String> {
     let how_to_build = "build it in the source tree with `MPI_PKG_CONFIG=ompi cargo build --release -p barrier-pmpi \
@@ -195,35 +223,9 @@ pub fn run(opts: &MpiBenchOptions) -> Result<(), String> {
         })?,
     };
     let preload = preload.canonicalize().map_err(|e| format!("{}: {e}", preload.display()))?;
-    if !defines_mpi_barrier(&preload)? {
-        return Err(format!(
-            "{} does not define MPI_Barrier: it was built without MPI; rebuild it with `cargo build --release -p \
-             barrier-pmpi --features mpi`",
-            preload.display()
-        ));
-    }
     let program = program();
     let mpirun = program.launcher();
-    let open_mpi = is_open_mpi(&mpirun)?;
-    let bytes = std::fs::read(&preload).map_err(|e| format!("reading {}: {e}", preload.display()))?;
-    match linked_mpi(&bytes) {
-        Some(Mpi::Mpich) if open_mpi => {
-            return Err(format!(
-                "{} was built against MPICH, but {mpirun} is Open MPI's: run with MPIRUN=mpiexec.mpich \
-                 MPICC=mpicc.mpich, or build the interposer for Open MPI (MPI_PKG_CONFIG=ompi)",
-                preload.display()
-            ))
-        }
-        Some(Mpi::OpenMpi) if !open_mpi => {
-            return Err(format!(
-                "{} was built against Open MPI, but {mpirun} is not Open MPI's: run with MPIRUN=mpirun.openmpi \
-                 MPICC=mpicc.openmpi, or build the interposer for this MPI (MPI_PKG_CONFIG=mpich and its own \
-                 CARGO_TARGET_DIR)",
-                preload.display()
-            ))
-        }
-        _ => {}
-    }
+    let open_mpi = check_interposer(&preload, &mpirun)?;
     // The coll component, staged under its MCA name in a directory of its own (Open MPI's own
     // directory stays in the path).
     let component = match (&opts.component, open_mpi) {

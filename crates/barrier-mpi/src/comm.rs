@@ -30,8 +30,8 @@ pub(crate) enum Path {
         /// The node's segment: a root whose internode phase fails marks it failed, so that the
         /// node's ranks waiting for the root stop at once instead of at their timeout.
         seg: Arc<Segment>,
-        /// This rank is its node's only rank and the node runs the selector's choice (no forced
-        /// backend): a blocking barrier skips the node's two barriers, which would wait for
+        /// This rank is its node's only rank and the node runs the gather and release halves (no
+        /// forced backend): a blocking barrier skips the node's two barriers, which would wait for
         /// nobody, and is the roots' phase alone (at one rank per node with MPI's barrier among
         /// the roots, MPI's barrier and nothing else: never slower than MPI's own).
         solo: bool,
@@ -410,7 +410,7 @@ impl BarrierComm {
                 },
                 halves.algorithm(),
                 if solo {
-                    "this rank alone on its node: a blocking barrier skips them".to_string()
+                    "this rank alone on its node: a blocking barrier skips the node's gather and release".to_string()
                 } else {
                     barrier::sys::count(self.local_size, "rank") + " on this node"
                 },

@@ -17,7 +17,8 @@
 //!
 //! * **MPI's own**: ⌈log2 P⌉ message steps of one one-way latency each (Open MPI's barrier
 //!   algorithms for small communicators, two-process, recursive doubling and Bruck's, take
-//!   ⌈log2 P⌉ steps, each a message every rank sends and one it receives). Every message is
+//!   ⌈log2 P⌉ steps where P is a power of two, each a message every rank sends and one it
+//!   receives; recursive doubling takes more where it is not, which the model leaves out). Every message is
 //!   counted as a network one, as it is where the MPI's only transport is TCP (the namespace
 //!   runs of `tests/net`); a real node's MPI takes shared memory within the node.
 //! * **ours**: the node's gather (tree depth × a hand-off on this machine), ⌈log2 N⌉ steps of
@@ -35,6 +36,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 use barrier::algo::tree::LocalTree;
 
@@ -82,18 +84,20 @@ pub struct Measured {
 
 /// Reads the C program's report: `None` for a line it lacks.
 pub fn parse_report(text: &str) -> Option<Measured> {
-    let median = |starts: &str| {
-        text.lines().find(|l| l.starts_with(starts)).and_then(|l| {
+    // By what a line holds, not how it starts: a launcher option such as --tag-output puts a
+    // prefix before every line.
+    let median = |holds: &str| {
+        text.lines().find(|l| l.contains(holds)).and_then(|l| {
             let words: Vec<&str> = l.split_whitespace().collect();
             let at = words.iter().position(|w| *w == "median")?;
             words.get(at + 1)?.parse::<f64>().ok()
         })
     };
     Some(Measured {
-        one_way_ns: median("ping-pong ")?,
-        exchange_ns: median("exchange ")?,
-        own_ns: median("PMPI_Barrier ")?,
-        ours_ns: median("MPI_Barrier ")?,
+        one_way_ns: median("ping-pong rank 0 - ")?,
+        exchange_ns: median("exchange rank 0 - ")?,
+        own_ns: median("PMPI_Barrier (the MPI library)")?,
+        ours_ns: median("MPI_Barrier (this process's)")?,
     })
 }
 
@@ -186,6 +190,12 @@ const CHUNKS: u64 = 11;
 /// launcher options from `MPIRUN_ARGS`, split on spaces), each predicted from its own ping-pong.
 pub fn check_mpi(opts: &MpiCheckOptions, machine: &Machine) -> Result<Vec<MpiCheck>, String> {
     let program = crate::mpibench::program();
+    if !crate::mpibench::check_interposer(&opts.preload, &program.launcher())? {
+        return Err(format!(
+            "{} is not Open MPI's mpirun, whose options (-x, --oversubscribe) the check passes: set MPIRUN",
+            program.launcher()
+        ));
+    }
     let dir = std::env::temp_dir().join(format!("barrier-model-mpi-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
     let result = program.build(&dir).and_then(|prog| {
@@ -228,8 +238,20 @@ pub fn check_mpi(opts: &MpiCheckOptions, machine: &Machine) -> Result<Vec<MpiChe
     result
 }
 
+/// A launch's time limit: every launch takes a few seconds (a second of warm-up, then the
+/// chunks); one past this hangs, and is killed.
+const LAUNCH_LIMIT: Duration = Duration::from_secs(300);
+
 fn launch(mpirun: &str, opts: &MpiCheckOptions, prog: &Path, shape: Shape, way: RootsWay) -> Result<String, String> {
     let mut cmd = Command::new(mpirun);
+    // Open MPI's ranks on this machine inherit the launcher's environment: the caller's own
+    // barrier settings (a BARRIER_TIMEOUT, a forced BARRIER_BACKEND) would change what is
+    // measured, and NET_RANKS_PER_NODE where the wrapper puts each rank.
+    for (var, _) in std::env::vars_os() {
+        if var.to_str().is_some_and(|v| v.starts_with("BARRIER_") || v == "NET_RANKS_PER_NODE") {
+            cmd.env_remove(var);
+        }
+    }
     cmd.env("OMPI_ALLOW_RUN_AS_ROOT", "1").env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
     if let Ok(extra) = std::env::var("MPIRUN_ARGS") {
         cmd.args(extra.split_whitespace());
@@ -248,12 +270,39 @@ fn launch(mpirun: &str, opts: &MpiCheckOptions, prog: &Path, shape: Shape, way: 
         cmd.arg(w);
     }
     cmd.arg(prog).arg(opts.iters.to_string()).arg(CHUNKS.to_string());
-    let output = cmd.output().map_err(|e| format!("cannot run {mpirun} ({e}); install Open MPI or set MPIRUN"))?;
-    let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
-    if !output.status.success() {
-        return Err(format!("{mpirun} -np {} failed ({}):\n{text}", shape.ranks(), output.status));
+    // The output goes to a file (read once the launch ends), so that waiting can stop at the
+    // limit without a reader thread.
+    let log = prog.with_extension(format!("{}x{}-{}.log", shape.nodes, shape.ppn, way.setting()));
+    let file = std::fs::File::create(&log).map_err(|e| format!("{}: {e}", log.display()))?;
+    let err = file.try_clone().map_err(|e| format!("{}: {e}", log.display()))?;
+    let mut child = cmd
+        .stdout(file)
+        .stderr(err)
+        .spawn()
+        .map_err(|e| format!("cannot run {mpirun} ({e}); install Open MPI or set MPIRUN"))?;
+    let began = Instant::now();
+    let status = loop {
+        match child.try_wait().map_err(|e| format!("waiting for {mpirun}: {e}"))? {
+            Some(status) => break Some(status),
+            None if began.elapsed() > LAUNCH_LIMIT => {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+            None => std::thread::sleep(Duration::from_millis(50)),
+        }
+    };
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    let _ = std::fs::remove_file(&log);
+    match status {
+        None => Err(format!(
+            "{mpirun} -np {} was still running after {} s (a hang), and was killed:\n{text}",
+            shape.ranks(),
+            LAUNCH_LIMIT.as_secs()
+        )),
+        Some(status) if !status.success() => Err(format!("{mpirun} -np {} failed ({status}):\n{text}", shape.ranks())),
+        Some(_) => Ok(text),
     }
-    Ok(text)
 }
 
 #[cfg(test)]
@@ -272,6 +321,9 @@ mod tests {
     fn the_report_is_read_by_its_median_columns() {
         let m = parse_report(REPORT).expect("every line is there");
         assert_eq!(m, Measured { one_way_ns: 8135.0, exchange_ns: 9563.0, own_ns: 26561.0, ours_ns: 11086.0 });
+        // Lines tagged by the launcher (--tag-output) read the same.
+        let tagged: String = REPORT.lines().map(|l| format!("[1,0]<stdout>:{l}\n")).collect();
+        assert_eq!(parse_report(&tagged), Some(m));
         // A report without the ping-pong (one node) is not a measurement of the network.
         let without: String = REPORT.lines().filter(|l| !l.starts_with("ping-pong")).collect::<Vec<_>>().join("\n");
         assert_eq!(parse_report(&without), None);
