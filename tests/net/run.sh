@@ -9,7 +9,8 @@
 # Runs, per layout: the C check program under the interposer (with the roots' phase ours, then
 # MPI's own: BARRIER_MPI_INTERNODE=mpi), barrier-mpi's Rust example, a user's rsmpi program from
 # outside the workspace, and the barrier benchmark (MPI's own barrier against ours, with the
-# roots' way timed and kept by `auto`: printed, not judged).
+# roots' way timed and kept by `auto`: printed, not judged); then OSHMEM's check program with
+# its own barriers and under barrier-shmem's interposer, and its benchmark (printed).
 #
 #   bash tests/net/run.sh [NODESxRANKS ...]      (default: 2x2 3x1; as root)
 #
@@ -49,6 +50,11 @@ PRELOAD="$PWD/$TARGET/release/libbarrier_pmpi.so"
 nm -D --defined-only "$PRELOAD" | grep -qw MPI_Barrier || fail "$PRELOAD defines no MPI_Barrier"
 mpicc.openmpi -O2 -Wall -Werror -o "$OUT_DIR/barrier_check" examples/mpi/barrier_check.c
 mpicc.openmpi -O2 -Wall -Werror -o "$OUT_DIR/barrier_bench" crates/barrier-cli/c/barrier_bench.c
+CARGO_TARGET_DIR=$TARGET cargo build --release -p barrier-shmem
+SHMEM_PRELOAD="$PWD/$TARGET/release/libbarrier_shmem.so"
+nm -D --defined-only "$SHMEM_PRELOAD" | grep -qw shmem_barrier_all || fail "$SHMEM_PRELOAD defines no shmem_barrier_all"
+oshcc -O2 -Wall -Werror -o "$OUT_DIR/shmem_check" tests/shmem/shmem_check.c
+oshcc -O2 -Wall -Werror -o "$OUT_DIR/shmem_bench" crates/barrier-cli/c/shmem_bench.c
 
 trap net_down EXIT
 
@@ -66,6 +72,23 @@ launch_command() {
 }
 # The launcher's PMIx server, in this namespace, listens on the bridge for ranks in the others.
 export PMIX_MCA_ptl_tcp_remote_connections=1 PMIX_MCA_ptl_tcp_if_include=$NET_SUBNET
+
+# The same for OSHMEM: oshrun, its UCX transport on TCP only (UCX_TLS; in-node.sh names the
+# node's veth in UCX_NET_DEVICES) and the MPI beneath it (OSHMEM's own barriers are MPI's) on
+# TCP too, so that PEs in different namespaces reach each other over the bridge and never
+# through this machine's shared memory, which namespaces do not separate. OSHMEM 4.1.4 crashes in
+# shmem_finalize without the last variable (see tests/shmem/run.sh).
+shmem_launch() {
+    CMD=(oshrun --oversubscribe -np "$NP" --mca oob_tcp_if_include "$NET_SUBNET"
+        --mca btl tcp,self --mca btl_tcp_if_include "$NET_SUBNET" -x NET_TAG="$NET_TAG" -x NET_RANKS_PER_NODE="$K" -x UCX_TLS=tcp,self -x UCX_WARN_UNUSED_ENV_VARS=n)
+    while [ "$1" != "--" ]; do
+        CMD+=(-x "$1")
+        shift
+    done
+    shift
+    CMD+=(tests/net/in-node.sh "$@")
+}
+export OMPI_MCA_opal_common_ucx_opal_mem_hooks=0
 
 for layout in "${LAYOUTS[@]}"; do
     NODES=${layout%x*}
@@ -99,6 +122,19 @@ for layout in "${LAYOUTS[@]}"; do
     run "benchmark, $layout" ok launch BARRIER_MPI_NODE_BLOCK="$K" LD_PRELOAD="$PRELOAD" BARRIER_VERBOSE=1 -- \
         "$OUT_DIR/barrier_bench" 300 11
     grep -E "internode|median|ratio" "$out" | sed 's/.*internode /internode /' | sort -u
+    # OSHMEM: its own barriers, then ours (the roots' rounds are OpenSHMEM puts across the bridge).
+    shmem_launch -- "$OUT_DIR/shmem_check" 200
+    run "OSHMEM, its own barriers, $layout" ok "${CMD[@]}"
+    expect_text "OSHMEM, $layout" "$NP PEs passed 200 iterations"
+    shmem_launch LD_PRELOAD="$SHMEM_PRELOAD" BARRIER_VERBOSE=1 BARRIER_TIMEOUT=120s BARRIER_SHMEM_NODE_BLOCK="$K" -- \
+        "$OUT_DIR/shmem_check" 200
+    run "OSHMEM interposed, $layout" ok "${CMD[@]}"
+    expect_text "OSHMEM interposed, $layout" "$NP PEs passed 200 iterations"
+    expect_text "OSHMEM interposed, $layout" "$NP PEs on $NODES node(s)"
+    [ "$NODES" = 1 ] || expect_text "OSHMEM interposed, $layout" "internode dissemination over OpenSHMEM puts"
+    shmem_launch LD_PRELOAD="$SHMEM_PRELOAD" BARRIER_SHMEM_NODE_BLOCK="$K" -- "$OUT_DIR/shmem_bench" 300 11
+    run "OSHMEM benchmark, $layout" ok "${CMD[@]}"
+    grep -E "median|ratio" "$out" || true
     net_down
 done
 trap - EXIT
