@@ -126,10 +126,13 @@ expect_text "missing, active set" "shmem_barrier failed on PE 0: PE 1 called shm
 # One PE's own BARRIER_TIMEOUT is not the job's: PE 1's 1ms with PE 0 300 ms late passes (the
 # job's value is PE 0's: none); PE 0's 2s ends the job when PE 0 itself is 8 s late (PEs 1 and 2
 # wait, with PE 0's value; whichever gives up first ends the job).
+# (Our rounds serve, BARRIER_SHMEM_INTERNODE=dissemination: PE 0 sets no timeout, so `auto`
+# would time them against the implementation's at nodes of one PE.)
 ONE='if [ "${OMPI_COMM_WORLD_RANK:-0}" = "$TIMEOUT_PE" ]; then export BARRIER_TIMEOUT=$TIMEOUT_VALUE; fi; exec "$@"'
 for block in 0 1; do
     run "late: PE 0 300 ms late, BARRIER_TIMEOUT=1ms on PE 1 alone, block $block" ok "${OSHRUN[@]}" -np 3 \
         -x LD_PRELOAD="$LIB" -x BARRIER_VERBOSE=1 -x BARRIER_SHMEM_NODE_BLOCK=$block -x TIMEOUT_PE=1 \
+        -x BARRIER_SHMEM_INTERNODE=dissemination \
         -x TIMEOUT_VALUE=1ms sh -c "$ONE" sh "$FAULTS" late 0
     expect_no_text "late, block $block" "timed out"
     # (Across nodes of one PE the pair's set spans two nodes and passes through.)
@@ -140,5 +143,18 @@ done
 run "PE 0's BARRIER_TIMEOUT=2s is the job's" fail "${OSHRUN[@]}" -np 3 -x LD_PRELOAD="$LIB" -x BARRIER_SHMEM_NODE_BLOCK=1 \
     -x TIMEOUT_PE=0 -x TIMEOUT_VALUE=2s sh -c "$ONE" sh "$FAULTS" stall 0
 expect_text "PE 0's timeout" "failed on PE [12]: barrier 10 timed out after 2\.[0-9]s on PE [12], in its internode phase"
+
+# Nodes of one PE: BARRIER_SHMEM_INTERNODE=shmem passes the barriers of every PE through to the
+# implementation; `auto` without a timeout times both and keeps the faster (either may win on
+# one machine: the line says which, with both times); both run checked barriers.
+run "nodes of one PE, the implementation's own barriers" ok "${OSHRUN[@]}" -np 3 -x LD_PRELOAD="$LIB" \
+    -x BARRIER_VERBOSE=1 -x BARRIER_SHMEM_NODE_BLOCK=1 -x BARRIER_SHMEM_INTERNODE=shmem "$CHECK" "$ITERS"
+expect_text "shmem internode" "3 PEs passed $ITERS iterations"
+expect_text "shmem internode" "the implementation's own barriers serve (BARRIER_SHMEM_INTERNODE=shmem)"
+expect_text "shmem internode" "shmem_barrier_all 0 served, 402 passed through; shmem_sync_all 0 served, 100 passed through"
+run "nodes of one PE, timed" ok "${OSHRUN[@]}" -np 3 -x LD_PRELOAD="$LIB" -x BARRIER_VERBOSE=1 \
+    -x BARRIER_SHMEM_NODE_BLOCK=1 "$CHECK" "$ITERS"
+expect_text "auto internode" "3 PEs passed $ITERS iterations"
+expect_text "auto internode" "one PE per node: .* the faster (.*µs a shmem_barrier_all when timed, against .*µs)"
 
 echo "shmem tests: all passed"

@@ -164,7 +164,7 @@ fn serve(kind: usize, quiet: bool) -> Option<()> {
     }
     let real = real()?;
     let guard = lock(&SERVING);
-    let Some(serving) = guard.as_ref() else {
+    let Some(serving) = guard.as_ref().filter(|s| !s.delegated()) else {
         COUNTS[kind][1].fetch_add(1, Ordering::Relaxed);
         return None;
     };

@@ -235,6 +235,12 @@ pub(crate) struct Serving {
     epoch: Cell<u64>,
     describe: String,
     me: usize,
+    /// This PE is its node's only PE: a barrier skips the node's gather and release (they would
+    /// wait for nobody) and is the roots' rounds alone.
+    alone: bool,
+    /// Every node has one PE and the implementation's own barrier was chosen for the barriers
+    /// of every PE (`BARRIER_SHMEM_INTERNODE`): they pass through.
+    delegated: bool,
 }
 
 // SAFETY: the node's universe is used by one thread at a time (the caller holds the library's
@@ -248,6 +254,8 @@ pub(crate) struct Place {
     pub node_of: Vec<usize>,
     pub me: usize,
     pub waits: Waits,
+    /// This PE is its node's only PE.
+    pub alone: bool,
 }
 
 impl Serving {
@@ -271,7 +279,26 @@ impl Serving {
             epoch: Cell::new(0),
             describe,
             me: place.me,
+            alone: place.alone,
+            delegated: false,
         }
+    }
+
+    /// The barriers of every PE pass through to the implementation from now on (agreed by
+    /// every PE); `why` ends the description.
+    pub(crate) fn delegate(&mut self, why: &str) {
+        self.delegated = true;
+        self.describe = format!("{}; {why}", self.describe);
+    }
+
+    /// Whether the barriers of every PE pass through to the implementation.
+    pub(crate) fn delegated(&self) -> bool {
+        self.delegated
+    }
+
+    /// Adds to the description (how the roots' way was chosen).
+    pub(crate) fn say_also(&mut self, what: &str) {
+        self.describe = format!("{}; {what}", self.describe);
     }
 
     /// The active sets' side, to share with threads that wait without the lock.
@@ -290,7 +317,9 @@ impl Serving {
     pub(crate) fn barrier(&self) -> Result<()> {
         let Some(halves) = &self.halves else { return Ok(self.node.world().barrier()?) };
         // The gather: the root returns once its node's PEs have all arrived, the others at once.
-        halves.barrier()?;
+        if !self.alone {
+            halves.barrier()?;
+        }
         let epoch = self.epoch.get() + 1;
         self.epoch.set(epoch);
         if let Some(rounds) = &self.internode {
@@ -299,6 +328,9 @@ impl Serving {
                 self.seg.set_abort(self.local_rank);
                 return Err(e);
             }
+        }
+        if self.alone {
+            return Ok(());
         }
         // The release: the root stores it, the others wait for it.
         Ok(halves.barrier()?)

@@ -20,6 +20,16 @@ const WORDS: usize = 10;
 /// The settings this library reads beside the core ones.
 pub(crate) const NODE_BLOCK: &str = "BARRIER_SHMEM_NODE_BLOCK";
 pub(crate) const PROGRESS: &str = "BARRIER_SHMEM_PROGRESS";
+pub(crate) const INTERNODE: &str = "BARRIER_SHMEM_INTERNODE";
+
+/// `BARRIER_SHMEM_INTERNODE` as an exchange word.
+fn internode_code(params: &Params) -> u64 {
+    match params.get(INTERNODE).as_deref().map(str::trim) {
+        Some("dissemination") => 1,
+        Some("shmem") => 2,
+        _ => 0,
+    }
+}
 
 /// Symmetric memory this library allocated, freed at finalize: every allocation every PE made
 /// (collectively), null ones included, so that every PE makes the same collective frees.
@@ -180,6 +190,9 @@ pub(crate) fn run(real: &Real, params: &Params) -> (Outcome, Symmetric) {
         mask[3],
         nanos(params.duration("BARRIER_TIMEOUT").ok().flatten()),
         nanos(params.stall_report()),
+        // With whether a stall report was asked for (it is on by default, and only a report
+        // someone asked for keeps `auto` on our rounds).
+        internode_code(params) | u64::from(params.get("BARRIER_STALL_REPORT").is_some()) << 8,
     ]);
     if let Some((i, why)) = bad {
         let _ = i;
@@ -324,9 +337,73 @@ pub(crate) fn run(real: &Real, params: &Params) -> (Outcome, Symmetric) {
             shape.cores
         )
     );
-    let place = crate::serve::Place { local_rank, node_of: topo.node_of.clone(), me, waits };
-    let serving = Serving::new(node, halves, seg, place, crate::sets::Sets::new(table, members), internode, describe);
+    let alone = members.len() == 1 && node_count > 1;
+    let place = crate::serve::Place { local_rank, node_of: topo.node_of.clone(), me, waits, alone };
+    let mut serving =
+        Serving::new(node, halves, seg, place, crate::sets::Sets::new(table, members), internode, describe);
+    // 5. Where every node has one PE, the roots' rounds are the whole barrier, and the
+    // implementation's own may be faster over its network: PE 0's BARRIER_SHMEM_INTERNODE
+    // decides, `auto` by timing both (unless a timeout or stall report asks for ours, whose
+    // reports name the PE waited for).
+    if node_count == n && n > 1 {
+        let stall_asked = verdicts[0][9] >> 8 == 1;
+        match verdicts[0][9] & 0xff {
+            1 => {}
+            2 => serving.delegate("the implementation's own barriers serve (BARRIER_SHMEM_INTERNODE=shmem)"),
+            _ if timeout.is_some() || stall_asked => serving.say_also(
+                "ours, untimed: BARRIER_TIMEOUT or BARRIER_STALL_REPORT is set, whose reports name the PE waited for",
+            ),
+            _ => {
+                let (ours, theirs) = time_both(&serving, real);
+                // PE 0's timing decides for every PE.
+                let keep_ours = u64::from(ours <= 0.95 * theirs);
+                let said = x.all(&[keep_ours, ours as u64, theirs as u64]);
+                let (ours, theirs) = (said[0][1] as f64 / 1e3, said[0][2] as f64 / 1e3);
+                if said[0][0] == 1 {
+                    serving.say_also(&format!(
+                        "one PE per node: ours, the faster ({ours:.1}µs a shmem_barrier_all when timed, against the \
+                         implementation's {theirs:.1}µs)"
+                    ));
+                } else {
+                    serving.delegate(&format!(
+                        "one PE per node: the implementation's own barriers serve, the faster ({theirs:.1}µs a \
+                         shmem_barrier_all when timed, against ours {ours:.1}µs)"
+                    ));
+                }
+            }
+        }
+    }
     (Outcome::Serve(Box::new(serving)), symmetric)
+}
+
+/// Times a `shmem_barrier_all` of ours (a quiet and our barrier) against the implementation's,
+/// collectively: a warm-up, then five alternating chunks of 20 of each; the medians, in ns.
+fn time_both(serving: &Serving, real: &Real) -> (f64, f64) {
+    const CHUNK: u32 = 20;
+    let ours = || {
+        // SAFETY: the implementation's quiet, as our shmem_barrier_all makes it.
+        unsafe { (real.quiet)() };
+        // No timeout is set here (auto times only then): a failure is a PE that left, which
+        // cannot happen inside shmem_init; it is ignored, as the implementation's would be.
+        let _ = serving.barrier();
+    };
+    // SAFETY: the implementation's own barrier, called by every PE in the same order.
+    let theirs = || unsafe { (real.barrier_all)() };
+    let chunk = |f: &dyn Fn()| {
+        let t = std::time::Instant::now();
+        for _ in 0..CHUNK {
+            f();
+        }
+        t.elapsed().as_nanos() as f64 / f64::from(CHUNK)
+    };
+    chunk(&ours);
+    chunk(&theirs);
+    let (mut a, mut b): (Vec<f64>, Vec<f64>) = (0..5).map(|_| (chunk(&ours), chunk(&theirs))).unzip();
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    (median(&mut a), median(&mut b))
 }
 
 #[cfg(test)]

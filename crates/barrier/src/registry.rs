@@ -301,6 +301,17 @@ pub fn shmem_params() -> Vec<ParamInfo> {
              (a negative control: such a put before a barrier then never lands).",
         )
         .kind(ParamKind::Bool),
+        ParamInfo::new(
+            "BARRIER_SHMEM_INTERNODE",
+            "auto",
+            "OpenSHMEM only, where every node has one PE: dissemination: our rounds over OpenSHMEM atomics \
+             between the PEs (a timeout or stall report names the PE waited for); shmem: the implementation's \
+             own shmem_barrier_all and shmem_sync_all serve (passed through); auto: the PEs time both at \
+             shmem_init and keep the faster (ours only when 5% faster), unless BARRIER_TIMEOUT or \
+             BARRIER_STALL_REPORT is set (dissemination). Nodes of several PEs always run ours. PE 0's value \
+             holds.",
+        )
+        .kind(ParamKind::Choice(&["auto", "dissemination", "shmem"])),
     ]
 }
 
