@@ -32,8 +32,13 @@
 //! stall naming whom it waits for, and fails at once when that PE called `shmem_finalize`
 //! (docs/shmem.md, "Faults").
 //!
+//! (Not where the implementation's own barrier serves the barriers of every PE: nodes of one
+//! PE, `BARRIER_SHMEM_INTERNODE`, step 6 of docs/shmem.md's set-up; `auto` keeps ours when a
+//! timeout or stall report is set.)
+//!
 //! Until set-up has finished (the implementation calls `shmem_barrier_all` inside its own
-//! init), after a decline, and from the start of `shmem_finalize`, every call passes through.
+//! init), after a decline, from the start of `shmem_finalize`, and where the implementation's
+//! own barrier was chosen (nodes of one PE), every call passes through.
 //!
 //! # Semantics
 //!
@@ -145,7 +150,7 @@ fn after_init() {
 
 /// A barrier of ours failed (a timeout naming who never arrived, a PE that left): the program
 /// cannot go on past it, and the other PEs must not wait for this one.
-fn end_job(real: &Real, kind: usize, e: &Failure) -> ! {
+pub(crate) fn end_job(real: &Real, kind: usize, e: &Failure) -> ! {
     // SAFETY: the implementation is initialized.
     let me = unsafe { (real.my_pe)() };
     say(&format!("barrier-shmem: {} failed on PE {me}: {e}; ending the job", NAMES[kind]));

@@ -285,10 +285,10 @@ impl Serving {
     }
 
     /// The barriers of every PE pass through to the implementation from now on (agreed by
-    /// every PE); `why` ends the description.
-    pub(crate) fn delegate(&mut self, why: &str) {
+    /// every PE); `describe` says so.
+    pub(crate) fn delegate(&mut self, describe: String) {
         self.delegated = true;
-        self.describe = format!("{}; {why}", self.describe);
+        self.describe = describe;
     }
 
     /// Whether the barriers of every PE pass through to the implementation.
@@ -319,6 +319,10 @@ impl Serving {
         // The gather: the root returns once its node's PEs have all arrived, the others at once.
         if !self.alone {
             halves.barrier()?;
+        } else {
+            // Alone on its node, this PE's remote add is its whole arrival: its stores come
+            // before it (the halves' release store did this where they run).
+            std::sync::atomic::fence(Ordering::Release);
         }
         let epoch = self.epoch.get() + 1;
         self.epoch.set(epoch);
@@ -330,6 +334,9 @@ impl Serving {
             }
         }
         if self.alone {
+            // Every other PE's stores before its arrival are visible from here (the rounds'
+            // loads acquire; the halves' acquire did this where they run).
+            std::sync::atomic::fence(Ordering::Acquire);
             return Ok(());
         }
         // The release: the root stores it, the others wait for it.

@@ -24,7 +24,7 @@ pub(crate) const INTERNODE: &str = "BARRIER_SHMEM_INTERNODE";
 
 /// `BARRIER_SHMEM_INTERNODE` as an exchange word.
 fn internode_code(params: &Params) -> u64 {
-    match params.get(INTERNODE).as_deref().map(str::trim) {
+    match params.get(INTERNODE).map(|v| v.trim().to_ascii_lowercase()).as_deref() {
         Some("dissemination") => 1,
         Some("shmem") => 2,
         _ => 0,
@@ -347,14 +347,23 @@ pub(crate) fn run(real: &Real, params: &Params) -> (Outcome, Symmetric) {
     // reports name the PE waited for).
     if node_count == n && n > 1 {
         let stall_asked = verdicts[0][9] >> 8 == 1;
+        let own = |why: &str| {
+            format!("{n} PEs on {node_count} nodes of one PE each: the implementation's own barriers serve, {why}")
+        };
         match verdicts[0][9] & 0xff {
-            1 => {}
-            2 => serving.delegate("the implementation's own barriers serve (BARRIER_SHMEM_INTERNODE=shmem)"),
+            1 => serving.say_also("one PE per node: ours (BARRIER_SHMEM_INTERNODE=dissemination)"),
+            2 => serving.delegate(own("BARRIER_SHMEM_INTERNODE=shmem")),
             _ if timeout.is_some() || stall_asked => serving.say_also(
                 "ours, untimed: BARRIER_TIMEOUT or BARRIER_STALL_REPORT is set, whose reports name the PE waited for",
             ),
             _ => {
-                let (ours, theirs) = time_both(&serving, real);
+                let (ours, theirs) = match time_both(&serving, real) {
+                    Ok(t) => t,
+                    // No timeout is set (auto times only then), so our barrier fails only for
+                    // a PE that left, which cannot happen inside shmem_init; were it to, the
+                    // PEs would be out of step: end the job as a failed barrier does.
+                    Err(e) => crate::end_job(real, 0, &e),
+                };
                 // PE 0's timing decides for every PE.
                 let keep_ours = u64::from(ours <= 0.95 * theirs);
                 let said = x.all(&[keep_ours, ours as u64, theirs as u64]);
@@ -365,10 +374,9 @@ pub(crate) fn run(real: &Real, params: &Params) -> (Outcome, Symmetric) {
                          implementation's {theirs:.1}µs)"
                     ));
                 } else {
-                    serving.delegate(&format!(
-                        "one PE per node: the implementation's own barriers serve, the faster ({theirs:.1}µs a \
-                         shmem_barrier_all when timed, against ours {ours:.1}µs)"
-                    ));
+                    serving.delegate(own(&format!(
+                        "the faster ({theirs:.1}µs a shmem_barrier_all when timed, against ours {ours:.1}µs)"
+                    )));
                 }
             }
         }
@@ -378,32 +386,37 @@ pub(crate) fn run(real: &Real, params: &Params) -> (Outcome, Symmetric) {
 
 /// Times a `shmem_barrier_all` of ours (a quiet and our barrier) against the implementation's,
 /// collectively: a warm-up, then five alternating chunks of 20 of each; the medians, in ns.
-fn time_both(serving: &Serving, real: &Real) -> (f64, f64) {
+fn time_both(serving: &Serving, real: &Real) -> Result<(f64, f64), crate::waits::Failure> {
     const CHUNK: u32 = 20;
-    let ours = || {
+    let ours = || -> Result<(), crate::waits::Failure> {
         // SAFETY: the implementation's quiet, as our shmem_barrier_all makes it.
         unsafe { (real.quiet)() };
-        // No timeout is set here (auto times only then): a failure is a PE that left, which
-        // cannot happen inside shmem_init; it is ignored, as the implementation's would be.
-        let _ = serving.barrier();
+        serving.barrier()
     };
-    // SAFETY: the implementation's own barrier, called by every PE in the same order.
-    let theirs = || unsafe { (real.barrier_all)() };
-    let chunk = |f: &dyn Fn()| {
+    let theirs = || -> Result<(), crate::waits::Failure> {
+        // SAFETY: the implementation's own barrier, called by every PE in the same order.
+        unsafe { (real.barrier_all)() };
+        Ok(())
+    };
+    let chunk = |f: &dyn Fn() -> Result<(), crate::waits::Failure>| -> Result<f64, crate::waits::Failure> {
         let t = std::time::Instant::now();
         for _ in 0..CHUNK {
-            f();
+            f()?;
         }
-        t.elapsed().as_nanos() as f64 / f64::from(CHUNK)
+        Ok(t.elapsed().as_nanos() as f64 / f64::from(CHUNK))
     };
-    chunk(&ours);
-    chunk(&theirs);
-    let (mut a, mut b): (Vec<f64>, Vec<f64>) = (0..5).map(|_| (chunk(&ours), chunk(&theirs))).unzip();
+    chunk(&ours)?;
+    chunk(&theirs)?;
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    for _ in 0..5 {
+        a.push(chunk(&ours)?);
+        b.push(chunk(&theirs)?);
+    }
     let median = |v: &mut Vec<f64>| {
         v.sort_by(f64::total_cmp);
         v[v.len() / 2]
     };
-    (median(&mut a), median(&mut b))
+    Ok((median(&mut a), median(&mut b)))
 }
 
 #[cfg(test)]
