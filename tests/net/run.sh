@@ -58,9 +58,12 @@ oshcc -O2 -Wall -Werror -o "$OUT_DIR/shmem_bench" crates/barrier-cli/c/shmem_ben
 
 trap net_down EXIT
 
-# `run NAME EXPECT launch VAR=VALUE... -- PROGRAM ARGS...`: every rank in its node's namespace.
-launch_command() {
-    CMD=(mpirun.openmpi --oversubscribe -np "$NP"
+# `net_command LAUNCHER VAR=VALUE... -- PROGRAM ARGS...`: every rank in its node's namespace,
+# MPI's traffic on TCP over the bridge; `run NAME EXPECT launch ...` uses it with mpirun.
+net_command() {
+    local launcher=$1
+    shift
+    CMD=("$launcher" --oversubscribe -np "$NP"
         --mca btl tcp,self --mca btl_tcp_if_include "$NET_SUBNET" --mca oob_tcp_if_include "$NET_SUBNET"
         -x NET_TAG="$NET_TAG" -x NET_RANKS_PER_NODE="$K")
     while [ "$1" != "--" ]; do
@@ -70,6 +73,7 @@ launch_command() {
     shift
     CMD+=(tests/net/in-node.sh "$@")
 }
+launch_command() { net_command mpirun.openmpi "$@"; }
 # The launcher's PMIx server, in this namespace, listens on the bridge for ranks in the others.
 export PMIX_MCA_ptl_tcp_remote_connections=1 PMIX_MCA_ptl_tcp_if_include=$NET_SUBNET
 
@@ -78,16 +82,7 @@ export PMIX_MCA_ptl_tcp_remote_connections=1 PMIX_MCA_ptl_tcp_if_include=$NET_SU
 # TCP too, so that PEs in different namespaces reach each other over the bridge and never
 # through this machine's shared memory, which namespaces do not separate. OSHMEM 4.1.4 crashes in
 # shmem_finalize without the last variable (see tests/shmem/run.sh).
-shmem_launch() {
-    CMD=(oshrun --oversubscribe -np "$NP" --mca oob_tcp_if_include "$NET_SUBNET"
-        --mca btl tcp,self --mca btl_tcp_if_include "$NET_SUBNET" -x NET_TAG="$NET_TAG" -x NET_RANKS_PER_NODE="$K" -x UCX_TLS=tcp,self -x UCX_WARN_UNUSED_ENV_VARS=n)
-    while [ "$1" != "--" ]; do
-        CMD+=(-x "$1")
-        shift
-    done
-    shift
-    CMD+=(tests/net/in-node.sh "$@")
-}
+shmem_launch() { net_command oshrun UCX_TLS=tcp,self UCX_WARN_UNUSED_ENV_VARS=n "$@"; }
 export OMPI_MCA_opal_common_ucx_opal_mem_hooks=0
 
 for layout in "${LAYOUTS[@]}"; do
