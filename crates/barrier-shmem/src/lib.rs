@@ -150,15 +150,8 @@ fn after_init() {
 
 /// A barrier of ours failed (a timeout naming who never arrived, a PE that left): the program
 /// cannot go on past it, and the other PEs must not wait for this one.
-pub(crate) fn end_job(real: &Real, kind: usize, e: &Failure) -> ! {
-    // SAFETY: the implementation is initialized.
-    let me = unsafe { (real.my_pe)() };
-    say(&format!("barrier-shmem: {} failed on PE {me}: {e}; ending the job", NAMES[kind]));
-    if let Some(exit) = real.global_exit {
-        // SAFETY: ends every PE of the job.
-        unsafe { exit(70) };
-    }
-    std::process::exit(70)
+fn end_job(real: &Real, kind: usize, e: &Failure) -> ! {
+    waits::end_job(real, NAMES[kind], e)
 }
 
 /// Our barrier, or `None` when the call must pass through.

@@ -362,7 +362,7 @@ pub(crate) fn run(real: &Real, params: &Params) -> (Outcome, Symmetric) {
                     // No timeout is set (auto times only then), so our barrier fails only for
                     // a PE that left, which cannot happen inside shmem_init; were it to, the
                     // PEs would be out of step: end the job as a failed barrier does.
-                    Err(e) => crate::end_job(real, 0, &e),
+                    Err(e) => crate::waits::end_job(real, "timing our barrier in shmem_init", &e),
                 };
                 // PE 0's timing decides for every PE.
                 let keep_ours = u64::from(ours <= 0.95 * theirs);

@@ -1,6 +1,6 @@
 //! What every wait of the interposer shares, beneath the job barrier (`serve`) and the active
 //! sets (`sets`): the job's agreed wait settings, the failure a served barrier returns (a
-//! sentence in PEs), and the stall report.
+//! sentence in PEs), the stall report, and ending the job after a failure.
 
 use std::time::Duration;
 
@@ -51,4 +51,18 @@ pub(crate) fn report_stall(what: String) {
     let msg =
         format!("{what}; still waiting (this report: BARRIER_STALL_REPORT; to give up instead, set BARRIER_TIMEOUT)");
     barrier::sys::say(&msg);
+}
+
+/// Ends the job after `what` failed on this PE (a barrier of ours, which the program cannot go
+/// on past, and for which the other PEs must not wait): a line naming the PE and the reason,
+/// then `shmem_global_exit(70)` (or this process's exit where the implementation has none).
+pub(crate) fn end_job(real: &crate::real::Real, what: &str, e: &Failure) -> ! {
+    // SAFETY: the implementation is initialized.
+    let me = unsafe { (real.my_pe)() };
+    barrier::sys::say(&format!("barrier-shmem: {what} failed on PE {me}: {e}; ending the job"));
+    if let Some(exit) = real.global_exit {
+        // SAFETY: ends every PE of the job.
+        unsafe { exit(70) };
+    }
+    std::process::exit(70)
 }
