@@ -111,16 +111,16 @@ pub fn run(a: ModelArgs) -> ExitCode {
                     machine.flag_ns, machine.yield_ns, machine.cores
                 );
                 println!(
-                    "{:<14} {:>6} {:>4} {:>9} {:>12} {:>12} {:>7} {:>7}",
-                    "backend", "nodes", "ppn", "wire", "predicted", "measured", "error", "launch"
+                    "{:<14} {:>6} {:>4} {:>9} {:>12} {:>12} {:>7} {:>7} {:>7}",
+                    "backend", "nodes", "ppn", "wire", "predicted", "measured", "error", "launch", "others"
                 );
                 let (mut off, mut unstable) = (0, 0);
                 for c in &checks {
                     let verdict = c.verdict();
                     off += usize::from(verdict == model::Verdict::Off);
-                    unstable += usize::from(verdict == model::Verdict::Unstable);
+                    unstable += usize::from(matches!(verdict, model::Verdict::Unstable | model::Verdict::Busy));
                     println!(
-                        "{:<14} {:>6} {:>4} {:>7.0}us {:>10.1}us {:>10.1}us {:>+6.0}% {:>7}{}",
+                        "{:<14} {:>6} {:>4} {:>7.0}us {:>10.1}us {:>10.1}us {:>+6.0}% {:>7} {:>7}{}",
                         c.backend,
                         c.shape.nodes,
                         c.shape.ppn,
@@ -129,6 +129,7 @@ pub fn run(a: ModelArgs) -> ExitCode {
                         c.measured_ns / 1e3,
                         c.error() * 100.0,
                         c.attempts,
+                        c.others_cores.map_or_else(|| "-".to_string(), |o| format!("{o:.2}")),
                         match verdict {
                             model::Verdict::Within => String::new(),
                             model::Verdict::Off =>
@@ -137,15 +138,20 @@ pub fn run(a: ModelArgs) -> ExitCode {
                                 "  UNSTABLE (launches {:.0}% apart: the machine's speed moved; not judged)",
                                 (c.spread() - 1.0) * 100.0
                             ),
+                            model::Verdict::Busy => format!(
+                                "  BUSY (other programs kept {:.1} cores busy meanwhile; not judged)",
+                                c.others_cores.unwrap_or_default()
+                            ),
                         }
                     );
                 }
                 if unstable > 0 {
                     eprintln!(
-                        "barrier model --check: {unstable} of {} not judged: their {} launches disagreed by more than {:.0}% (run it again on a quiet machine)",
+                        "barrier model --check: {unstable} of {} not judged: their {} launches disagreed by more than {:.0}%, or other programs kept {:.2} cores or more busy meanwhile (run it again on a quiet machine)",
                         checks.len(),
                         model::CHECK_ATTEMPTS,
-                        (model::STABLE_SPREAD - 1.0) * 100.0
+                        (model::STABLE_SPREAD - 1.0) * 100.0,
+                        model::BUSY_CORES
                     );
                 }
                 if off > 0 {

@@ -40,7 +40,7 @@ mod report;
 mod tests;
 
 pub use calibrate::{calibrate, calibrate_from_bench};
-pub use check::{check, Check, Verdict, CHECK_ATTEMPTS, CHECK_TOLERANCE, STABLE_SPREAD};
+pub use check::{check, Check, Verdict, BUSY_CORES, CHECK_ATTEMPTS, CHECK_TOLERANCE, STABLE_SPREAD};
 pub use mpi_check::{check_mpi, parse_layouts, parse_report, predict_over_mpi, MpiCheck, MpiCheckOptions, RootsWay};
 pub use predict::*;
 pub use report::{json, report, sweep, sweep_nodes};

@@ -123,6 +123,7 @@ fn a_check_is_judged_only_on_launches_that_agree() {
             measured_ns: best,
             attempts: launches.len(),
             launches: launches.to_vec(),
+            others_cores: Some(0.02),
         }
     };
     assert_eq!(case(&[240.0]).verdict(), Verdict::Within);
@@ -130,4 +131,11 @@ fn a_check_is_judged_only_on_launches_that_agree() {
     assert_eq!(case(&[367.0, 360.0, 371.0, 365.0, 362.0]).verdict(), Verdict::Off, "a stable figure off by 80%");
     assert_eq!(case(&[140.0, 139.0, 141.0]).verdict(), Verdict::Off, "too fast counts as well");
     assert_eq!(case(&[367.0, 290.0, 420.0, 300.0, 510.0]).verdict(), Verdict::Unstable);
+    // Off and stable, but other programs kept a core busy meanwhile: not judged.
+    let busy = Check { others_cores: Some(1.0), ..case(&[399.8, 399.8]) };
+    assert_eq!(busy.verdict(), Verdict::Busy);
+    let quiet = Check { others_cores: Some(0.1), ..case(&[399.8, 399.8]) };
+    assert_eq!(quiet.verdict(), Verdict::Off);
+    let unread = Check { others_cores: None, ..case(&[399.8, 399.8]) };
+    assert_eq!(unread.verdict(), Verdict::Off, "without /proc/stat a stable figure is judged");
 }
