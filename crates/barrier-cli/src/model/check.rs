@@ -19,8 +19,9 @@ pub struct Check {
     pub attempts: usize,
     /// Every launch's median, in order.
     pub launches: Vec<f64>,
-    /// The most CPU that other programs used during one of its launches, in cores (see
-    /// [`others_busy`]); `None` where it could not be read.
+    /// The most CPU that other programs used during one of its launches, in cores (this
+    /// machine's busy time from `/proc/stat`, less the check's own and its ranks'); `None` where
+    /// it could not be read.
     pub others_cores: Option<f64>,
 }
 
