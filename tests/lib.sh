@@ -48,3 +48,23 @@ expect_no_text() {
         fail "$1: the output says what it must not: $2"
     }
 }
+
+# expect_heap_untouched NAME RANKS MOST: every one of RANKS lines of examples/mpi/heap_holes.c in
+# the output says that our library freed nothing in the program's heap during its set-up, and that
+# the first barrier left at most MOST holes there (what remains is MPI's own: the temporaries of
+# the collectives and of making communicators, which MPI frees itself).
+expect_heap_untouched() {
+    local name=$1 ranks=$2 most=$3
+    awk -v ranks="$ranks" -v most="$most" '
+        /^heap_holes: rank [0-9]+: / {
+            seen++
+            holes = $4; ours = $10
+            if (ours != 0) { print "rank " $3 " our library freed " ours " blocks of the program'"'"'s heap"; bad = 1 }
+            if (holes > most) { print "rank " $3 " left " holes " holes (at most " most ")"; bad = 1 }
+        }
+        END { if (seen != ranks) { print seen " of " ranks " ranks reported"; bad = 1 } exit bad }
+    ' "$out" || {
+        cat "$out"
+        fail "$name: the first barrier changed the program's heap more than MPI's own"
+    }
+}

@@ -76,6 +76,11 @@ pub struct BarrierComm {
     pub(crate) flights: crate::flights::Flights,
     /// The settings it was made with, for communicators made from it (`dup`, `split`).
     pub(crate) params: Params,
+    /// The communicators the set-up made on the way (the machine's, a simulated node's, the
+    /// node roots'), kept until this one is dropped rather than freed at once: MPI's frees
+    /// leave blocks in the program's heap that its next small blocks fill, which moved ISx's
+    /// blocks and made glibc trim its heap every iteration (examples/mpi/heap_holes.c).
+    made_on_the_way: Vec<OwnedComm>,
 }
 
 // SAFETY: the MPI handles are plain handles that MPI lets any thread use at
@@ -188,6 +193,7 @@ impl BarrierComm {
             flights: Default::default(),
             home: (!raw::any_thread_may_call()).then(this_thread),
             params: params.clone(),
+            made_on_the_way: Vec::new(),
         };
         let mut agreed = agree_settings(me.comm, &params, world_rank)?;
         if !meet_asleep {
@@ -219,17 +225,25 @@ impl BarrierComm {
         let local = |error: Error| Box::new(Failure { world_rank, error });
         // Node topology: the machine's ranks, cut into blocks of BARRIER_MPI_NODE_BLOCK.
         let (machine, own) = census::machine_of(self.comm, self.rank).map_err(local)?;
-        let color = world_rank.checked_div(agreed.node_block).unwrap_or(0);
-        let node_comm = raw::split(machine.0, Some(color as u32), self.rank).map_err(local)?;
-        drop(machine);
-        let node_comm = OwnedComm(node_comm.expect("a defined color gets a communicator"));
+        let machine_comm = machine.0;
+        self.made_on_the_way.push(machine);
+        // Without blocks the machine is the node; with them, a block of it.
+        let node_comm = match world_rank.checked_div(agreed.node_block) {
+            None => machine_comm,
+            Some(color) => {
+                let block = raw::split(machine_comm, Some(color as u32), self.rank).map_err(local)?;
+                let block = block.expect("a defined color gets a communicator");
+                self.made_on_the_way.push(OwnedComm(block));
+                block
+            }
+        };
         // The wait policy follows the job's processes on this machine, not this communicator's
         // (see `census`): a communicator over MPI_COMM_WORLD's group is the census itself.
         if raw::congruent_with_world(self.comm).map_err(local)? {
             census::record(own);
         }
         let job = census::job_on_machine(own);
-        self.build_on_node(node_comm.0, params, agreed, world_rank, job)
+        self.build_on_node(node_comm, params, agreed, world_rank, job)
     }
 
     fn build_on_node(
@@ -256,10 +270,17 @@ impl BarrierComm {
             .iter()
             .map(|w| (w[0] as usize, w[1] as usize))
             .collect();
-        let roots = raw::split(self.comm, leader.then_some(0), self.rank).map_err(local)?.map(OwnedComm);
+        // The node roots, in rank order: how many, and this node's place among them. Their
+        // communicator is made only where there are several nodes.
+        let leaders = raw::allgather(self.comm, &[u64::from(leader)]).map_err(local)?;
+        let nodes = leaders.iter().filter(|w| w[0] == 1).count();
+        let roots = match nodes > 1 {
+            true => raw::split(self.comm, leader.then_some(0), self.rank).map_err(local)?,
+            false => None,
+        };
         let mut place = [0u64; 2];
-        if let Some(r) = &roots {
-            place = [raw::size(r.0).map_err(local)? as u64, raw::rank(r.0).map_err(local)? as u64];
+        if leader {
+            place = [nodes as u64, leaders[..self.rank].iter().filter(|w| w[0] == 1).count() as u64];
         }
         raw::broadcast(node_comm, 0, &mut place).map_err(local)?;
         (self.nodes, self.node) = (place[0] as usize, place[1] as usize);
@@ -335,7 +356,7 @@ impl BarrierComm {
             true => Some(self.agree(node.world().halves(), world_rank, "make the node's gather and release")?),
             false => None,
         };
-        let internode = match &roots {
+        let internode = match roots {
             Some(r) if self.nodes > 1 => {
                 let injected = fault("internode");
                 let waits = crate::internode::Waits {
@@ -343,12 +364,14 @@ impl BarrierComm {
                     timeout: agreed.timeout,
                     stall: params.stall_report(),
                 };
-                Some(Internode::new(r.0, self.rank, self.size, waits, agreed.internode, injected).map(Box::new))
+                Some(Internode::new(r, self.rank, self.size, waits, agreed.internode, injected).map(Box::new))
             }
             _ => None,
         };
         let internode_runs = roots.is_some() && self.nodes > 1;
-        drop(roots);
+        if let Some(r) = roots {
+            self.made_on_the_way.push(OwnedComm(r));
+        }
         let mut internode = self.agree(internode.transpose(), world_rank, "set up the internode phase over MPI")?;
         // How the roots meet (timed, if so, once every root's set-up has succeeded), agreed;
         // then on every rank (for `describe`): rank 0 is a root.
@@ -611,8 +634,12 @@ impl Drop for BarrierComm {
         self.path = Path::Mpi;
         // Below MPI_THREAD_SERIALIZED only the home thread may call MPI: dropped elsewhere, the
         // private duplicate is left to MPI_Finalize rather than freed from the wrong thread.
+        let made_on_the_way = std::mem::take(&mut self.made_on_the_way);
         if self.on_home_thread().is_ok() {
+            drop(made_on_the_way);
             raw::free(&mut self.comm);
+        } else {
+            std::mem::forget(made_on_the_way);
         }
     }
 }

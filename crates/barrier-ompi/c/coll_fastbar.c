@@ -113,14 +113,12 @@ static int register_params(void)
     return OMPI_SUCCESS;
 }
 
-/* The settings given as MCA parameters, as NAME=value lines for the Rust side. */
-static char *settings_text(void)
+/* The settings given as MCA parameters, as NAME=value lines for the Rust side, into the caller's
+ * buffer (on its stack: the program's heap is the program's, see examples/mpi/heap_holes.c). */
+static void settings_text(char *out, size_t cap)
 {
-    size_t cap = 4096, len = 0;
-    char *out = calloc(1, cap);
-    if (NULL == out) {
-        return NULL;
-    }
+    size_t len = 0;
+    out[0] = '\0';
 #define ADD(name, value)                                                                  \
     do {                                                                                  \
         int n = snprintf(out + len, cap - len, "%s=%s\n", (name), (value));              \
@@ -146,7 +144,6 @@ static char *settings_text(void)
         ADD("BARRIER_MPI_NODE_BLOCK", number);
     }
 #undef ADD
-    return out;
 }
 
 /* ---- the ABI guard ------------------------------------------------------------------------ */
@@ -254,11 +251,11 @@ static void finish_earlier(fastbar_module_t *m);
 /* The first MPI_Barrier of a communicator builds its barrier on every rank (collective). */
 static void build(fastbar_module_t *m, struct ompi_communicator_t *comm)
 {
-    char *settings = settings_text();
+    char settings[4096];
+    settings_text(settings, sizeof settings);
     building++;
-    int served = fastbar_rs_create(comm, settings ? settings : "", &m->rs);
+    int served = fastbar_rs_create(comm, settings, &m->rs);
     building--;
-    free(settings);
     m->state = served ? SERVED : DECLINED;
 }
 

@@ -84,13 +84,12 @@ static int register_params(void)
     return OSHMEM_SUCCESS;
 }
 
-static char *settings_text(void)
+/* The settings given as MCA parameters, as NAME=value lines for the Rust side, into the caller's
+ * buffer (on its stack: the program's heap is the program's, see examples/mpi/heap_holes.c). */
+static void settings_text(char *out, size_t cap)
 {
-    size_t cap = 2048, len = 0;
-    char *out = calloc(1, cap);
-    if (NULL == out) {
-        return NULL;
-    }
+    size_t len = 0;
+    out[0] = '\0';
 #define ADD(name, value)                                                     \
     do {                                                                     \
         int n = snprintf(out + len, cap - len, "%s=%s\n", (name), (value)); \
@@ -111,7 +110,6 @@ static char *settings_text(void)
         ADD("BARRIER_MPI_NODE_BLOCK", number);
     }
 #undef ADD
-    return out;
 }
 
 /* ---- the ABI guard ------------------------------------------------------------------------ */
@@ -210,10 +208,13 @@ static int fastbar_barrier(struct oshmem_group_t *group, long *pSync, int alg)
         return previous(m, group, pSync, alg);
     }
     if (OPAL_UNLIKELY(UNBUILT == m->state)) {
-        int *pes = malloc(sizeof(int) * (size_t) group->proc_count);
-        char *settings = settings_text();
+        /* The set's PEs on the stack where they fit (a set of up to 4096 PEs), else on the heap. */
+        int on_stack[4096];
+        int *pes = group->proc_count <= 4096 ? on_stack : malloc(sizeof(int) * (size_t) group->proc_count);
+        char settings[2048];
+        settings_text(settings, sizeof settings);
         int served = 0;
-        if (pes && settings) {
+        if (pes) {
             for (int i = 0; i < group->proc_count; i++) {
                 pes[i] = oshmem_proc_pe_vpid(group, i);
             }
@@ -221,13 +222,14 @@ static int fastbar_barrier(struct oshmem_group_t *group, long *pSync, int alg)
             served = fastbar_scoll_rs_find(pes, group->proc_count, settings, &m->set);
             building--;
         }
-        if (!pes || !settings) {
+        if (!pes) {
             /* The set's other members are building: this one cannot decline alone. */
             fprintf(stderr, "scoll/fastbar: out of memory at the first barrier of a set; aborting the job\n");
             oshmem_shmem_abort(-1);
         }
-        free(pes);
-        free(settings);
+        if (pes != on_stack) {
+            free(pes);
+        }
         m->state = served ? SERVED : DECLINED;
     }
     if (OPAL_LIKELY(SERVED == m->state)) {

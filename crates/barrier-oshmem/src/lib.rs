@@ -33,5 +33,12 @@
 //! * **Finalize**: an `MPI_COMM_SELF` attribute frees every set's barrier at `MPI_Finalize`
 //!   (OSHMEM finalizes MPI last); later barriers go to the previous module.
 
+/// Every block this library allocates lives in mappings of its own, never in the heap of the
+/// program that loaded it: a block freed there would leave a hole that the program's next
+/// `malloc` fills, moving the program's own blocks and with them how glibc trims its heap
+/// (ISx ran 1.7x slower so; see the `barrier-heap` crate).
+#[global_allocator]
+static HEAP: barrier_heap::PrivateHeap = barrier_heap::PrivateHeap::new();
+
 #[cfg(feature = "oshmem")]
 mod scoll;

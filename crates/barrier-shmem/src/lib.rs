@@ -59,6 +59,13 @@
 //! * `BARRIER_VERBOSE=1`: PE 0 says what serves the barriers (or why every PE declined), and at
 //!   finalize how many calls were served and how many passed through.
 
+/// Every block this library allocates lives in mappings of its own, never in the heap of the
+/// program that loaded it: a block freed there would leave a hole that the program's next
+/// `malloc` fills, moving the program's own blocks and with them how glibc trims its heap
+/// (ISx ran 1.7x slower so; see the `barrier-heap` crate).
+#[global_allocator]
+static HEAP: barrier_heap::PrivateHeap = barrier_heap::PrivateHeap::new();
+
 mod progress;
 mod real;
 mod serve;
