@@ -59,6 +59,9 @@ for p in priority disable min_comm_size device_path backend timeout wait_policy 
     test_abi_mismatch; do
     expect_text "ompi_info" "parameter \"coll_fastbar_$p\""
 done
+# wait_policy names only the values it takes (it said "spin, yield, park or auto"; yield is refused).
+expect_text "ompi_info" "spin (then yield, never sleep), park"
+expect_no_text "ompi_info" "spin, yield, park"
 
 step "unmodified programs served: MPI_Barrier checked, 2-4 ranks, one node and simulated nodes"
 for np in 2 3 4; do
@@ -158,6 +161,8 @@ run "oshmem_info" ok oshmem_info --param scoll fastbar --level 9
 for p in priority disable backend timeout wait_policy verbose node_block test_abi_mismatch; do
     expect_text "oshmem_info" "parameter \"scoll_fastbar_$p\""
 done
+expect_text "oshmem_info" "spin (then yield, never sleep), park"
+expect_no_text "oshmem_info" "spin, yield, park"
 # The coll component is off here, so that what serves is the scoll one (OSHMEM's default scoll
 # would run shmem_barrier_all through coll, and so through the coll component).
 OSHRUN=(oshrun --oversubscribe --mca coll ^fastbar)

@@ -95,7 +95,8 @@ static int register_params(void)
         "unset: BARRIER_TIMEOUT",
         MCA_BASE_VAR_TYPE_STRING, NULL, 0, 0, OPAL_INFO_LVL_5, MCA_BASE_VAR_SCOPE_READONLY, &param_timeout);
     mca_base_component_var_register(c, "wait_policy",
-        "How a waiting rank waits: spin, yield, park or auto (by ranks per core); unset: BARRIER_WAIT_POLICY",
+        "How a waiting rank waits: spin (then yield, never sleep), park (then sleep on a futex) or auto (park when "
+        "ranks outnumber cores); unset: BARRIER_WAIT_POLICY",
         MCA_BASE_VAR_TYPE_STRING, NULL, 0, 0, OPAL_INFO_LVL_5, MCA_BASE_VAR_SCOPE_READONLY, &param_wait_policy);
     mca_base_component_var_register(c, "stall_report",
         "Say every this often who a long wait waits for (10s, none); unset: BARRIER_STALL_REPORT",

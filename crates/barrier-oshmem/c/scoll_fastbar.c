@@ -70,7 +70,8 @@ static int register_params(void)
     mca_base_component_var_register(c, "timeout",
         "Fail a barrier that waits longer than this (30s, 500ms, none); unset: BARRIER_TIMEOUT",
         MCA_BASE_VAR_TYPE_STRING, NULL, 0, 0, OPAL_INFO_LVL_5, MCA_BASE_VAR_SCOPE_READONLY, &param_timeout);
-    mca_base_component_var_register(c, "wait_policy", "spin, yield, park or auto; unset: BARRIER_WAIT_POLICY",
+    mca_base_component_var_register(c, "wait_policy", "spin (then yield, never sleep), park (then sleep) or auto (park when PEs outnumber cores); unset: "
+        "BARRIER_WAIT_POLICY",
         MCA_BASE_VAR_TYPE_STRING, NULL, 0, 0, OPAL_INFO_LVL_5, MCA_BASE_VAR_SCOPE_READONLY, &param_wait_policy);
     mca_base_component_var_register(c, "verbose",
         "1: the first PE of each set says which barrier it got; -1: BARRIER_VERBOSE",
