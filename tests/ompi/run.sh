@@ -51,6 +51,7 @@ mpicc.openmpi -O2 -Wall -Werror -o "$BIN/barrier_check" examples/mpi/barrier_che
 mpifort.openmpi -O2 -o "$BIN/barrier_check_f" examples/mpi/barrier_check.f90
 mpicc.openmpi -O2 -Wall -Werror -o "$BIN/ibarrier_check" tests/ompi/ibarrier_check.c
 mpicc.openmpi -O2 -Wall -Werror -o "$BIN/heap_holes" examples/mpi/heap_holes.c
+mpicc.openmpi -O2 -Wall -Werror -o "$BIN/info_keys" tests/ompi/info_keys.c
 mpicc.openmpi -O2 -Wall -Werror -shared -fPIC -o "$BIN/libpmpi_count.so" tests/ompi/pmpi_count.c
 
 step "ompi_info lists the component and every parameter"
@@ -108,6 +109,13 @@ for np in 2 3 4; do
         }
         expect_no_text "ibarrier_check" "still pending"
     done
+done
+
+step "info keys: none of ours where the program set none; the program's own kept and obeyed (issue 50 item 7)"
+for np in 2 3; do
+    run "info keys np=$np" ok launch -- --mca coll_fastbar_verbose 1 -np "$np" "$BIN/info_keys"
+    [ "$(grep -c 'info_keys: rank [0-9]* passed' "$out")" = "$np" ] || { cat "$out"; fail "info keys np=$np: not every rank passed"; }
+    expect_text "info keys" "Open MPI's own (mpi: the communicator's info key coll_fastbar_disable names mpi first)"
 done
 
 step "a Fortran program"

@@ -505,17 +505,25 @@ static int fastbar_ibarrier(struct ompi_communicator_t *comm, ompi_request_t **r
 /* ---- the component ------------------------------------------------------------------------ */
 
 /* The info key that keeps one communicator on the previous module (the Rust side reads it at
- * the first MPI_Barrier). Open MPI keeps only the info keys somebody subscribed to. */
+ * the first MPI_Barrier). Open MPI keeps only the info keys somebody subscribed to, and stores
+ * what this callback returns: the program's own value, and nothing where the program set none
+ * (the subscription's default, "false", is the absence of the key: a communicator's info lists
+ * no key of ours the program did not set). */
+static const char *OPT_OUT_DEFAULT = "false";
+
 static char *keep_info_value(opal_infosubscriber_t *object, char *key, char *value)
 {
     (void) object;
     (void) key;
+    if (NULL == value || value == OPT_OUT_DEFAULT) {
+        return NULL;
+    }
     return value;
 }
 
 static int fastbar_module_enable(mca_coll_base_module_t *module, struct ompi_communicator_t *comm)
 {
-    opal_infosubscribe_subscribe(&comm->super, "coll_fastbar_disable", "false", keep_info_value);
+    opal_infosubscribe_subscribe(&comm->super, "coll_fastbar_disable", (char *) OPT_OUT_DEFAULT, keep_info_value);
     fastbar_module_t *m = (fastbar_module_t *) module;
     /* The components below this one (lower priority) have filled the table already. */
     if (NULL == comm->c_coll->coll_barrier_module || NULL == comm->c_coll->coll_ibarrier_module) {
