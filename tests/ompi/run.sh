@@ -52,6 +52,7 @@ mpifort.openmpi -O2 -o "$BIN/barrier_check_f" examples/mpi/barrier_check.f90
 mpicc.openmpi -O2 -Wall -Werror -o "$BIN/ibarrier_check" tests/ompi/ibarrier_check.c
 mpicc.openmpi -O2 -Wall -Werror -o "$BIN/heap_holes" examples/mpi/heap_holes.c
 mpicc.openmpi -O2 -Wall -Werror -o "$BIN/info_keys" tests/ompi/info_keys.c
+mpicc.openmpi -O2 -Wall -Werror -o "$BIN/ibarrier_errors" tests/ompi/ibarrier_errors.c
 mpicc.openmpi -O2 -Wall -Werror -shared -fPIC -o "$BIN/libpmpi_count.so" tests/ompi/pmpi_count.c
 
 step "ompi_info lists the component and every parameter"
@@ -117,6 +118,12 @@ for np in 2 3; do
     [ "$(grep -c 'info_keys: rank [0-9]* passed' "$out")" = "$np" ] || { cat "$out"; fail "info keys np=$np: not every rank passed"; }
     expect_text "info keys" "Open MPI's own (mpi: the communicator's info key coll_fastbar_disable names mpi first)"
 done
+
+step "a failed MPI_Ibarrier goes to its communicator's error handler (MPI_ERRORS_RETURN), not MPI_COMM_WORLD's (issue 50 item 4)"
+run "ibarrier errors" ok launch -- --mca coll_fastbar_timeout 1s -np 2 "$BIN/ibarrier_errors"
+expect_text "ibarrier errors" "rank 0's MPI_Wait returned MPI_ERR_OTHER to the program"
+expect_text "ibarrier errors" "MPI_Ibarrier failed on rank 0: barrier 2 timed out"
+[ "$(grep -c 'ibarrier_errors: rank [0-9] finished' "$out")" = 2 ] || { cat "$out"; fail "ibarrier errors: not every rank finished"; }
 
 step "a Fortran program"
 run "fortran" ok launch BARRIER_TIMEOUT=120s -- --mca coll_fastbar_verbose 1 -np 3 "$BIN/barrier_check_f" 500

@@ -473,7 +473,11 @@ static int fastbar_ibarrier(struct ompi_communicator_t *comm, ompi_request_t **r
         return OMPI_ERR_OUT_OF_RESOURCE;
     }
     OMPI_REQUEST_INIT(&r->super, false);
-    r->super.req_type = OMPI_REQUEST_COLL;
+    /* A failed request's error goes to its communicator's handler only for the PML type in
+     * Open MPI 4.1 (ompi_errhandler_request_invoke sends every other type, COLL included, to
+     * MPI_COMM_WORLD's; 5.0 treats both alike): PML, so that an MPI_Ibarrier of ours fails as
+     * the blocking barrier does, through the communicator's handler. */
+    r->super.req_type = OMPI_REQUEST_PML;
     r->super.req_state = OMPI_REQUEST_ACTIVE;
     r->super.req_mpi_object.comm = comm;
     r->super.req_status = ompi_status_empty;
