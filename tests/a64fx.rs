@@ -269,12 +269,12 @@ fn a_communicator_dropped_on_another_thread_is_released_when_the_device_closes()
 #[test]
 fn hybrid_processes_each_get_a_cmg_under_the_launcher() {
     let _machine = common::one_job_at_a_time();
-    let mut spec = barrier_cli::launch::JobSpec::new(2, common::example("hybrid"));
+    let mut spec = barrier_launch::JobSpec::new(2, common::example("hybrid"));
     spec.args = vec!["12".into(), "300".into()];
     spec.emulate_a64fx = Some(Layout::A64FX);
     spec.env.push(("BARRIER_TIMEOUT".into(), "60s".into()));
     spec.capture_stdout = true;
-    let report = barrier_cli::launch::launch(&spec).unwrap();
+    let report = barrier_launch::launch(&spec).unwrap();
     assert!(report.success(), "{:?}", report.stdout);
     for (rank, cpus) in [(0, "0-11"), (1, "12-23")] {
         let line = &report.stdout[rank];

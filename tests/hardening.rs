@@ -7,7 +7,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use barrier::{threads::Job, Error, Params};
-use barrier_cli::launch::{launch, JobSpec};
+use barrier_launch::{launch, JobSpec};
 use common::faults;
 
 /// Runs `f` on a thread and fails the test if it has not finished within `limit` (a hang).
@@ -85,8 +85,8 @@ fn a_rank_that_writes_over_the_header_is_reported_and_nothing_crashes() {
     let report = within(Duration::from_secs(60), "corrupt header", || faults(3, None, &["corrupt-header"], &[]));
     let failure = report.failure.as_ref().expect("the job fails");
     let expected = match failure.rank {
-        1 => barrier_cli::launch::RankEnd::Exited(3),
-        _ => barrier_cli::launch::RankEnd::Exited(5),
+        1 => barrier_launch::RankEnd::Exited(3),
+        _ => barrier_launch::RankEnd::Exited(5),
     };
     assert!(failure.rank < 3 && failure.end == expected, "{failure:?}");
     for (r, err) in report.stderr.iter().enumerate() {
@@ -376,7 +376,7 @@ fn the_launcher_removes_its_signal_handlers_when_it_returns() {
 
 #[test]
 fn a_job_that_does_not_fit_the_machine_is_refused_before_anything_starts() {
-    let (limit, _) = barrier_cli::proc::max_ranks();
+    let (limit, _) = barrier_launch::proc::max_ranks();
     let start = Instant::now();
     let err = launch(&JobSpec::new(limit + 1, "true")).unwrap_err().to_string();
     assert!(start.elapsed() < Duration::from_secs(10));
@@ -568,8 +568,8 @@ fn a_crashed_rank_is_blamed_not_the_ranks_that_saw_it() {
             let f = report.failure.as_ref().expect("the job failed");
             assert_eq!(f.rank, 1, "{wrapper:?}: blamed {f:?}; {:?}", report.stderr);
             match wrapper {
-                None => assert_eq!(f.end, barrier_cli::launch::RankEnd::Signaled(libc::SIGABRT)),
-                Some(_) => assert_eq!(f.end, barrier_cli::launch::RankEnd::Exited(128 + libc::SIGABRT)),
+                None => assert_eq!(f.end, barrier_launch::RankEnd::Signaled(libc::SIGABRT)),
+                Some(_) => assert_eq!(f.end, barrier_launch::RankEnd::Exited(128 + libc::SIGABRT)),
             }
         }
     }

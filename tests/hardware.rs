@@ -99,13 +99,13 @@ fn hardware_backends_are_correct_as_processes_under_the_launcher() {
     for (kind, map) in DEVICES {
         for (n, args) in [(2, &["800"][..]), (3, &["800"][..]), (8, &["400"][..]), (13, &["300", "--split"][..])] {
             let _machine = common::one_job_at_a_time();
-            let mut spec = barrier_cli::launch::JobSpec::new(n, common::example("correctness"));
+            let mut spec = barrier_launch::JobSpec::new(n, common::example("correctness"));
             spec.args = args.iter().map(|a| a.into()).collect();
             spec.env = vec![("BARRIER_BACKEND".into(), kind.into()), ("BARRIER_TIMEOUT".into(), "60s".into())];
             spec.emulate = vec![Config::new(map)];
             spec.capture_stdout = true;
             spec.capture_stderr = true;
-            let report = barrier_cli::launch::launch(&spec).unwrap();
+            let report = barrier_launch::launch(&spec).unwrap();
             assert!(report.success(), "{kind} at {n}: {:?} {:?}", report.describe(n), report.stderr);
             assert!(report.stdout[0].contains(&format!("({kind}, offload")), "{:?}", report.stdout);
             let (_, c) = report.devices[0];
@@ -235,14 +235,14 @@ fn groups_of_a_killed_job_are_reclaimed_by_a_shared_device() {
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("switch0");
     let emu = Emulator::start_at(Config::new(&barrier_hw::SWITCH), &path).unwrap();
-    let mut spec = barrier_cli::launch::JobSpec::new(4, common::example("correctness"));
+    let mut spec = barrier_launch::JobSpec::new(4, common::example("correctness"));
     spec.args = vec!["100000000".into(), "--die".into(), "1:300".into()];
     spec.env = vec![
         ("BARRIER_BACKEND".into(), "switch".into()),
         ("BARRIER_SWITCH_DEVICE_PATH".into(), path.display().to_string()),
     ];
     spec.capture_stderr = true;
-    let report = barrier_cli::launch::launch(&spec).unwrap();
+    let report = barrier_launch::launch(&spec).unwrap();
     assert_eq!(report.failure.as_ref().map(|f| f.rank), Some(1));
     assert!(emu.counters().barriers >= 299);
     let start = std::time::Instant::now();
@@ -431,14 +431,14 @@ fn a_group_stays_with_its_job_while_any_member_lives_and_an_abandoned_claim_is_f
         .store((std::process::id() as u64) << 32 | 7, std::sync::atomic::Ordering::Release);
 
     // Job A: rank 0 claims the world's group, leaves and exits; rank 1 stays 2.5 s longer.
-    let mut spec = barrier_cli::launch::JobSpec::new(2, common::example("faults"));
+    let mut spec = barrier_launch::JobSpec::new(2, common::example("faults"));
     spec.args = vec!["hold-group".into(), "2500".into()];
     spec.env = vec![
         ("BARRIER_BACKEND".into(), "switch".into()),
         ("BARRIER_SWITCH_DEVICE_PATH".into(), path.display().to_string()),
     ];
     spec.capture_stderr = true;
-    let job = std::thread::spawn(move || barrier_cli::launch::launch(&spec).unwrap());
+    let job = std::thread::spawn(move || barrier_launch::launch(&spec).unwrap());
     // Rank 0 is gone after a few ms; the collector runs every second.
     std::thread::sleep(Duration::from_millis(1800));
     let owner =
@@ -564,10 +564,10 @@ fn inline_groups_freed_and_claimed_again_under_a_new_shape_keep_working() {
 #[test]
 fn a_program_without_the_emulator_drives_an_inline_device_through_the_library_the_launcher_names() {
     let _machine = common::one_job_at_a_time();
-    let library = barrier_cli::launch::inline_emulator_library().expect("the build makes libbarrier_emu_inline.so");
+    let library = barrier_launch::inline_emulator_library().expect("the build makes libbarrier_emu_inline.so");
     let library = library.to_string_lossy().into_owned();
     for map in [&barrier_hw::SWITCH, &barrier_hw::GBA] {
-        let mut spec = barrier_cli::launch::JobSpec::new(3, common::example("correctness"));
+        let mut spec = barrier_launch::JobSpec::new(3, common::example("correctness"));
         spec.args = vec!["2000".into(), "--split".into()];
         spec.env = vec![
             ("BARRIER_BACKEND".into(), map.kind.into()),
@@ -577,14 +577,14 @@ fn a_program_without_the_emulator_drives_an_inline_device_through_the_library_th
         spec.emulate = vec![Config::new(map).inline()];
         spec.capture_stdout = true;
         spec.capture_stderr = true;
-        let report = barrier_cli::launch::launch(&spec).unwrap();
+        let report = barrier_launch::launch(&spec).unwrap();
         assert!(report.success(), "{}: {:?}", map.kind, report.stderr);
         let (_, counters) = report.devices[0];
         // The ranks did the device's work (there is no engine thread), and flushed their counts.
         assert!(counters.barriers >= 2000 && counters.errors == 0, "{}: {counters:?}", map.kind);
     }
     // A file that is not the library is refused, and the forced backend says why.
-    let mut spec = barrier_cli::launch::JobSpec::new(2, common::example("correctness"));
+    let mut spec = barrier_launch::JobSpec::new(2, common::example("correctness"));
     spec.args = vec!["100".into()];
     let not_a_library = common::example("hello").to_string_lossy().into_owned();
     spec.env = vec![
@@ -594,7 +594,7 @@ fn a_program_without_the_emulator_drives_an_inline_device_through_the_library_th
     ];
     spec.emulate = vec![Config::new(&barrier_hw::GBA).inline()];
     spec.capture_stderr = true;
-    let report = barrier_cli::launch::launch(&spec).unwrap();
+    let report = barrier_launch::launch(&spec).unwrap();
     let first = report.failure.as_ref().expect("a library that cannot load fails the forced backend").rank;
     // glibc 2.30 and later refuse to load an executable; older ones load it and find no symbol.
     let why = &report.stderr[first];
@@ -607,18 +607,18 @@ fn a_program_without_the_emulator_drives_an_inline_device_through_the_library_th
 #[test]
 fn a_program_without_the_emulator_cannot_drive_an_inline_device_and_says_why() {
     let _machine = common::one_job_at_a_time();
-    let mut spec = barrier_cli::launch::JobSpec::new(2, common::example("correctness"));
+    let mut spec = barrier_launch::JobSpec::new(2, common::example("correctness"));
     spec.args = vec!["100".into()];
     spec.env = vec![("BARRIER_BACKEND".into(), "switch".into()), ("BARRIER_TIMEOUT".into(), "60s".into())];
     spec.emulate = vec![Config::new(&barrier_hw::SWITCH).inline()];
     spec.capture_stdout = true;
     spec.capture_stderr = true;
-    let report = barrier_cli::launch::launch(&spec).unwrap();
+    let report = barrier_launch::launch(&spec).unwrap();
     let first = report.failure.as_ref().expect("a forced backend that cannot run fails").rank;
     assert!(report.stderr[first].contains("emulated inline"), "{}", report.stderr[first]);
     // Chosen automatically, it declines and the job runs in software.
     spec.env = vec![("BARRIER_TIMEOUT".into(), "60s".into())];
-    let report = barrier_cli::launch::launch(&spec).unwrap();
+    let report = barrier_launch::launch(&spec).unwrap();
     assert!(report.success(), "{:?}", report.stderr);
     assert!(report.stdout[0].contains("(dissemination,"), "{:?}", report.stdout);
 }

@@ -53,13 +53,13 @@ fn every_shape_is_correct_as_processes_with_splits() {
     for (nodes, per) in SHAPES {
         let n = nodes * per;
         let _machine = common::one_job_at_a_time();
-        let mut spec = barrier_cli::launch::JobSpec::new(n, common::example("correctness"));
+        let mut spec = barrier_launch::JobSpec::new(n, common::example("correctness"));
         spec.nodes = nodes;
         spec.args = vec!["400".into(), "--split".into(), "--seed".into(), n.to_string().into()];
         spec.env = vec![("BARRIER_BACKEND".into(), "hierarchical".into()), ("BARRIER_TIMEOUT".into(), "60s".into())];
         spec.capture_stdout = true;
         spec.capture_stderr = true;
-        let report = barrier_cli::launch::launch(&spec).unwrap();
+        let report = barrier_launch::launch(&spec).unwrap();
         assert!(report.success(), "{nodes}x{per}: {:?} {:?}", report.describe(n), report.stderr);
         assert!(report.stdout[0].contains("(hierarchical"), "{nodes}x{per}: {:?}", report.stdout);
     }
@@ -220,11 +220,11 @@ fn simulated_network_latency_slows_the_network_puts_it_is_meant_to() {
 fn phase_times_are_reported_with_hier_debug() {
     // Two nodes: on one the backend runs the flat barrier, which has no phases.
     let _machine = common::one_job_at_a_time();
-    let mut spec = barrier_cli::launch::JobSpec::new(4, common::example("hello"));
+    let mut spec = barrier_launch::JobSpec::new(4, common::example("hello"));
     spec.nodes = 2;
     spec.env = vec![("BARRIER_BACKEND".into(), "hierarchical".into()), ("BARRIER_HIER_DEBUG".into(), "1".into())];
     spec.capture_stderr = true;
-    let report = barrier_cli::launch::launch(&spec).unwrap();
+    let report = barrier_launch::launch(&spec).unwrap();
     assert!(report.success(), "{:?}", report.stderr);
     let all = report.stderr.concat();
     assert!(all.contains("per barrier: gather") && all.contains("internode") && all.contains("release"), "{all}");
@@ -236,14 +236,14 @@ fn a_device_setting_on_one_rank_does_not_split_the_roots() {
     // rank 0's, so every rank tries the same devices in the same order and all agree.
     let _machine = common::one_job_at_a_time();
     let script = "[ \"$BARRIER_RANK\" = 2 ] && export BARRIER_GBA_DISABLE=1; exec \"$@\"";
-    let mut spec = barrier_cli::launch::JobSpec::new(4, "sh");
+    let mut spec = barrier_launch::JobSpec::new(4, "sh");
     spec.args = vec!["-c".into(), script.into(), "sh".into(), common::example("correctness").into(), "300".into()];
     spec.nodes = 2;
     spec.env = vec![("BARRIER_BACKEND".into(), "hierarchical".into()), ("BARRIER_TIMEOUT".into(), "30s".into())];
     spec.emulate = vec![Config::new(&barrier_hw::SWITCH)];
     spec.capture_stdout = true;
     spec.capture_stderr = true;
-    let report = barrier_cli::launch::launch(&spec).unwrap();
+    let report = barrier_launch::launch(&spec).unwrap();
     assert!(report.success(), "{:?} {:?}", report.describe(4), report.stderr);
     assert!(report.stdout[0].contains("roots: switch"), "{:?}", report.stdout);
 }

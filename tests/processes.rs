@@ -7,7 +7,7 @@ use std::time::Duration;
 
 const SIZES: [usize; 6] = [1, 2, 3, 5, 8, 13];
 
-fn assert_passed(report: &barrier_cli::launch::JobReport, what: &str) {
+fn assert_passed(report: &barrier_launch::JobReport, what: &str) {
     assert!(
         report.success(),
         "{what}: {}\nstdout: {:?}\nstderr: {:?}",
@@ -101,7 +101,7 @@ fn a_killed_rank_ends_the_job_quickly_and_leaves_no_segment() {
     let report = run_example(5, "correctness", &["100000000", "--die", "2:500"], &[]);
     let failure = report.failure.as_ref().expect("the job must fail");
     assert_eq!(failure.rank, 2);
-    assert_eq!(failure.end, barrier_cli::launch::RankEnd::Signaled(libc::SIGKILL));
+    assert_eq!(failure.end, barrier_launch::RankEnd::Signaled(libc::SIGKILL));
     let teardown = report.elapsed.saturating_sub(failure.after);
     assert!(teardown < Duration::from_secs(5), "the job took {teardown:?} to end after rank 2 died");
     let msg = report.describe(5).unwrap();

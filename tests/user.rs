@@ -169,7 +169,7 @@ fn freed_communicators_and_windows_are_reused() {
 fn abort_ends_the_job_with_its_code() {
     let report = faults(3, None, &["abort", "1"], &[]);
     let failure = report.failure.as_ref().expect("abort fails the job");
-    assert_eq!((failure.rank, failure.end.clone()), (1, barrier_cli::launch::RankEnd::Exited(7)));
+    assert_eq!((failure.rank, failure.end.clone()), (1, barrier_launch::RankEnd::Exited(7)));
     assert!(report.stderr[1].contains("world rank 1 called abort(7)"), "{}", report.stderr[1]);
 }
 

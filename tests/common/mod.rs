@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use barrier_cli::launch::{launch, JobReport, JobSpec};
+use barrier_launch::{launch, JobReport, JobSpec};
 
 /// The path of an example binary built by `cargo test` next to this test binary.
 pub fn example(name: &str) -> PathBuf {

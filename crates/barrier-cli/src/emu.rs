@@ -11,12 +11,12 @@ use std::time::Duration;
 
 /// Serves the device until a terminating signal arrives.
 pub fn serve(config: barrier_emu::Config, path: &Path) -> Result<(), String> {
-    let _signals = crate::signals::install();
+    let _signals = barrier_launch::signals::install();
     let kind = config.map.kind;
     let emu =
         barrier_emu::Emulator::start_at(config, path).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
     eprintln!("barrier emu: {kind} device at {} (stop with Ctrl-C)", path.display());
-    while crate::signals::take().is_none() {
+    while barrier_launch::signals::take().is_none() {
         std::thread::sleep(Duration::from_millis(50));
     }
     eprintln!("barrier emu: stopping; counters {:?}", emu.counters());

@@ -23,7 +23,7 @@ pub fn report(
     a64fx: Option<barrier_hw::a64fx::node::Layout>,
 ) -> Result<String, String> {
     // The selection runs for real, one thread per rank.
-    let (limit, why) = crate::proc::max_ranks();
+    let (limit, why) = barrier_launch::proc::max_ranks();
     if ranks > limit {
         return Err(format!("-n {ranks} is more ranks than this machine can hold at once: at most {limit} ({why})"));
     }

@@ -1,19 +1,16 @@
-//! The `barrier` command's library: the launcher, the benchmark and the reports, so that tests
-//! and other tools can use them without spawning the binary.
+//! The `barrier` command's library: the benchmarks, the model and the reports, so that tests and
+//! other tools can use them without spawning the binary. The launcher is a crate of its own,
+//! `barrier-launch`.
 
 pub mod bench;
 pub mod elf;
 pub mod emu;
 pub mod info;
-pub mod launch;
 pub mod model;
 pub mod mpibench;
 pub mod ompi;
 pub mod shmembench;
 pub use bench::plot;
-pub mod proc;
-pub mod rebalance;
-pub mod signals;
 
 /// The register map of a device kind named on the command line.
 pub fn device_map(kind: &str) -> Option<&'static barrier_hw::DeviceMap> {

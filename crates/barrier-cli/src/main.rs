@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 use barrier_cli::bench::{self, BenchOptions};
-use barrier_cli::launch::{launch, JobSpec};
+use barrier_launch::{launch, JobSpec};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -433,7 +433,7 @@ fn main() -> ExitCode {
             }
             if !spec.emulate.is_empty() && !threaded_emulator {
                 let kinds: Vec<&str> = spec.emulate.iter().map(|c| c.map.kind).collect();
-                match barrier_cli::launch::inline_emulator_library() {
+                match barrier_launch::inline_emulator_library() {
                     Ok(library) => {
                         spec.emulate = spec.emulate.into_iter().map(barrier_emu::Config::inline).collect();
                         if barrier::Params::from_env().flag("BARRIER_VERBOSE").unwrap_or(false) {

@@ -32,9 +32,9 @@ pub struct MpiBenchOptions {
 }
 
 /// Where this command looks for the interposer when none is named: `libbarrier_pmpi.so` in
-/// each of [`crate::launch::artifact_dirs`].
+/// each of [`barrier_launch::artifact_dirs`].
 pub fn preload_candidates() -> Vec<PathBuf> {
-    crate::launch::artifact_dirs().into_iter().map(|dir| dir.join("libbarrier_pmpi.so")).collect()
+    barrier_launch::artifact_dirs().into_iter().map(|dir| dir.join("libbarrier_pmpi.so")).collect()
 }
 
 /// The interposer this command uses when none is named: the first of [`preload_candidates`]

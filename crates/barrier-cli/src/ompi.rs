@@ -45,9 +45,9 @@ pub const SCOLL: Component = Component {
 };
 
 /// Where this command looks for `component` when none is named: its library as cargo builds it
-/// and under its MCA name, in each of [`crate::launch::artifact_dirs`].
+/// and under its MCA name, in each of [`barrier_launch::artifact_dirs`].
 pub fn candidates(component: Component) -> Vec<PathBuf> {
-    crate::launch::artifact_dirs()
+    barrier_launch::artifact_dirs()
         .into_iter()
         .flat_map(|dir| [dir.join(component.built), dir.join(component.file)])
         .collect()

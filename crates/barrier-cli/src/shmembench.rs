@@ -28,7 +28,7 @@ pub struct ShmemBenchOptions {
 
 /// Where this command looks for the interposer when none is named.
 pub fn preload_candidates() -> Vec<PathBuf> {
-    crate::launch::artifact_dirs().into_iter().map(|dir| dir.join("libbarrier_shmem.so")).collect()
+    barrier_launch::artifact_dirs().into_iter().map(|dir| dir.join("libbarrier_shmem.so")).collect()
 }
 
 /// Builds the program and runs it at every PE count; its report goes to stdout.

@@ -191,7 +191,7 @@ fn a_bad_setting_is_refused_with_status_2_by_every_command() {
 #[test]
 fn tag_output_passes_a_line_without_newline_on_in_bounded_pieces() {
     // 5 MB without a newline: the launcher must not hold it all; it goes out in tagged pieces
-    // of at most barrier_cli::launch::TAG_LINE_BOUND bytes.
+    // of at most barrier_launch::TAG_LINE_BOUND bytes.
     let out = barrier()
         .args(["run", "-n", "1", "--tag-output", "--", "sh", "-c", "head -c 5000000 /dev/zero | tr '\\0' x"])
         .output()
@@ -199,7 +199,7 @@ fn tag_output_passes_a_line_without_newline_on_in_bounded_pieces() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8_lossy(&out.stdout);
     let pieces: Vec<&str> = text.lines().collect();
-    let bound = barrier_cli::launch::TAG_LINE_BOUND;
+    let bound = barrier_launch::TAG_LINE_BOUND;
     assert!(pieces.len() >= 5_000_000 / bound, "{} pieces", pieces.len());
     assert!(pieces.iter().all(|p| p.starts_with("[0] ") && p.len() <= bound + 4), "a piece past the bound");
     assert_eq!(pieces.iter().map(|p| p.len() - 4).sum::<usize>(), 5_000_000);
@@ -315,21 +315,21 @@ fn libraries_are_loaded_only_from_places_nobody_else_can_write() {
     std::fs::write(&lib, b"not really a library").unwrap();
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
     std::fs::set_permissions(&lib, std::fs::Permissions::from_mode(0o644)).unwrap();
-    assert!(barrier_cli::launch::trusted(&dir) && barrier_cli::launch::trusted(&lib));
+    assert!(barrier_launch::trusted(&dir) && barrier_launch::trusted(&lib));
     // A build tree others may write (a shared or world-writable directory): not trusted.
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
-    assert!(!barrier_cli::launch::trusted(&dir));
+    assert!(!barrier_launch::trusted(&dir));
     std::fs::set_permissions(&lib, std::fs::Permissions::from_mode(0o666)).unwrap();
-    assert!(!barrier_cli::launch::trusted(&lib));
+    assert!(!barrier_launch::trusted(&lib));
     std::fs::set_permissions(&lib, std::fs::Permissions::from_mode(0o644)).unwrap();
     // A link, and (as root) another user's file: not trusted.
     let link = dir.join("link.so");
     std::os::unix::fs::symlink(&lib, &link).unwrap();
-    assert!(!barrier_cli::launch::trusted(&link));
+    assert!(!barrier_launch::trusted(&link));
     // SAFETY: geteuid cannot fail.
     if unsafe { libc::geteuid() } == 0 {
         std::os::unix::fs::chown(&lib, Some(65534), None).unwrap();
-        assert!(!barrier_cli::launch::trusted(&lib));
+        assert!(!barrier_launch::trusted(&lib));
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -538,7 +538,7 @@ fn a_job_too_large_for_the_machine_is_refused_with_the_limit() {
 
 #[test]
 fn sigterm_stops_a_large_start_up_at_once() {
-    let (limit, _) = barrier_cli::proc::max_ranks();
+    let (limit, _) = barrier_launch::proc::max_ranks();
     let n = limit.saturating_sub(64).min(5000).to_string();
     // A duration no other process on the machine has (a shell's `sleep 295` matched "sleep 29"
     // once and failed this test).

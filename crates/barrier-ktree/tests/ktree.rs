@@ -8,7 +8,7 @@ use std::sync::Once;
 
 use barrier::threads::Job;
 use barrier::Params;
-use barrier_cli::launch::{launch, JobReport, JobSpec};
+use barrier_launch::{launch, JobReport, JobSpec};
 use barrier_suite::{stress, StressOptions};
 
 fn registered() {

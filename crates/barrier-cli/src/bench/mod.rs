@@ -45,7 +45,7 @@ use table::{machine_name, print_table};
 
 use std::io::{IsTerminal, Write};
 
-use crate::launch::{launch, JobSpec};
+use barrier_launch::{launch, JobSpec};
 
 /// Fewer timed batches than this cannot give a median worth printing: refused.
 pub const MIN_SAMPLES: u64 = 10;
@@ -304,7 +304,7 @@ pub fn run(opts: &BenchOptions) -> Result<Vec<Row>, String> {
         }
     }
     // Ctrl-C stops the measurement, and the rows measured until then are still printed.
-    let _signals = crate::signals::install();
+    let _signals = barrier_launch::signals::install();
     let cores = barrier::sys::available_cores();
     // The raw protocols run where the ranks fit the cores (they only spin).
     let raw_at = |n: usize| if (2..=cores).contains(&n) { RawProtocol::ALL.len() } else { 0 };
@@ -333,11 +333,11 @@ pub fn run(opts: &BenchOptions) -> Result<Vec<Row>, String> {
                 progress.step(&format!("{} n={n}{of}", protocol.name()));
                 // (A raw protocol always runs to its end: what it measured counts.)
                 samples.push(raw_floor(*protocol, n, floor_iters, opts.batch));
-                if crate::signals::peek().is_some() {
+                if barrier_launch::signals::peek().is_some() {
                     break;
                 }
             }
-            if crate::signals::peek().is_some() {
+            if barrier_launch::signals::peek().is_some() {
                 measured.push(this_round);
                 break;
             }
@@ -355,7 +355,7 @@ pub fn run(opts: &BenchOptions) -> Result<Vec<Row>, String> {
                 switches: Some(switches),
                 label: "std".into(),
             });
-            if crate::signals::peek().is_some() {
+            if barrier_launch::signals::peek().is_some() {
                 // Interrupted: the row was cut short, and is not shown.
                 this_round.pop();
                 measured.push(this_round);
@@ -375,7 +375,7 @@ pub fn run(opts: &BenchOptions) -> Result<Vec<Row>, String> {
                 switches: Some(switches),
                 label: "hurdles".into(),
             });
-            if crate::signals::peek().is_some() {
+            if barrier_launch::signals::peek().is_some() {
                 this_round.pop();
                 measured.push(this_round);
                 break;
@@ -403,15 +403,15 @@ pub fn run(opts: &BenchOptions) -> Result<Vec<Row>, String> {
                 match row {
                     Ok(row) => this_round.push(Row { label: label.clone(), ..row }),
                     // One backend that cannot run here does not stop the others.
-                    Err(why) if crate::signals::peek().is_none() => skipped.push((label.clone(), n, why)),
+                    Err(why) if barrier_launch::signals::peek().is_none() => skipped.push((label.clone(), n, why)),
                     Err(_) => {}
                 }
-                if crate::signals::peek().is_some() {
+                if barrier_launch::signals::peek().is_some() {
                     break;
                 }
             }
             measured.push(this_round);
-            if crate::signals::peek().is_some() {
+            if barrier_launch::signals::peek().is_some() {
                 break;
             }
         }
@@ -436,7 +436,7 @@ pub fn run(opts: &BenchOptions) -> Result<Vec<Row>, String> {
                 measured.iter().filter_map(|round| round.iter().find(|r| r.label == row.label)).collect();
             rows.push(pool_rounds(&of_row));
         }
-        if crate::signals::peek().is_some() {
+        if barrier_launch::signals::peek().is_some() {
             break;
         }
     }
@@ -481,10 +481,10 @@ pub fn run(opts: &BenchOptions) -> Result<Vec<Row>, String> {
             println!("plot written to {}", path.display());
         }
     }
-    if let Some(sig) = crate::signals::take() {
+    if let Some(sig) = barrier_launch::signals::take() {
         return Err(format!(
             "interrupted by signal {sig} ({}): the rows above are those measured until then",
-            crate::launch::signal_name(sig)
+            barrier_launch::signal_name(sig)
         ));
     }
     let asked: Vec<&String> =

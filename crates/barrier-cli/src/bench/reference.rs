@@ -203,7 +203,7 @@ fn thread_barrier<W: FnMut() + Send + 'static>(
     let mut i = 0;
     while i < total {
         if i % batch == 0 {
-            if limit.load(Ordering::Relaxed) == u64::MAX && crate::signals::peek().is_some() {
+            if limit.load(Ordering::Relaxed) == u64::MAX && barrier_launch::signals::peek().is_some() {
                 limit.store(i / batch + 2, Ordering::Release);
             }
             if i / batch >= limit.load(Ordering::Relaxed) {

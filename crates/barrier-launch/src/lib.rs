@@ -1,4 +1,5 @@
-//! The launcher: starts the ranks of a job and ends the job cleanly.
+//! The launcher: starts the ranks of a job and ends the job cleanly. The `barrier run` command
+//! is a front end to [`launch`]; tests and tools call it directly.
 //!
 //! 1. Creates the job segment (`shm_open` 0600, `O_EXCL`, unique name) and unlinks its name at
 //!    once, so nothing can be left in `/dev/shm` whatever happens later; the ranks inherit the
@@ -23,11 +24,16 @@
 //! # The folder
 //!
 //! `spec.rs` (what to run, where the artifacts are) and `report.rs` (how it ended) at the
-//! bottom ← `io.rs` (the ranks' streams) ← `run.rs` ([`launch`]).
+//! bottom ← `io.rs` (the ranks' streams) ← `run.rs` ([`launch`]); beneath them all, `proc.rs`
+//! (process descriptors, limits, the machine's capacity), `signals.rs` (forwarding) and
+//! `rebalance.rs` (an oversubscribed job's placement).
 
 mod io;
+pub mod proc;
+pub mod rebalance;
 mod report;
 mod run;
+pub mod signals;
 mod spec;
 
 pub use io::{TAG_LINE_BOUND, WHOLE_LINES_UP_TO};
