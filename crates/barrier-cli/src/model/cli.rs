@@ -3,40 +3,68 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-/// The options of `barrier model` (see `barrier model --help`).
-#[derive(Debug)]
+/// The options of `barrier model`: its command-line arguments (`barrier model --help`), and what
+/// a tool that runs the model fills in.
+#[derive(clap::Args, Debug)]
+#[command(group = clap::ArgGroup::new("checks").args(["check", "check_mpi"]))]
 pub struct ModelArgs {
-    /// `--nodes`.
+    /// Nodes of the job.
+    #[arg(long, default_value_t = 1, conflicts_with_all = ["sweep", "calibrate", "check"])]
     pub nodes: usize,
-    /// `--ppn`.
+    /// Ranks per node.
+    #[arg(long, default_value_t = 1, conflicts_with_all = ["calibrate", "check"])]
     pub ppn: usize,
-    /// `--network`.
+    /// Network profile: ib-hdr, ib-edr, slingshot, tofu-d, custom:PUT,GAP (e.g. custom:1.2us,5ns) or
+    /// sim:PUT (simulated nodes with BARRIER_NET_PUT_LATENCY=PUT).
+    #[arg(long, default_value = "ib-hdr", conflicts_with_all = ["calibrate", "check"])]
     pub network: String,
-    /// `--devices`.
+    /// Barrier hardware the machine has (switch, gba, a64fx, or none), instead of the profile's.
+    #[arg(long, value_delimiter = ',', conflicts_with_all = ["calibrate", "check"])]
     pub devices: Option<Vec<String>>,
-    /// `--sweep`.
+    /// Every node count from 1 to 4,096 in powers of two.
+    #[arg(long)]
     pub sweep: bool,
-    /// `--json`.
+    /// Print JSON instead of the table.
+    #[arg(long, conflicts_with = "sweep")]
     pub json: bool,
-    /// `--plot`.
+    /// Draw latency against nodes (log scale) per backend into this SVG file (with --sweep).
+    #[arg(long, requires = "sweep")]
     pub plot: Option<PathBuf>,
-    /// `--calibrate`.
+    /// Measure this machine's constants (flag hand-off, futex wake, yield, emulated device)
+    /// and store them for later runs.
+    #[arg(long, conflicts_with_all = ["sweep", "json", "plot", "check"])]
     pub calibrate: bool,
-    /// `--bench`: a `barrier bench --json` output that `--calibrate` reads.
+    /// With --calibrate: take the flag hand-off (the floor at 2 ranks) and the cost of a
+    /// context switch (rows with more ranks than cores: ns per barrier over switches per
+    /// barrier) from this `barrier bench --json` output instead of measuring them.
+    #[arg(long, value_name = "FILE", requires = "calibrate")]
     pub bench: Option<PathBuf>,
-    /// `--check`.
+    /// Measure dissemination and hierarchical barriers across simulated nodes and compare
+    /// them with the model's prediction (exit 1 if one is off by more than 25%).
+    #[arg(long, conflicts_with_all = ["sweep", "json", "plot"])]
     pub check: bool,
-    /// `--check-mpi`.
+    /// Instead: the model against barriers over this machine's MPI (Open MPI's mpirun, or
+    /// MPIRUN, with MPIRUN_ARGS): per layout, a ping-pong between two nodes' first ranks gives
+    /// the network's one-way latency, then MPI's own barrier and ours (the roots on our
+    /// dissemination, then on MPI's barrier) are measured and predicted. Printed, not
+    /// judged. tests/net/model.sh runs it across network namespaces.
+    #[arg(long, conflicts_with_all = ["sweep", "json", "plot", "check", "calibrate"])]
     pub check_mpi: bool,
-    /// `--layouts` (of `--check-mpi`).
+    /// Layouts of --check-mpi, NODESxRANKS (nodes told apart by BARRIER_MPI_NODE_BLOCK).
+    #[arg(long, default_value = "2x1,3x1,4x1,2x2", requires = "check_mpi")]
     pub layouts: String,
-    /// `--wrapper` (of `--check-mpi`).
+    /// With --check-mpi: start every rank through this program (tests/net/in-node.sh puts
+    /// each in its node's network namespace).
+    #[arg(long, value_name = "PATH", requires = "check_mpi")]
     pub wrapper: Option<PathBuf>,
-    /// `--mpi-preload` (of `--check-mpi`).
+    /// With --check-mpi: the interposer (default: libbarrier_pmpi.so beside this command).
+    #[arg(long, value_name = "PATH", requires = "check_mpi")]
     pub mpi_preload: Option<PathBuf>,
-    /// `--iters`.
+    /// Barriers per measured configuration of --check; barriers per chunk of --check-mpi.
+    #[arg(long, default_value_t = 400, requires = "checks")]
     pub iters: u64,
-    /// `--calibration`.
+    /// The calibration file (default: ~/.cache/barrier/model-calibration).
+    #[arg(long)]
     pub calibration: Option<PathBuf>,
 }
 
