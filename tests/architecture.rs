@@ -22,7 +22,7 @@ use syn::visit::Visit;
 
 /// `barrier`'s top-level modules, lowest layer first (docs/architecture.md's diagram).
 const LAYERS: &[&[&str]] = &[
-    &["sys", "pad", "error"],
+    &["sys", "pad", "error", "text"],
     &["wait", "params"],
     &["shm", "mmio"],
     &["region", "transport"],

@@ -77,7 +77,7 @@ impl JobReport {
                 f.pid,
                 f.end,
                 f.after,
-                barrier::sys::count(ranks, "rank")
+                barrier::text::count(ranks, "rank")
             ));
         }
         self.interrupted

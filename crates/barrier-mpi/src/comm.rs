@@ -388,7 +388,7 @@ impl BarrierComm {
             let world = raw::size(raw::comm_world()).unwrap_or(usize::MAX);
             if *rank >= world {
                 OUT_OF_RANGE_SAID.call_once(|| {
-                    barrier::sys::say(&format!(
+                    barrier::text::say(&format!(
                         "barrier-mpi: {FAULT}={stage}:{rank} will not fire: MPI_COMM_WORLD has {world} ranks (0 to {})",
                         world - 1
                     ))
@@ -406,7 +406,7 @@ impl BarrierComm {
                 _ => None,
             };
             if let Some(why) = never {
-                barrier::sys::say(&format!("barrier-mpi: {FAULT}={stage}:{world_rank} did not fire: {why}"));
+                barrier::text::say(&format!("barrier-mpi: {FAULT}={stage}:{world_rank} did not fire: {why}"));
             }
         }
         let node_backend = halves.as_ref().map_or_else(|| node.world().backend(), |h| h.backend());
@@ -435,7 +435,7 @@ impl BarrierComm {
                 if solo {
                     "this rank alone on its node: a blocking barrier skips the node's gather and release".to_string()
                 } else {
-                    barrier::sys::count(self.local_size, "rank") + " on this node"
+                    barrier::text::count(self.local_size, "rank") + " on this node"
                 },
                 chosen.describe()
             );
@@ -443,7 +443,7 @@ impl BarrierComm {
         } else {
             self.detail = format!(
                 "one node of {}: {} ({}) over shared memory, {waits}{DECLINED_LIST}{}",
-                barrier::sys::count(self.local_size, "rank"),
+                barrier::text::count(self.local_size, "rank"),
                 node_backend,
                 node.world().algorithm(),
                 declined(node.world().selection())

@@ -349,7 +349,7 @@ fn keyval() -> c_int {
     let k = raw::create_keyval(delete_entry).unwrap_or_else(|e| {
         // The other ranks may already be building this communicator's barrier (collective):
         // this rank cannot decline alone. (As the interposer does; MPI hardly ever refuses.)
-        barrier::sys::say(&format!(
+        barrier::text::say(&format!(
             "barrier-mpi: cannot create an MPI attribute key ({e}); aborting the job (the other ranks would wait \
              for this one for ever)"
         ));

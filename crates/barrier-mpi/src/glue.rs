@@ -52,7 +52,7 @@ pub const GONE: c_int = 3;
 
 /// A line on stderr, prefixed with the component (`coll/fastbar`).
 pub fn say(component: &str, line: &str) {
-    barrier::sys::say(&format!("{component}: {line}"));
+    barrier::text::say(&format!("{component}: {line}"));
 }
 
 /// Runs `f`; a panic must not unwind into Open MPI: it ends the job, saying where.

@@ -413,7 +413,7 @@ impl Internode {
         }
         if self.waits.stall.is_some_and(|s| in_barrier >= s) && !flight.reported {
             flight.reported = true;
-            barrier::sys::say(&format!(
+            barrier::text::say(&format!(
                 "barrier: world rank {} (rank {} of a communicator of {} ranks) has waited {in_barrier:.1?} in the \
                  internode phase of barrier {} (MPI_Ibarrier among the node roots): {missing}; still waiting (this \
                  report: BARRIER_STALL_REPORT)",
@@ -492,7 +492,7 @@ impl Internode {
             self.sender_ranks[round],
         );
         tracing::warn!(target: "barrier", "{msg}");
-        barrier::sys::say(&msg);
+        barrier::text::say(&msg);
     }
 
     #[cold]

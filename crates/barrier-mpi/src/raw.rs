@@ -328,7 +328,7 @@ pub(crate) fn sleeping_rendezvous(comm: Comm, stall: Option<std::time::Duration>
             next_report = None;
             let me = rank(comm_world()).unwrap_or(0);
             let size = size(comm).unwrap_or(0);
-            barrier::sys::say(&format!(
+            barrier::text::say(&format!(
                 "barrier: world rank {me} has waited {waited:.1?} for the other ranks of a communicator of {size} \
                  to set up our barrier on it (its first barrier, or a dup, split or attach); still waiting, \
                  asleep (this report, once: BARRIER_STALL_REPORT)"

@@ -243,7 +243,7 @@ impl Drop for Request<'_> {
             return;
         }
         if let Err(e) = self.step(true) {
-            barrier::sys::say(&format!("barrier-mpi: a dropped split-phase barrier failed: {e}"));
+            barrier::text::say(&format!("barrier-mpi: a dropped split-phase barrier failed: {e}"));
         }
     }
 }

@@ -75,7 +75,7 @@ fn ffi_err_other() -> c_int {
 /// Ends the job: after a collective set-up, a rank that cannot keep what it agreed to (or
 /// cannot take part at all) would leave the others waiting in our barrier.
 fn abort_job(why: &str) -> ! {
-    barrier::sys::say(&format!("barrier: {why}; aborting the job (other ranks would wait for this one for ever)"));
+    barrier::text::say(&format!("barrier: {why}; aborting the job (other ranks would wait for this one for ever)"));
     // SAFETY: MPI_Abort on MPI_COMM_WORLD ends the job; it does not return.
     unsafe { ffi::PMPI_Abort(raw::comm_world(), 70) };
     std::process::abort()
@@ -135,15 +135,18 @@ fn make_entry(comm: MPI_Comm) -> Entry {
             // Verbose: one short line per communicator of two or more ranks (MPI makes
             // communicators of one, MPI_COMM_SELF among them, whose barrier does nothing).
             if c.fell_back() && (rank == 0 || c.failed_here()) {
-                barrier::sys::say(&format!("barrier: MPI_Barrier on a communicator of {size} ranks: {}", c.describe()));
+                barrier::text::say(&format!(
+                    "barrier: MPI_Barrier on a communicator of {size} ranks: {}",
+                    c.describe()
+                ));
             } else if verbose && rank == 0 && size > 1 {
-                barrier::sys::say(&format!("barrier: MPI_Barrier on a communicator of {size} ranks: {}", c.summary()));
+                barrier::text::say(&format!("barrier: MPI_Barrier on a communicator of {size} ranks: {}", c.summary()));
             }
             Entry::Served(c)
         }
         Err(None) => {
             if verbose && rank == 0 {
-                barrier::sys::say("barrier: MPI_Barrier on an intercommunicator: PMPI_Barrier (not ours)");
+                barrier::text::say("barrier: MPI_Barrier on an intercommunicator: PMPI_Barrier (not ours)");
             }
             Entry::Declined
         }
@@ -152,7 +155,7 @@ fn make_entry(comm: MPI_Comm) -> Entry {
             // says what happens.
             let own = !matches!(e, Error::PeerInvalidParam { .. });
             if own || rank == 0 {
-                barrier::sys::say(&format!(
+                barrier::text::say(&format!(
                     "barrier: MPI_Barrier on a communicator of {size} ranks falls back to PMPI_Barrier on every \
                      rank (rank {rank}): {e}"
                 ));
@@ -187,7 +190,7 @@ fn barrier(comm: MPI_Comm) -> c_int {
         Some(Entry::Served(c)) => match c.barrier() {
             Ok(()) => SUCCESS,
             Err(e) => {
-                barrier::sys::say(&format!("barrier: MPI_Barrier failed on rank {}: {e}", c.rank()));
+                barrier::text::say(&format!("barrier: MPI_Barrier failed on rank {}: {e}", c.rank()));
                 let code = ffi_err_other();
                 // SAFETY: raises the error through the application's error handler for `comm`.
                 unsafe { ffi::PMPI_Comm_call_errhandler(comm, code) };
@@ -212,7 +215,7 @@ fn teardown() {
 
 fn guarded(what: &str, f: impl FnOnce() -> c_int) -> c_int {
     catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|_| {
-        barrier::sys::say(&format!("barrier: internal error (panic) in the {what} interposer; aborting the job"));
+        barrier::text::say(&format!("barrier: internal error (panic) in the {what} interposer; aborting the job"));
         // SAFETY: MPI_Abort on MPI_COMM_WORLD ends the job; it does not return.
         unsafe { ffi::PMPI_Abort(raw::comm_world(), 70) }
     })

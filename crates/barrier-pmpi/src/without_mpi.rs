@@ -28,7 +28,7 @@ fn first_rank() -> bool {
 
 extern "C" fn on_load() {
     if is_mpi_program() && first_rank() {
-        barrier::sys::say(WARNING);
+        barrier::text::say(WARNING);
     }
 }
 

@@ -114,7 +114,7 @@ fn real() -> Option<&'static Real> {
 }
 
 fn say(line: &str) {
-    barrier::sys::say(line);
+    barrier::text::say(line);
 }
 
 fn lock<T>(m: &'static Mutex<T>) -> std::sync::MutexGuard<'static, T> {

@@ -50,7 +50,7 @@ pub(crate) fn pe_list(pes: &[usize]) -> String {
 pub(crate) fn report_stall(what: String) {
     let msg =
         format!("{what}; still waiting (this report: BARRIER_STALL_REPORT; to give up instead, set BARRIER_TIMEOUT)");
-    barrier::sys::say(&msg);
+    barrier::text::say(&msg);
 }
 
 /// Ends the job after `what` failed on this PE (a barrier of ours, which the program cannot go
@@ -59,7 +59,7 @@ pub(crate) fn report_stall(what: String) {
 pub(crate) fn end_job(real: &crate::real::Real, what: &str, e: &Failure) -> ! {
     // SAFETY: the implementation is initialized.
     let me = unsafe { (real.my_pe)() };
-    barrier::sys::say(&format!("barrier-shmem: {what} failed on PE {me}: {e}; ending the job"));
+    barrier::text::say(&format!("barrier-shmem: {what} failed on PE {me}: {e}; ending the job"));
     if let Some(exit) = real.global_exit {
         // SAFETY: ends every PE of the job.
         unsafe { exit(70) };

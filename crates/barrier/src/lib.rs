@@ -25,10 +25,11 @@
 //! # The public surface
 //!
 //! What this documentation shows is the API for users and for backends written outside the
-//! crate ([`backend`], [`wait`], [`params`]), and it follows semver. The modules `algo`,
-//! `mmio`, `registry`, `shm`, `sys` and `transport` are public only because the workspace's
-//! sibling crates (the launcher, the emulator, barrier-mpi) build on them: they are
-//! `#[doc(hidden)]`, not part of the API, and may change in any release.
+//! crate ([`backend`], [`wait`], [`params`]) and the wording of messages ([`text`], which the
+//! sibling crates print with too), and it follows semver. The modules `algo`, `mmio`,
+//! `registry`, `shm`, `sys` and `transport` are public only because the workspace's sibling
+//! crates (the launcher, the emulator, barrier-mpi) build on them: they are `#[doc(hidden)]`,
+//! not part of the API, and may change in any release.
 
 #[cfg(not(target_os = "linux"))]
 compile_error!(
@@ -73,6 +74,8 @@ pub mod shm;
 #[cfg(not(loom))]
 #[doc(hidden)]
 pub mod sys;
+#[cfg(not(loom))]
+pub mod text;
 #[cfg(not(loom))]
 #[doc(hidden)]
 pub mod transport;

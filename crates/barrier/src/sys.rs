@@ -369,22 +369,6 @@ pub fn fd_identity(fd: RawFd) -> io::Result<(u64, u64)> {
     Ok((st.st_dev, st.st_ino))
 }
 
-/// `n` and the noun, singular for one: "1 rank", "3 ranks".
-pub fn count(n: usize, noun: &str) -> String {
-    if n == 1 {
-        format!("1 {noun}")
-    } else {
-        format!("{n} {noun}s")
-    }
-}
-
-/// Writes `line` and a newline to stderr in one `write` (lines up to the pipe buffer are never
-/// cut or interleaved with other ranks' output, even if the process is killed right after).
-pub fn say(line: &str) {
-    use std::io::Write;
-    let _ = std::io::stderr().write_all(format!("{line}\n").as_bytes());
-}
-
 /// Sets `FD_CLOEXEC`: the descriptor is not passed on to programs this process executes (a
 /// rank's own subprocesses must not inherit the job).
 pub fn set_cloexec(fd: RawFd) -> io::Result<()> {

@@ -145,7 +145,7 @@ fn watch_launcher(lifeline: i32, seg: Arc<Segment>, rank: usize) {
     let spawned = std::thread::Builder::new().name("barrier-lifeline".into()).spawn(move || {
         crate::sys::wait_hangup(lifeline);
         seg.set_job_gone();
-        crate::sys::say(&format!(
+        crate::text::say(&format!(
             "barrier: rank {rank}: the launcher of this job is gone (killed or crashed); ending this rank \
              (SIGTERM, then exit after {ORPHAN_GRACE:?})"
         ));

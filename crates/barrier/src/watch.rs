@@ -213,7 +213,7 @@ impl<'a> PeerWatch<'a> {
         };
         let msg = format!("{msg} (this report: BARRIER_STALL_REPORT; to give up instead, set BARRIER_TIMEOUT)");
         tracing::warn!(target: "barrier", "{msg}");
-        crate::sys::say(&msg);
+        crate::text::say(&msg);
     }
 
     /// A stall report in the ranks the user knows (see [`crate::shm::RankNames`]).

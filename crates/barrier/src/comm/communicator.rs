@@ -408,7 +408,7 @@ impl Communicator {
         // woken by the abort, exits before this one.
         self.seg.mark_exited(world, crate::shm::RankExit::Status(code));
         self.seg.set_abort(world);
-        crate::sys::say(&format!("barrier: world rank {world} called abort({code}); ending the job"));
+        crate::text::say(&format!("barrier: world rank {world} called abort({code}); ending the job"));
         std::process::exit(code)
     }
 }

@@ -26,7 +26,7 @@ impl Segment {
         let word = self.rank_word(rank, JOINED).ok_or_else(|| {
             Error::Bootstrap(format!(
                 "rank {rank} is outside this job of {}",
-                crate::sys::count(self.shape().world_size, "rank")
+                crate::text::count(self.shape().world_size, "rank")
             ))
         })?;
         match word.compare_exchange(0, me, Ordering::AcqRel, Ordering::Acquire) {

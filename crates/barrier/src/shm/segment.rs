@@ -197,7 +197,7 @@ impl Segment {
                 Error::InvalidArgument(format!(
                     "a job segment for {} with a pool of {pool} bytes is larger than this machine can map; \
                      lower BARRIER_SHM_POOL_BYTES",
-                    crate::sys::count(shape.world_size, "rank")
+                    crate::text::count(shape.world_size, "rank")
                 ))
             })
     }
@@ -335,7 +335,7 @@ impl Segment {
             cores: word(&h.cores),
         };
         if !(1..=MAX_RANKS).contains(&shape.world_size) {
-            return Err(format!("a job of {} (1 to {MAX_RANKS})", crate::sys::count(shape.world_size, "rank")));
+            return Err(format!("a job of {} (1 to {MAX_RANKS})", crate::text::count(shape.world_size, "rank")));
         }
         if !(1..=shape.world_size).contains(&shape.nodes) || shape.ranks_on_machine == 0 || shape.cores == 0 {
             return Err(format!("an impossible shape {shape:?}"));

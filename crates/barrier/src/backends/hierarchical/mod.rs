@@ -363,7 +363,7 @@ impl PhaseClock {
 impl Drop for PhaseClock {
     fn drop(&mut self) {
         let per = |d: Duration| d.as_nanos() as f64 / self.barriers.max(1) as f64;
-        crate::sys::say(&format!(
+        crate::text::say(&format!(
             "barrier: hierarchical rank {} (node {}, local rank {}): {} barriers; per barrier: gather {:.0} ns, \
              internode {:.0} ns, release {:.0} ns",
             self.rank,

@@ -34,7 +34,7 @@ impl HwModule {
             );
             tracing::warn!(target: "barrier", "{msg}");
             if self.verbose {
-                crate::sys::say(&msg);
+                crate::text::say(&msg);
             }
         } else {
             tracing::debug!(device = self.dev.map.kind, rank = self.rank, epoch, %reason, "leaving the hardware barrier");
