@@ -128,32 +128,14 @@ impl BenchArgs {
         if mpi {
             let opts =
                 barrier_cli::mpibench::MpiBenchOptions { ranks, iters, preload: mpi_preload, component: mpi_component };
-            return match barrier_cli::mpibench::run(&opts) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("barrier bench --mpi: {e}");
-                    ExitCode::FAILURE
-                }
-            };
+            return super::finish("barrier bench --mpi", barrier_cli::mpibench::run(&opts));
         }
         if shmem {
             let opts = barrier_cli::shmembench::ShmemBenchOptions { pes: ranks, iters, preload: shmem_preload };
-            return match barrier_cli::shmembench::run(&opts) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("barrier bench --shmem: {e}");
-                    ExitCode::FAILURE
-                }
-            };
+            return super::finish("barrier bench --shmem", barrier_cli::shmembench::run(&opts));
         }
         if interleave {
-            return match bench::run_interleave(iters, batch.max(100)) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("barrier bench: {e}");
-                    ExitCode::FAILURE
-                }
-            };
+            return super::finish("barrier bench", bench::run_interleave(iters, batch.max(100)));
         }
         let opts = BenchOptions {
             ranks,
@@ -168,13 +150,7 @@ impl BenchArgs {
             json,
             plot,
         };
-        match bench::run(&opts) {
-            Ok(_) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("barrier bench: {e}");
-                ExitCode::FAILURE
-            }
-        }
+        super::finish("barrier bench", bench::run(&opts))
     }
 }
 
@@ -204,12 +180,6 @@ impl BenchRankArgs {
                 return ExitCode::FAILURE;
             }
         }
-        match bench::rank_main(iters, batch) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("barrier bench-rank: {e}");
-                ExitCode::FAILURE
-            }
-        }
+        super::finish("barrier bench-rank", bench::rank_main(iters, batch))
     }
 }

@@ -69,13 +69,10 @@ impl EmuArgs {
             per_hop: std::time::Duration::from_nanos(hop_ns),
             per_member: std::time::Duration::from_nanos(member_ns),
         };
-        match barrier_cli::emu::serve(barrier_emu::Config { map, latency, faults, inline: false }, &device) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("barrier emu: {e}");
-                ExitCode::FAILURE
-            }
-        }
+        super::finish(
+            "barrier emu",
+            barrier_cli::emu::serve(barrier_emu::Config { map, latency, faults, inline: false }, &device),
+        )
     }
 }
 

@@ -19,12 +19,6 @@ impl OmpiArgs {
     /// Runs the command: the exit code says what happened.
     pub fn run(self) -> ExitCode {
         let OmpiArgs { component, install } = self;
-        match barrier_cli::ompi::run(component, install) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("barrier ompi: {e}");
-                ExitCode::FAILURE
-            }
-        }
+        super::finish("barrier ompi", barrier_cli::ompi::run(component, install))
     }
 }
