@@ -20,6 +20,7 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <mpi.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,6 +37,9 @@ extern void __libc_free(void *);
 #define SLOTS 65536
 static uintptr_t freed[SLOTS];
 static int counting;
+/* The thread that counts: MPI's own threads (progress, PMIx) allocate at any time, and only this
+ * thread's barrier is being measured. */
+static pthread_t counter;
 static long frees, ours;
 
 static size_t slot_of(uintptr_t p) { return (size_t)((p >> 4) * 0x9e3779b97f4a7c15ull >> 48) & (SLOTS - 1); }
@@ -59,15 +63,19 @@ static void forget(uintptr_t p) {
     }
 }
 
-/* Whether `caller` is code of our library (the interposer or a component). */
+/* Whether `caller` is code of our library (the interposer or a component), by its file's name. */
 static int by_our_library(void *caller) {
     Dl_info info;
-    return dladdr(caller, &info) && info.dli_fname &&
-           (strstr(info.dli_fname, "barrier") || strstr(info.dli_fname, "fastbar"));
+    if (!dladdr(caller, &info) || !info.dli_fname) return 0;
+    const char *base = strrchr(info.dli_fname, '/');
+    base = base ? base + 1 : info.dli_fname;
+    return strstr(base, "barrier") || strstr(base, "fastbar");
 }
 
+static int counted(void) { return counting && pthread_equal(pthread_self(), counter); }
+
 static void *got(void *p) {
-    if (counting && p) forget((uintptr_t)p);
+    if (p && counted()) forget((uintptr_t)p);
     return p;
 }
 
@@ -82,7 +90,7 @@ int posix_memalign(void **out, size_t a, size_t n) {
     return 0;
 }
 void free(void *p) {
-    if (counting && p) {
+    if (p && counted()) {
         frees++;
         if (by_our_library(__builtin_return_address(0))) ours++;
         remember((uintptr_t)p);
@@ -91,7 +99,7 @@ void free(void *p) {
 }
 void *realloc(void *p, size_t n) {
     void *q = __libc_realloc(p, n);
-    if (counting && p && q != p) {
+    if (p && q != p && counted()) {
         frees++;
         if (by_our_library(__builtin_return_address(0))) ours++;
         remember((uintptr_t)p);
@@ -105,6 +113,7 @@ int main(int argc, char **argv) {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     /* Resolve dladdr's own needs before counting. */
     by_our_library((void *)main);
+    counter = pthread_self();
     counting = 1;
     MPI_Barrier(MPI_COMM_WORLD);
     counting = 0;

@@ -50,7 +50,7 @@ export OMPI_MCA_mca_base_component_path="$PWD/$BIN/components:$OWN"
 mpicc.openmpi -O2 -Wall -Werror -o "$BIN/barrier_check" examples/mpi/barrier_check.c
 mpifort.openmpi -O2 -o "$BIN/barrier_check_f" examples/mpi/barrier_check.f90
 mpicc.openmpi -O2 -Wall -Werror -o "$BIN/ibarrier_check" tests/ompi/ibarrier_check.c
-mpicc.openmpi -O2 -Wall -Werror -o "$BIN/heap_holes" examples/mpi/heap_holes.c
+mpicc.openmpi -O2 -Wall -Werror -pthread -o "$BIN/heap_holes" examples/mpi/heap_holes.c
 mpicc.openmpi -O2 -Wall -Werror -o "$BIN/info_keys" tests/ompi/info_keys.c
 mpicc.openmpi -O2 -Wall -Werror -o "$BIN/ibarrier_errors" tests/ompi/ibarrier_errors.c
 mpicc.openmpi -O2 -Wall -Werror -shared -fPIC -o "$BIN/libpmpi_count.so" tests/ompi/pmpi_count.c

@@ -65,9 +65,26 @@ const MAX_SHIFT: u32 = 16;
 const CLASSES: usize = (MAX_SHIFT - MIN_SHIFT + 1) as usize;
 /// The size of a slab that small blocks are carved from.
 const SLAB: usize = 1 << 20;
-/// The page size the alignment promises rest on (x86-64 and A64FX Linux both map 4 KiB pages at
-/// least; a larger page only aligns better).
+/// The alignment a small block of a large class promises at most: 4 KiB, which every page size
+/// Linux uses (4 KiB, and 64 KiB on some aarch64 kernels) is a multiple of. Slabs are mappings,
+/// so they start on a page.
 const PAGE: usize = 4096;
+
+/// The kernel's page size, read once: a large block's mapping is a whole number of pages, and
+/// the head and tail trimmed off an over-aligned mapping must be too.
+fn page_size() -> usize {
+    static SIZE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    match SIZE.load(Ordering::Relaxed) {
+        0 => {
+            // SAFETY: sysconf only reads a system constant.
+            let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+            let size = if size > 0 { size as usize } else { PAGE };
+            SIZE.store(size, Ordering::Relaxed);
+            size
+        }
+        size => size,
+    }
+}
 
 /// A freed small block: its first word links to the next free block of its class.
 struct FreeBlock {
@@ -109,9 +126,11 @@ impl std::fmt::Debug for PrivateHeap {
 impl Drop for PrivateHeap {
     fn drop(&mut self) {
         let me = self as *mut Self;
+        lock_fork_table();
         for slot in &FORK_HEAPS {
             let _ = slot.compare_exchange(me, ptr::null_mut(), Ordering::AcqRel, Ordering::Acquire);
         }
+        unlock_fork_table();
     }
 }
 
@@ -126,9 +145,24 @@ impl Default for PrivateHeap {
 static FORK_HEAPS: [AtomicPtr<PrivateHeap>; 8] = [const { AtomicPtr::new(ptr::null_mut()) }; 8];
 /// Whether the atfork handlers are registered (once per process).
 static FORK_HANDLERS: AtomicBool = AtomicBool::new(false);
+/// Held while the table changes, and by a fork from its prepare handler to its parent or child
+/// handler: a heap cannot leave the table (be dropped) while a fork holds its lock.
+static FORK_TABLE: AtomicBool = AtomicBool::new(false);
+
+fn lock_fork_table() {
+    while FORK_TABLE.compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
+        std::thread::yield_now();
+    }
+}
+
+fn unlock_fork_table() {
+    FORK_TABLE.store(false, Ordering::Release);
+}
 
 impl PrivateHeap {
-    /// An empty heap; it maps memory at its first allocation.
+    /// An empty heap; it maps memory at its first allocation. Use it as a `static` (a global
+    /// allocator): a heap must not move after its first allocation, since the fork handlers hold
+    /// its lock by its address.
     pub const fn new() -> Self {
         Self {
             locked: AtomicBool::new(false),
@@ -173,6 +207,7 @@ impl PrivateHeap {
     #[cold]
     fn register_for_fork(&self) {
         let me = self as *const Self as *mut Self;
+        lock_fork_table();
         for slot in &FORK_HEAPS {
             match slot.compare_exchange(ptr::null_mut(), me, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => break,
@@ -180,6 +215,7 @@ impl PrivateHeap {
                 Err(_) => {}
             }
         }
+        unlock_fork_table();
         self.forks_known.store(true, Ordering::Release);
         if !FORK_HANDLERS.swap(true, Ordering::AcqRel) {
             // SAFETY: the three handlers are `extern "C"` functions that live as long as the
@@ -191,10 +227,11 @@ impl PrivateHeap {
 }
 
 extern "C" fn fork_prepare() {
+    lock_fork_table();
     for slot in &FORK_HEAPS {
         // SAFETY: a registered heap is a static (a global allocator), or a heap that leaves the
-        // table when dropped (`Drop`); it cannot move while borrowed by `alloc`, and a static
-        // never moves.
+        // table when dropped (`Drop`, which waits for the table's lock, held here); a heap must
+        // not move after its first allocation (see `PrivateHeap::new`), and a static never does.
         if let Some(heap) = unsafe { slot.load(Ordering::Acquire).as_ref() } {
             heap.lock();
         }
@@ -203,11 +240,13 @@ extern "C" fn fork_prepare() {
 
 extern "C" fn fork_parent() {
     for slot in &FORK_HEAPS {
-        // SAFETY: as in `fork_prepare`, which took this lock.
+        // SAFETY: as in `fork_prepare`, which took this lock (and the table's, so the heap is
+        // still there).
         if let Some(heap) = unsafe { slot.load(Ordering::Acquire).as_ref() } {
             heap.unlock();
         }
     }
+    unlock_fork_table();
 }
 
 extern "C" fn fork_child() {
@@ -228,7 +267,8 @@ fn class_size(class: usize) -> usize {
 
 /// The length of a large block's mapping.
 fn mapped_len(size: usize) -> usize {
-    size.div_ceil(PAGE) * PAGE
+    let page = page_size();
+    size.div_ceil(page) * page
 }
 
 /// A fresh anonymous, private, read-write mapping of `len` bytes (a multiple of the page size),
@@ -260,9 +300,9 @@ fn map(len: usize) -> *mut u8 {
 /// The range is part of a mapping this heap made, and nothing uses it afterwards.
 unsafe fn unmap(p: *mut u8, len: usize) {
     if len > 0 {
-        // SAFETY: the caller's promise; a failure here would mean a range we never mapped.
-        let rc = unsafe { libc::munmap(p.cast(), len) };
-        debug_assert_eq!(rc, 0, "munmap of the heap's own range failed");
+        // SAFETY: the caller's promise. (A failure would leave the range mapped: a leak, which an
+        // allocator must not turn into a panic.)
+        let _ = unsafe { libc::munmap(p.cast(), len) };
     }
 }
 
@@ -311,7 +351,7 @@ impl Classes {
 /// Maps a large block of `layout`.
 fn map_large(layout: Layout) -> *mut u8 {
     let len = mapped_len(layout.size());
-    if layout.align() <= PAGE {
+    if layout.align() <= page_size() {
         return map(len);
     }
     // Map enough to find an aligned start, then give back the head and the tail.

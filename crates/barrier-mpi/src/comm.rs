@@ -278,6 +278,10 @@ impl BarrierComm {
             true => raw::split(self.comm, leader.then_some(0), self.rank).map_err(local)?,
             false => None,
         };
+        // Kept from here on, so that a later step that fails leaves nothing behind either.
+        if let Some(r) = roots {
+            self.made_on_the_way.push(OwnedComm(r));
+        }
         let mut place = [0u64; 2];
         if leader {
             place = [nodes as u64, leaders[..self.rank].iter().filter(|w| w[0] == 1).count() as u64];
@@ -369,9 +373,6 @@ impl BarrierComm {
             _ => None,
         };
         let internode_runs = roots.is_some() && self.nodes > 1;
-        if let Some(r) = roots {
-            self.made_on_the_way.push(OwnedComm(r));
-        }
         let mut internode = self.agree(internode.transpose(), world_rank, "set up the internode phase over MPI")?;
         // How the roots meet (timed, if so, once every root's set-up has succeeded), agreed;
         // then on every rank (for `describe`): rank 0 is a root.

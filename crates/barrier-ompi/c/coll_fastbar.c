@@ -125,6 +125,8 @@ static void settings_text(char *out, size_t cap)
         int n = snprintf(out + len, cap - len, "%s=%s\n", (name), (value));              \
         if (n > 0 && (size_t) n < cap - len) {                                            \
             len += (size_t) n;                                                            \
+        } else {                                                                          \
+            out[len] = '\0'; /* a truncated entry is cut off whole */                     \
         }                                                                                 \
     } while (0)
     char number[32];

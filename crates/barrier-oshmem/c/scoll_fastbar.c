@@ -96,6 +96,8 @@ static void settings_text(char *out, size_t cap)
         int n = snprintf(out + len, cap - len, "%s=%s\n", (name), (value)); \
         if (n > 0 && (size_t) n < cap - len) {                               \
             len += (size_t) n;                                               \
+        } else {                                                             \
+            out[len] = '\0'; /* a truncated entry is cut off whole */        \
         }                                                                    \
     } while (0)
     char number[32];
@@ -209,9 +211,9 @@ static int fastbar_barrier(struct oshmem_group_t *group, long *pSync, int alg)
         return previous(m, group, pSync, alg);
     }
     if (OPAL_UNLIKELY(UNBUILT == m->state)) {
-        /* The set's PEs on the stack where they fit (a set of up to 4096 PEs), else on the heap. */
-        int on_stack[4096];
-        int *pes = group->proc_count <= 4096 ? on_stack : malloc(sizeof(int) * (size_t) group->proc_count);
+        /* The set's PEs on the stack where they fit (a set of up to 1024 PEs), else on the heap. */
+        int on_stack[1024];
+        int *pes = group->proc_count <= 1024 ? on_stack : malloc(sizeof(int) * (size_t) group->proc_count);
         char settings[2048];
         settings_text(settings, sizeof settings);
         int served = 0;
