@@ -40,11 +40,12 @@
 //! * **Large blocks** are mappings of their own, unmapped when freed and moved with `mremap`
 //!   when they grow or shrink. An alignment above a page is made by mapping the size plus the
 //!   alignment and unmapping the unaligned head and the tail.
-//! * **Lock.** The classes and the current slab sit behind one spin lock (a few pointer moves
-//!   while held; a thread that cannot take it spins briefly, then yields). Our libraries
-//!   allocate at set-up, not on a barrier's path, so one lock serves. A `pthread_atfork`
-//!   handler, registered at the first allocation, holds the lock across `fork` so that the
-//!   child never inherits it held by a thread that does not exist there.
+//! * **Lock.** The classes and the current slab sit behind one spin lock, a static of the shared
+//!   object (a few pointer moves while held; a thread that cannot take it spins briefly, then
+//!   yields). Our libraries allocate at set-up, not on a barrier's path, so one lock serves. A
+//!   `pthread_atfork` handler, registered before the first allocation takes the lock, holds it
+//!   across `fork`, so that the child never inherits it held by a thread that does not exist
+//!   there.
 //!
 //! The heap asks nothing of the program's `malloc` (registering the fork handler aside, which
 //! glibc keeps in its own table). It returns null when the kernel refuses a mapping, which
@@ -55,7 +56,7 @@
 use std::alloc::{GlobalAlloc, Layout};
 use std::cell::UnsafeCell;
 use std::ptr::{self, NonNull};
-use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
 /// The smallest class: 16 bytes (2^4), room for the free-list link and malloc's alignment.
 const MIN_SHIFT: u32 = 4;
@@ -103,14 +104,11 @@ struct Classes {
 /// A [`GlobalAlloc`] over anonymous mappings, apart from the process's `malloc` heap. See the
 /// crate docs for why and how.
 pub struct PrivateHeap {
-    locked: AtomicBool,
-    /// Set once this heap is known to the fork handlers.
-    forks_known: AtomicBool,
     classes: UnsafeCell<Classes>,
 }
 
-// SAFETY: `classes` is read and written only while `locked` is held (see `with_classes`), and
-// the raw pointers in it name memory that belongs to the heap, not to any thread.
+// SAFETY: `classes` is read and written only while `LOCK` is held (see `with_classes`), and the
+// raw pointers in it name memory that belongs to the heap, not to any thread.
 unsafe impl Sync for PrivateHeap {}
 // SAFETY: as above: nothing in the heap is tied to the thread that made it.
 unsafe impl Send for PrivateHeap {}
@@ -121,52 +119,69 @@ impl std::fmt::Debug for PrivateHeap {
     }
 }
 
-/// A heap that is dropped (one made for a test; a global allocator never is) leaves the fork
-/// handlers' table. Its mappings are not returned: it does not track them.
-impl Drop for PrivateHeap {
-    fn drop(&mut self) {
-        let me = self as *mut Self;
-        lock_fork_table();
-        for slot in &FORK_HEAPS {
-            let _ = slot.compare_exchange(me, ptr::null_mut(), Ordering::AcqRel, Ordering::Acquire);
-        }
-        unlock_fork_table();
-    }
-}
-
 impl Default for PrivateHeap {
     fn default() -> Self {
         Self::new()
     }
 }
 
-/// The heaps whose lock the fork handlers hold: at most a few per shared object (one global
-/// allocator, plus any a test makes). A heap registers itself at its first allocation.
-static FORK_HEAPS: [AtomicPtr<PrivateHeap>; 8] = [const { AtomicPtr::new(ptr::null_mut()) }; 8];
-/// Whether the atfork handlers are registered (once per process).
-static FORK_HANDLERS: AtomicBool = AtomicBool::new(false);
-/// Held while the table changes, and by a fork from its prepare handler to its parent or child
-/// handler: a heap cannot leave the table (be dropped) while a fork holds its lock.
-static FORK_TABLE: AtomicBool = AtomicBool::new(false);
+/// The lock of every heap of this shared object (one global allocator, and any a test makes): a
+/// few pointer moves while held. One lock, a static, so that the fork handlers can hold it
+/// whatever heaps exist and wherever they are.
+static LOCK: AtomicBool = AtomicBool::new(false);
+/// The fork handlers: 0 not registered, 1 being registered (others wait), 2 registered.
+static FORK_HANDLERS: AtomicU8 = AtomicU8::new(0);
 
-fn lock_fork_table() {
-    while FORK_TABLE.compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
-        std::thread::yield_now();
+fn lock() {
+    let mut spins = 0u32;
+    while LOCK.compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
+        if spins < 64 {
+            spins += 1;
+            std::hint::spin_loop();
+        } else {
+            // The holder may be descheduled (more threads than cores): let it run.
+            std::thread::yield_now();
+        }
     }
 }
 
-fn unlock_fork_table() {
-    FORK_TABLE.store(false, Ordering::Release);
+fn unlock() {
+    LOCK.store(false, Ordering::Release);
+}
+
+/// Registers the fork handlers, once per process, before any allocation takes the lock: a fork
+/// can then never copy the lock held by a thread the child does not have.
+#[cold]
+fn register_for_fork() {
+    match FORK_HANDLERS.compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire) {
+        Ok(_) => {
+            // SAFETY: the three handlers are `extern "C"` functions of this library, which stays
+            // loaded while the program runs (the MPI library and the launcher keep it open).
+            unsafe { libc::pthread_atfork(Some(fork_prepare), Some(fork_release), Some(fork_release)) };
+            FORK_HANDLERS.store(2, Ordering::Release);
+        }
+        Err(_) => {
+            while FORK_HANDLERS.load(Ordering::Acquire) != 2 {
+                std::thread::yield_now();
+            }
+        }
+    }
+}
+
+extern "C" fn fork_prepare() {
+    lock();
+}
+
+/// In the parent and in the child (which has one thread: the lock was taken by `fork_prepare` on
+/// the forking thread).
+extern "C" fn fork_release() {
+    unlock();
 }
 
 impl PrivateHeap {
-    /// An empty heap; it maps memory at its first allocation. Use it as a `static` (a global
-    /// allocator): a heap must not move after its first allocation, since the fork handlers hold
-    /// its lock by its address.
+    /// An empty heap; it maps memory at its first allocation.
     pub const fn new() -> Self {
         Self {
-            locked: AtomicBool::new(false),
-            forks_known: AtomicBool::new(false),
             classes: UnsafeCell::new(Classes {
                 free: [ptr::null_mut(); CLASSES],
                 next: ptr::null_mut(),
@@ -175,83 +190,18 @@ impl PrivateHeap {
         }
     }
 
-    fn lock(&self) {
-        let mut spins = 0u32;
-        while self.locked.compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
-            if spins < 64 {
-                spins += 1;
-                std::hint::spin_loop();
-            } else {
-                // The holder may be descheduled (more threads than cores): let it run.
-                std::thread::yield_now();
-            }
-        }
-    }
-
-    fn unlock(&self) {
-        self.locked.store(false, Ordering::Release);
-    }
-
     /// Runs `f` on the classes with the lock held.
     fn with_classes<R>(&self, f: impl FnOnce(&mut Classes) -> R) -> R {
-        self.lock();
+        if FORK_HANDLERS.load(Ordering::Acquire) != 2 {
+            register_for_fork();
+        }
+        lock();
         // SAFETY: the lock is held, so no other thread reads or writes `classes` until it is
         // released below; `f` cannot reach `self` again (it is given only the classes).
         let r = f(unsafe { &mut *self.classes.get() });
-        self.unlock();
+        unlock();
         r
     }
-
-    /// Registers the fork handlers once per process and this heap with them (when there is room:
-    /// a heap past the eighth only loses fork safety, which glibc's own malloc heaps have).
-    #[cold]
-    fn register_for_fork(&self) {
-        let me = self as *const Self as *mut Self;
-        lock_fork_table();
-        for slot in &FORK_HEAPS {
-            match slot.compare_exchange(ptr::null_mut(), me, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => break,
-                Err(p) if p == me => break,
-                Err(_) => {}
-            }
-        }
-        unlock_fork_table();
-        self.forks_known.store(true, Ordering::Release);
-        if !FORK_HANDLERS.swap(true, Ordering::AcqRel) {
-            // SAFETY: the three handlers are `extern "C"` functions that live as long as the
-            // process (this library is not unloaded while the program runs: the MPI library
-            // and the launcher keep it open).
-            unsafe { libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child)) };
-        }
-    }
-}
-
-extern "C" fn fork_prepare() {
-    lock_fork_table();
-    for slot in &FORK_HEAPS {
-        // SAFETY: a registered heap is a static (a global allocator), or a heap that leaves the
-        // table when dropped (`Drop`, which waits for the table's lock, held here); a heap must
-        // not move after its first allocation (see `PrivateHeap::new`), and a static never does.
-        if let Some(heap) = unsafe { slot.load(Ordering::Acquire).as_ref() } {
-            heap.lock();
-        }
-    }
-}
-
-extern "C" fn fork_parent() {
-    for slot in &FORK_HEAPS {
-        // SAFETY: as in `fork_prepare`, which took this lock (and the table's, so the heap is
-        // still there).
-        if let Some(heap) = unsafe { slot.load(Ordering::Acquire).as_ref() } {
-            heap.unlock();
-        }
-    }
-    unlock_fork_table();
-}
-
-extern "C" fn fork_child() {
-    // The child has one thread, and every lock was taken by `fork_prepare` on the forking thread.
-    fork_parent();
 }
 
 /// The class index of a layout, or `None` for a large block.
@@ -378,9 +328,6 @@ fn map_large(layout: Layout) -> *mut u8 {
 // block's class from the layout it was allocated with, as `GlobalAlloc` promises to pass.
 unsafe impl GlobalAlloc for PrivateHeap {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if !self.forks_known.load(Ordering::Acquire) {
-            self.register_for_fork();
-        }
         match class_of(layout) {
             Some(class) if layout.align() <= PAGE => self.with_classes(|c| c.take(class)),
             _ => map_large(layout),
