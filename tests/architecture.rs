@@ -33,6 +33,7 @@ const LAYERS: &[&[&str]] = &[
     &["registry", "engine"],
     &["selector"],
     &["comm", "universe"],
+    &["hierarchy"],
 ];
 
 /// A module's path below its crate root.

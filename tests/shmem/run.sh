@@ -142,7 +142,7 @@ for block in 0 1; do
 done
 run "PE 0's BARRIER_TIMEOUT=2s is the job's" fail "${OSHRUN[@]}" -np 3 -x LD_PRELOAD="$LIB" -x BARRIER_SHMEM_NODE_BLOCK=1 \
     -x TIMEOUT_PE=0 -x TIMEOUT_VALUE=2s sh -c "$ONE" sh "$FAULTS" stall 0
-expect_text "PE 0's timeout" "failed on PE [12]: barrier 10 timed out after 2\.[0-9]s on PE [12], in its internode phase"
+expect_text "PE 0's timeout" "failed on PE [12]: barrier 10 timed out after 2\.[0-9]s on PE [12], in the internode phase of barrier 10 (round [01]): the node root PE 0"
 
 # Nodes of one PE: BARRIER_SHMEM_INTERNODE=shmem passes the barriers of every PE through to the
 # implementation; `auto` without a timeout times both and keeps the faster (either may win on

@@ -1,14 +1,12 @@
 //! A barrier communicator made from an MPI communicator. See the crate docs for the protocol.
 
-use std::cell::Cell;
 use std::fmt;
-use std::sync::Arc;
 
 use barrier::shm::{JobShape, Segment};
 use barrier::{Error, Params, Result, Universe};
 
 use crate::census;
-use crate::internode::Internode;
+use crate::internode::{MpiRoots, RootPlace};
 use crate::raw::{self, Comm, OwnedComm};
 use crate::settings::{agree_settings, node_params_without, Agreed, FAULT, HIERARCHICAL, MPI_BACKEND};
 
@@ -20,21 +18,15 @@ pub(crate) enum Path {
     /// roots' dissemination over MPI, then the node's release: the two halves of the node's
     /// `halves` communicator (`barrier::Communicator::halves`), two barriers of it per barrier.
     Hierarchical {
-        /// Declared (and so dropped) before the node's universe it was made from. Boxed: a
-        /// communicator is large, and the other variants hold at most one of them.
-        halves: Box<barrier::Communicator>,
-        /// The node's universe, held only so that it outlives `halves` (nothing calls it).
+        /// The core's composition of the node's halves and the roots' phase over MPI
+        /// ([`barrier::hierarchy`]). Declared (and so dropped) before the node's universe its
+        /// halves were made from. Boxed: it is large, and the other variants hold at most one
+        /// communicator. A rank alone on its node (no forced backend) skips the node's two
+        /// barriers, which would wait for nobody: at one rank per node with MPI's barrier among
+        /// the roots, a barrier is MPI's barrier and nothing else, never slower than MPI's own.
+        hier: Box<barrier::hierarchy::Hierarchy<MpiRoots>>,
+        /// The node's universe, held only so that it outlives the halves (nothing calls it).
         _node: Universe,
-        /// Boxed: the node's roots alone have one.
-        internode: Option<Box<Internode>>,
-        /// The node's segment: a root whose internode phase fails marks it failed, so that the
-        /// node's ranks waiting for the root stop at once instead of at their timeout.
-        seg: Arc<Segment>,
-        /// This rank is its node's only rank and the node runs the gather and release halves (no
-        /// forced backend): a blocking barrier skips the node's two barriers, which would wait for
-        /// nobody, and is the roots' phase alone (at one rank per node with MPI's barrier among
-        /// the roots, MPI's barrier and nothing else: never slower than MPI's own).
-        solo: bool,
     },
     /// `PMPI_Barrier` on a private copy of the communicator.
     Mpi,
@@ -56,7 +48,6 @@ pub struct BarrierComm {
     nodes: usize,
     pub(crate) local_rank: usize,
     local_size: usize,
-    pub(crate) epoch: Cell<u64>,
     /// Why this path, and what the others said.
     detail: String,
     /// A split-phase request's `test()` that finds the barrier incomplete gives the core away
@@ -72,8 +63,6 @@ pub struct BarrierComm {
     /// Below `MPI_THREAD_SERIALIZED`: the thread that made it, the only one that may call MPI
     /// through it (see `on_home_thread`).
     home: Option<usize>,
-    /// Split-phase barriers under way across nodes (see `request.rs`).
-    pub(crate) flights: crate::flights::Flights,
     /// The settings it was made with, for communicators made from it (`dup`, `split`).
     pub(crate) params: Params,
     /// The communicators the set-up made on the way (the machine's, a simulated node's, the
@@ -185,19 +174,17 @@ impl BarrierComm {
             nodes: size,
             local_rank: 0,
             local_size: 1,
-            epoch: Cell::new(0),
             detail: String::new(),
             test_yields: false,
             node_ranks: Vec::new(),
             fell_back: None,
-            flights: Default::default(),
             home: (!raw::any_thread_may_call()).then(this_thread),
             params: params.clone(),
             made_on_the_way: Vec::new(),
         };
         let mut agreed = agree_settings(me.comm, &params, world_rank)?;
         if !meet_asleep {
-            agreed.internode = crate::internode::Choice::Fixed(crate::internode::Way::Dissemination);
+            agreed.internode = barrier::hierarchy::Choice::Fixed(barrier::hierarchy::Way::Ours);
         }
         if agreed.mpi_only {
             me.detail = format!("{} names mpi first", params.source("BARRIER_BACKEND"));
@@ -363,12 +350,13 @@ impl BarrierComm {
         let internode = match roots {
             Some(r) if self.nodes > 1 => {
                 let injected = fault("internode");
-                let waits = crate::internode::Waits {
-                    yield_between: job.ranks > job.cores,
+                let waits = barrier::hierarchy::RootsWaits {
+                    pace: barrier::wait::Pace::for_machine(job.ranks, job.cores),
                     timeout: agreed.timeout,
                     stall: params.stall_report(),
                 };
-                Some(Internode::new(r, self.rank, self.size, waits, agreed.internode, injected).map(Box::new))
+                let place = RootPlace { rank: self.rank, size: self.size, limit: params.source("BARRIER_TIMEOUT") };
+                Some(crate::internode::set_up(r, place, waits, agreed.internode, injected))
             }
             _ => None,
         };
@@ -376,13 +364,14 @@ impl BarrierComm {
         let mut internode = self.agree(internode.transpose(), world_rank, "set up the internode phase over MPI")?;
         // How the roots meet (timed, if so, once every root's set-up has succeeded), agreed;
         // then on every rank (for `describe`): rank 0 is a root.
-        let chose = internode.as_mut().map_or(Ok(()), |i| i.choose(agreed.internode));
+        let share = |words: &mut [u64; 3]| raw::broadcast(roots.expect("a root has the roots' communicator"), 0, words);
+        let chose = internode.as_mut().map_or(Ok(()), |i| i.choose(agreed.internode, share).map(|_| ()));
         self.agree(chose, world_rank, "choose how the node roots meet")?;
         let mut chosen = internode.as_ref().map_or([0; 3], |i| i.chosen().to_words());
         if self.nodes > 1 {
             raw::broadcast(self.comm, 0, &mut chosen).map_err(local)?;
         }
-        let chosen = crate::internode::Chosen::from_words(chosen);
+        let chosen = barrier::hierarchy::Chosen::from_words(chosen);
         // A fault for a rank the job does not have: said by world rank 0, once per process.
         static OUT_OF_RANGE_SAID: std::sync::Once = std::sync::Once::new();
         if let Some((stage, rank)) = agreed.fault.as_ref().filter(|_| world_rank == 0) {
@@ -438,9 +427,17 @@ impl BarrierComm {
                 } else {
                     barrier::text::count(self.local_size, "rank") + " on this node"
                 },
-                chosen.describe()
+                chosen.describe("dissemination over mpi-p2p", "MPI's barrier", "BARRIER_MPI_INTERNODE=mpi")
             );
-            self.path = Path::Hierarchical { halves: Box::new(halves), _node: node, internode, seg, solo };
+            let hier = barrier::hierarchy::Hierarchy::new(
+                halves,
+                internode,
+                seg,
+                solo,
+                self.rank,
+                params.source("BARRIER_TIMEOUT"),
+            );
+            self.path = Path::Hierarchical { hier: Box::new(hier), _node: node };
         } else {
             self.detail = format!(
                 "one node of {}: {} ({}) over shared memory, {waits}{DECLINED_LIST}{}",
@@ -480,47 +477,9 @@ impl BarrierComm {
         self.mpi_still_up()?;
         match &self.path {
             Path::Node(node) => node.world().barrier(),
-            Path::Hierarchical { halves, internode, seg, solo, .. } => {
-                // Split-phase barriers started before this one complete first.
-                self.finish_flights()?;
-                if let (true, Some(inter)) = (*solo, internode) {
-                    let epoch = self.epoch.get() + 1;
-                    self.epoch.set(epoch);
-                    return inter.barrier(epoch).map_err(|e| self.broken_by(e));
-                }
-                // The gather: the root returns once the node's ranks have all arrived, the
-                // others at once; then the roots' phase; then the release. A failure anywhere
-                // breaks the communicator (see `broken_by`): a retry must never start half a
-                // barrier out of step with the node.
-                let world = halves;
-                world.barrier().map_err(|e| self.broken_by(e))?;
-                if let Some(inter) = internode {
-                    let epoch = self.epoch.get() + 1;
-                    self.epoch.set(epoch);
-                    if let Err(e) = inter.barrier(epoch) {
-                        seg.set_abort(self.local_rank);
-                        return Err(self.broken_by(e));
-                    }
-                }
-                world.barrier().map_err(|e| self.broken_by(e))
-            }
+            Path::Hierarchical { hier, .. } => hier.barrier(),
             Path::Mpi => raw::barrier(self.comm),
         }
-    }
-
-    /// Marks the communicator unusable after `e` (a barrier across nodes failed) and returns
-    /// `e`. Its node's barriers and the roots' rounds are out of step from here on: a rank
-    /// that called again would join the failed barrier's release as a new gather and let its
-    /// node's ranks through before the others arrived. Every later call fails instead (the
-    /// node's others learn it from the abort word a root sets, or from their own failure).
-    #[cold]
-    pub(crate) fn broken_by(&self, e: Error) -> Error {
-        let e = e.timeout_given_in(self.params.source("BARRIER_TIMEOUT"));
-        let mut broken = self.flights.broken.borrow_mut();
-        if broken.is_none() {
-            *broken = Some(format!("barrier failed on rank {}: {e}", self.rank));
-        }
-        e
     }
 
     /// An error after `MPI_Finalize` on the paths that call MPI (across nodes, `mpi`): MPI
@@ -622,7 +581,7 @@ impl BarrierComm {
     /// Messages this rank sent to other nodes for barriers so far (node roots only).
     pub fn network_ops(&self) -> u64 {
         match &self.path {
-            Path::Hierarchical { internode: Some(i), .. } => i.fabric().network_ops(),
+            Path::Hierarchical { hier, .. } => hier.roots().map_or(0, |r| r.link().fabric().network_ops()),
             _ => 0,
         }
     }

@@ -156,12 +156,10 @@ impl Drop for FastBarrierRequest<'_> {
         if let Some(request) = self.request.take() {
             // A use by another thread is an error of the program's; wait it out rather than
             // race it (dropping the request waits for the barrier).
-            let _busy = loop {
-                match self.entry.busy() {
-                    Ok(b) => break b,
-                    Err(_) => std::thread::yield_now(),
-                }
-            };
+            let busy = barrier::wait::poll_for(barrier::wait::Pace::Yield, None, || {
+                Ok::<_, std::convert::Infallible>(self.entry.busy().ok())
+            });
+            let _busy = busy.map(|b| b.expect("no limit: polled until it came"));
             drop(request);
         }
     }

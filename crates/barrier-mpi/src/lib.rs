@@ -75,8 +75,6 @@ mod comm;
 mod derived;
 #[cfg(feature = "mpi")]
 mod ext;
-#[cfg(feature = "mpi")]
-mod flights;
 // For the Open MPI components' Rust side (barrier-ompi, barrier-oshmem), not for users.
 #[cfg(feature = "mpi")]
 #[doc(hidden)]

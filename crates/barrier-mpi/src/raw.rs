@@ -310,36 +310,24 @@ pub(crate) fn ibarrier(comm: Comm) -> Result<Request> {
 /// per communicator made. An error here is
 /// MPI's (its error handler is fatal by default) and, like one of `MPI_Comm_dup`, not agreed.
 pub(crate) fn sleeping_rendezvous(comm: Comm, stall: Option<std::time::Duration>) -> Result<()> {
-    use std::time::{Duration, Instant};
     let mut req = ibarrier(comm)?;
-    let start = Instant::now();
-    let mut pause = Duration::ZERO;
     let mut next_report = stall;
-    loop {
-        if test(&mut req)? {
-            return Ok(());
-        }
-        let waited = start.elapsed();
-        if waited < Duration::from_micros(50) {
-            std::hint::spin_loop();
-            continue;
-        }
-        if next_report.is_some_and(|at| waited >= at) {
-            next_report = None;
-            let me = rank(comm_world()).unwrap_or(0);
-            let size = size(comm).unwrap_or(0);
-            barrier::text::say(&format!(
-                "barrier: world rank {me} has waited {waited:.1?} for the other ranks of a communicator of {size} \
-                 to set up our barrier on it (its first barrier, or a dup, split or attach); still waiting, \
-                 asleep (this report, once: BARRIER_STALL_REPORT)"
-            ));
-        }
-        // At most a tenth of the wait so far (and 1 ms to 10 ms): a late rank is met within
-        // 10% of its lateness, and a rank that waits long wakes seldom.
-        let cap = (waited / 10).clamp(Duration::from_millis(1), Duration::from_millis(10));
-        pause = (pause * 2).clamp(Duration::from_micros(20), cap);
-        std::thread::sleep(pause);
-    }
+    barrier::wait::poll_asleep(
+        std::time::Duration::from_micros(50),
+        || test(&mut req).map(|done| done.then_some(())),
+        |waited| {
+            if next_report.is_some_and(|at| waited >= at) {
+                next_report = None;
+                let me = rank(comm_world()).unwrap_or(0);
+                let size = size(comm).unwrap_or(0);
+                barrier::text::say(&format!(
+                    "barrier: world rank {me} has waited {waited:.1?} for the other ranks of a communicator of {size} \
+                     to set up our barrier on it (its first barrier, or a dup, split or attach); still waiting, \
+                     asleep (this report, once: BARRIER_STALL_REPORT)"
+                ));
+            }
+        },
+    )
 }
 
 /// Waits for the request (it is then freed and set to `MPI_REQUEST_NULL`).

@@ -4,21 +4,9 @@
 //!
 //! * **One node**: the node's own split-phase barrier (`barrier::Communicator::ibarrier`).
 //! * **`mpi`**: `MPI_Ibarrier` on the private duplicate, completed with `MPI_Test`/`MPI_Wait`.
-//! * **Several nodes**: the blocking barrier's three phases, as a queue of *flights* kept in
-//!   the communicator, advanced without waiting by any request's `test` (or completed by `wait`
-//!   and by the next blocking barrier). The node's halves (the barriers of its `halves`
-//!   communicator: a gather, then a release) of all its ranks must pair up in the same order,
-//!   and they do:
-//!   - a rank that is not its node's root arrives at both of a flight's halves (the gather,
-//!     which a leaf completes at once and a rank with children once they have arrived, then the
-//!     release) when the flight starts, and its flight is done when the release completes;
-//!   - the node's root arrives at a flight's gather when the flight before it is done (at
-//!     once if there is none), runs the internode rounds once the gather completes, and only
-//!     then arrives at the release.
-//!
-//!   So every rank's halves go gather 1, release 1, gather 2, release 2, …, and no rank
-//!   of any node is released before every root has finished the rounds that prove every node
-//!   gathered.
+//! * **Several nodes**: the composer's flights ([`barrier::hierarchy::flights`]): the
+//!   blocking barrier's three phases, queued in the communicator's hierarchy, advanced without
+//!   waiting by any request's `test` (or completed by `wait` and by the next blocking barrier).
 //!
 //! Waiting keeps MPI progressing: the node's waits probe MPI (the segment's progress hook,
 //! `BARRIER_MPI_PROGRESS`), the internode rounds drive their transport, and `MPI_Test` and
@@ -30,8 +18,6 @@
 use barrier::{Error, Result};
 
 use crate::comm::{BarrierComm, Path};
-use crate::flights::Leg;
-use crate::internode::Flight;
 use crate::raw;
 
 impl BarrierComm {
@@ -44,110 +30,17 @@ impl BarrierComm {
         let stage = match &self.path {
             Path::Node(node) => Stage::Node(node.world().ibarrier()?),
             Path::Mpi => Stage::Mpi(raw::ibarrier(self.comm)?),
-            Path::Hierarchical { halves, internode, .. } => {
-                self.usable()?;
-                let world = halves;
-                let flights = &self.flights;
-                let first = flights.queue.borrow().is_empty();
-                let leg = if internode.is_some() {
-                    // The root: it joins this gather once the flights before it are done.
-                    match first {
-                        true => Leg::Gather(world.ibarrier()?.detach()),
-                        false => Leg::Queued,
-                    }
-                } else {
-                    // Every other rank: both of the flight's node barriers, in order, now.
-                    world.ibarrier()?.detach();
-                    Leg::Release(world.ibarrier()?.detach())
-                };
-                flights.queue.borrow_mut().push_back(leg);
-                flights.started.set(flights.started.get() + 1);
-                Stage::Flight(flights.started.get())
-            }
+            Path::Hierarchical { hier, .. } => Stage::Flight(hier.ibarrier()?),
         };
         Ok(Request { comm: self, stage })
     }
 
-    /// An error once a request was abandoned in the middle of a flight.
-    pub(crate) fn usable(&self) -> Result<()> {
-        match &*self.flights.broken.borrow() {
-            Some(why) => Err(Error::Broken(why.clone())),
-            None => Ok(()),
+    /// The hierarchy across nodes (the paths of flights).
+    fn hierarchy(&self) -> &barrier::hierarchy::Hierarchy<crate::internode::MpiRoots> {
+        match &self.path {
+            Path::Hierarchical { hier, .. } => hier,
+            _ => unreachable!("flights run only across nodes"),
         }
-    }
-
-    /// Completes every flight started so far (the blocking barrier's first step across nodes).
-    pub(crate) fn finish_flights(&self) -> Result<()> {
-        self.usable()?;
-        self.drive(self.flights.started.get(), true).map(|_| ()).map_err(|e| self.broken_by(e))
-    }
-
-    /// Advances the flights in order until flight `flight` is done (`Ok(true)`) or, unless
-    /// `blocking`, until one must wait (`Ok(false)`).
-    fn drive(&self, flight: u64, blocking: bool) -> Result<bool> {
-        let Path::Hierarchical { halves, internode, seg, .. } = &self.path else {
-            unreachable!("flights run only across nodes")
-        };
-        let world = halves;
-        let flights = &self.flights;
-        // The node's barrier `epoch`: done, or (not blocking) not yet.
-        let node_done = |epoch: u64| -> Result<bool> {
-            let mut request = world.resume(epoch)?;
-            if blocking {
-                return request.wait().map(|()| true);
-            }
-            let done = request.test();
-            if !matches!(done, Ok(true)) {
-                request.detach();
-            }
-            done
-        };
-        while flights.finished.get() < flight {
-            let mut queue = flights.queue.borrow_mut();
-            let Some(leg) = queue.front_mut() else { break };
-            match leg {
-                Leg::Queued => *leg = Leg::Gather(world.ibarrier()?.detach()),
-                Leg::Gather(epoch) => {
-                    if !node_done(*epoch)? {
-                        return Ok(false);
-                    }
-                    let epoch = self.epoch.get() + 1;
-                    self.epoch.set(epoch);
-                    *leg = Leg::Internode(Flight::new(epoch));
-                }
-                Leg::Internode(rounds) => {
-                    let inter = internode.as_ref().expect("only a node's root has internode rounds");
-                    let done = if blocking { inter.finish(rounds).map(|()| true) } else { inter.advance(rounds) };
-                    match done {
-                        Ok(false) => return Ok(false),
-                        Ok(true) => *leg = Leg::Release(world.ibarrier()?.detach()),
-                        Err(e) => {
-                            // As the blocking barrier does: the node's ranks waiting for this
-                            // root stop at once instead of at their timeout.
-                            seg.set_abort(self.local_rank);
-                            return Err(e);
-                        }
-                    }
-                }
-                Leg::Release(epoch) => {
-                    if !node_done(*epoch)? {
-                        return Ok(false);
-                    }
-                    queue.pop_front();
-                    flights.finished.set(flights.finished.get() + 1);
-                }
-            }
-        }
-        Ok(true)
-    }
-
-    /// Makes the communicator unusable after a request was abandoned mid-flight, and tells the
-    /// node's other ranks (they would wait for this rank's node barriers for ever).
-    fn abandon(&self, why: String) {
-        if let Path::Hierarchical { seg, .. } = &self.path {
-            seg.set_abort(self.local_rank);
-        }
-        *self.flights.broken.borrow_mut() = Some(why);
     }
 }
 
@@ -184,7 +77,7 @@ impl Request<'_> {
         let done = self.step(false);
         if matches!(done, Ok(false)) && self.comm.test_yields && !matches!(self.stage, Stage::Node(_)) {
             // (The node's own request yields in the core.)
-            std::thread::yield_now();
+            barrier::wait::Pace::Yield.pause();
         }
         done
     }
@@ -208,11 +101,8 @@ impl Request<'_> {
             Stage::Node(request) => request.test(),
             Stage::Mpi(request) if blocking => raw::wait(request).map(|()| true),
             Stage::Mpi(request) => raw::test(request),
-            Stage::Flight(flight) => {
-                let flight = *flight;
-                // A failed flight breaks the communicator, as a failed blocking barrier does.
-                comm.usable().and_then(|()| comm.drive(flight, blocking).map_err(|e| comm.broken_by(e)))
-            }
+            // A failed flight breaks the communicator, as a failed blocking barrier does.
+            Stage::Flight(flight) => comm.hierarchy().drive(*flight, blocking),
         };
         // A failure completes the request too: the error is returned once.
         if !matches!(done, Ok(false)) {
@@ -234,7 +124,7 @@ impl Drop for Request<'_> {
             // marks the node's communicator broken while panicking.)
             match std::mem::replace(&mut self.stage, Stage::Done) {
                 Stage::Mpi(mut request) => raw::release(&mut request),
-                Stage::Flight(flight) => self.comm.abandon(format!(
+                Stage::Flight(flight) => self.comm.hierarchy().abandon(format!(
                     "split-phase barrier {flight} was dropped before it completed, {}",
                     if panicking { "while the thread panicked" } else { "after MPI_Finalize" }
                 )),

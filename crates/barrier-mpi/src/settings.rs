@@ -9,8 +9,8 @@ pub(crate) use barrier::params::MPI_FAULT as FAULT;
 use barrier::params::{MPI_INTERNODE, MPI_NODE_BLOCK};
 use barrier::{Error, ParamInfo, Params, Result};
 
-use crate::internode::{Choice, Way};
 use crate::raw::{self, Comm};
+use barrier::hierarchy::Choice;
 
 /// The name of the last backend of the chain: `MPI_Barrier` itself.
 pub const MPI_BACKEND: &str = "mpi";
@@ -111,12 +111,8 @@ pub(crate) fn agree_settings(comm: Comm, params: &Params, world_rank: usize) -> 
 /// `BARRIER_MPI_INTERNODE` on this rank: `auto` times both ways unless a report that names the
 /// missing root was asked for (a timeout, a stall report set explicitly).
 fn internode_choice(params: &Params, timeout: Option<Duration>) -> Choice {
-    match params.get(MPI_INTERNODE).map(|v| v.trim().to_ascii_lowercase()).as_deref() {
-        Some("dissemination") => Choice::Fixed(Way::Dissemination),
-        Some("mpi") => Choice::Fixed(Way::Mpi),
-        _ if timeout.is_some() || params.get("BARRIER_STALL_REPORT").is_some() => Choice::Fixed(Way::Dissemination),
-        _ => Choice::Measure,
-    }
+    let reports = timeout.is_some() || params.get("BARRIER_STALL_REPORT").is_some();
+    Choice::from_setting(params.get(MPI_INTERNODE).as_deref(), crate::internode::OWN, reports)
 }
 
 /// The core parameters for the node's own communicator: `BARRIER_BACKEND` without the names

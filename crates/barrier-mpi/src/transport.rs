@@ -34,7 +34,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use barrier::transport::{Counters, MemHandle, Peer, RemoteSlot, Transport, TransportCounters, EXCLUSIVITY_NET};
-use barrier::wait::Flag;
+use barrier::wait::{poll_for, poll_until, Flag, Pace};
 use barrier::{Error, Result};
 
 use crate::raw::{self, Comm, Request};
@@ -190,24 +190,19 @@ impl MpiTransport {
             self.send(&mut st, slot.1, [kind, slot.0, a, b, seq, self.me as u64])?;
             seq
         };
-        loop {
-            {
-                let mut st = self.lock();
-                self.progress_locked(&mut st)?;
-                if let Some(old) = st.replies.remove(&seq) {
-                    return Ok(old);
-                }
-            }
-            if self.timeout.is_some_and(|t| start.elapsed() > t) {
-                return Err(Error::Transport(format!(
-                    "an atomic on a slot of world rank {} got no answer within the barrier's timeout ({:?}): that \
-                     node root is not making MPI progress",
-                    to.peer.world_rank,
-                    start.elapsed()
-                )));
-            }
-            std::thread::yield_now();
-        }
+        let answer = poll_for(Pace::Yield, self.timeout, || {
+            let mut st = self.lock();
+            self.progress_locked(&mut st)?;
+            Ok(st.replies.remove(&seq))
+        })?;
+        answer.ok_or_else(|| {
+            Error::Transport(format!(
+                "an atomic on a slot of world rank {} got no answer within the barrier's timeout ({:?}): that node \
+                 root is not making MPI progress",
+                to.peer.world_rank,
+                start.elapsed()
+            ))
+        })
     }
 }
 
@@ -220,13 +215,13 @@ impl Drop for MpiTransport {
         raw::cancel(&mut st.recv);
         // A root's last put of a barrier may still be on its way when the application frees
         // the communicator: MPI may read the buffer until the send completes.
-        let start = Instant::now();
-        while !st.sends.is_empty() && raw::mpi_active() && start.elapsed() < DRAIN {
-            st.sends.retain_mut(|s| !raw::test(&mut s.req).unwrap_or(true));
-            if !st.sends.is_empty() {
-                std::thread::yield_now();
+        let _ = poll_for(Pace::Yield, Some(DRAIN), || -> std::result::Result<Option<()>, ()> {
+            if !raw::mpi_active() {
+                return Ok(Some(()));
             }
-        }
+            st.sends.retain_mut(|s| !raw::test(&mut s.req).unwrap_or(true));
+            Ok(st.sends.is_empty().then_some(()))
+        });
         for mut s in st.sends.drain(..) {
             // Still in flight (or MPI is gone): MPI keeps the request, the buffer must stay.
             raw::release(&mut s.req);
@@ -294,16 +289,11 @@ impl Transport for MpiTransport {
 
     fn flush(&self) -> Result<()> {
         self.counters.flush();
-        loop {
-            {
-                let mut st = self.lock();
-                self.progress_locked(&mut st)?;
-                if st.sends.is_empty() {
-                    return Ok(());
-                }
-            }
-            std::thread::yield_now();
-        }
+        poll_until(Pace::Yield, |_| {
+            let mut st = self.lock();
+            self.progress_locked(&mut st)?;
+            Ok(st.sends.is_empty())
+        })
     }
 
     fn needs_progress(&self) -> bool {

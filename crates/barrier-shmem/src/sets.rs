@@ -28,6 +28,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
 
+use barrier::wait::poll_until;
 use barrier::SharedWindow;
 
 use crate::progress::call_progress;
@@ -117,7 +118,7 @@ impl Sets {
             release.store(epoch, Ordering::Release);
         }
         let began = Instant::now();
-        let mut polls: u32 = 0;
+        let mut looks: u32 = 0;
         let mut reported = false;
         let missing = || -> Vec<usize> {
             members
@@ -133,22 +134,21 @@ impl Sets {
                 pe_list(members)
             )
         };
-        while release.load(Ordering::Acquire) < epoch {
-            polls = polls.wrapping_add(1);
-            if waits.yields {
-                std::thread::yield_now();
-            } else {
-                std::hint::spin_loop();
+        // Progress at every look, the checks at every fourth.
+        poll_until(waits.pace(), |look| {
+            if release.load(Ordering::Acquire) >= epoch {
+                return Ok(true);
             }
-            if !polls.is_multiple_of(256) {
-                continue;
+            if !look {
+                return Ok(false);
             }
             call_progress(0);
-            if !polls.is_multiple_of(1024) {
-                continue;
+            looks = looks.wrapping_add(1);
+            if !looks.is_multiple_of(4) {
+                return Ok(false);
             }
             if release.load(Ordering::Acquire) >= epoch {
-                break;
+                return Ok(true);
             }
             let missing = missing();
             let gone =
@@ -157,7 +157,7 @@ impl Sets {
             // after `missing` read its arrival word: its departure flag, acquired above, follows
             // its release store, so the release is visible now and the barrier is done.
             if gone.is_some() && release.load(Ordering::Acquire) >= epoch {
-                break;
+                return Ok(true);
             }
             if let Some(gone) = gone {
                 return Err(Failure(format!(
@@ -185,7 +185,8 @@ impl Sets {
                     pe_list(&missing)
                 ));
             }
-        }
+            Ok(false)
+        })?;
         Ok(true)
     }
 }

@@ -7,11 +7,13 @@ use std::ffi::c_void;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use barrier::hierarchy::{Choice, Hierarchy, OwnBarrier, Roots, RootsWaits, Way};
 use barrier::shm::{JobShape, RankNames, Segment};
 use barrier::{Error, Params, Universe};
 
 use crate::real::{host_hash, Real};
-use crate::serve::{Rounds, Serving, LINE};
+
+use crate::serve::{Serving, ShmemOwn, ShmemRoots, LINE};
 use crate::waits::Waits;
 
 /// Words per PE in an exchange.
@@ -301,11 +303,11 @@ pub(crate) fn run(real: &Real, params: &Params) -> (Outcome, Symmetric) {
     };
 
     let waits = Waits { yields: shape.ranks_on_machine > shape.cores, timeout, stall };
-    // 4. Between nodes: the roots' dissemination over OpenSHMEM puts into a symmetric inbox.
+    // 4. Between nodes: the roots' link, OpenSHMEM atomics into a symmetric inbox.
     let rounds = barrier::rounds(node_count);
-    let mut internode = None;
+    let mut link = None;
     if rounds > 0 {
-        let bytes = Rounds::inbox_bytes(node_count);
+        let bytes = ShmemRoots::inbox_bytes(node_count);
         // SAFETY: collective allocation, the same size on every PE.
         let inbox = unsafe { (real.align)(LINE, bytes) } as usize;
         symmetric.inbox = Some(inbox);
@@ -321,7 +323,7 @@ pub(crate) fn run(real: &Real, params: &Params) -> (Outcome, Symmetric) {
         }
         if let Some(j) = roots.iter().position(|&pe| pe == me) {
             let node_pes = (0..node_count).map(|k| (0..n).filter(|&pe| topo.node_of[pe] == k).collect()).collect();
-            internode = Some(Rounds::new(*real, inbox, j, roots.clone(), node_pes, waits));
+            link = Some(ShmemRoots::new(*real, inbox, j, roots.clone(), node_pes, me));
         }
     }
     let describe = format!(
@@ -337,86 +339,67 @@ pub(crate) fn run(real: &Real, params: &Params) -> (Outcome, Symmetric) {
             shape.cores
         )
     );
+    // 5. How the roots meet. Where every node has one PE, the roots' rounds are the whole
+    // barrier, and the implementation's own may be faster over its network: PE 0's
+    // BARRIER_SHMEM_INTERNODE decides, `auto` by timing both (unless a timeout or stall report
+    // asks for ours, whose reports name the PE waited for); the composer times them.
+    let one_each = node_count == n && n > 1;
+    let choice = match verdicts[0][9] & 0xff {
+        _ if !one_each => Choice::Fixed(Way::Ours),
+        1 => Choice::Fixed(Way::Ours),
+        2 => Choice::Fixed(Way::Own),
+        _ if timeout.is_some() || verdicts[0][9] >> 8 == 1 => Choice::OursForReports,
+        _ => Choice::Measure,
+    };
+    let pace = barrier::wait::Pace::for_machine(shape.ranks_on_machine, shape.cores);
+    let mut roots_phase = link.map(|link| {
+        let names = link.names(n);
+        let own = one_each.then(|| Box::new(ShmemOwn(*real)) as Box<dyn OwnBarrier>);
+        Roots::new(link, own, names, RootsWaits { pace, timeout, stall })
+    });
+    let chosen = roots_phase.as_mut().map(|r| {
+        r.choose(choice, |words| {
+            let said = x.all(&words[..]);
+            words.copy_from_slice(&said[0][..3]);
+            Ok(())
+        })
+    });
+    let chosen = match chosen.transpose() {
+        Ok(c) => c,
+        // No timeout is set where it times, so our barrier fails only for a PE that left,
+        // which cannot happen inside shmem_init; were it to, the PEs would be out of step: end
+        // the job as a failed barrier does.
+        Err(e) => crate::waits::end_job(real, "timing our barrier in shmem_init", &e.into()),
+    };
     let alone = members.len() == 1 && node_count > 1;
-    let place = crate::serve::Place { local_rank, node_of: topo.node_of.clone(), me, waits, alone };
-    let mut serving =
-        Serving::new(node, halves, seg, place, crate::sets::Sets::new(table, members), internode, describe);
-    // 5. Where every node has one PE, the roots' rounds are the whole barrier, and the
-    // implementation's own may be faster over its network: PE 0's BARRIER_SHMEM_INTERNODE
-    // decides, `auto` by timing both (unless a timeout or stall report asks for ours, whose
-    // reports name the PE waited for).
-    if node_count == n && n > 1 {
-        let stall_asked = verdicts[0][9] >> 8 == 1;
+    let hier = halves.map(|h| Hierarchy::new(h, roots_phase, seg.clone(), alone, me, "BARRIER_TIMEOUT".into()));
+    let place = crate::serve::Place { node_of: topo.node_of.clone(), me, waits };
+    let mut serving = Serving::new(node, hier, seg, place, crate::sets::Sets::new(table, members), describe);
+    if let Some(chosen) = chosen.filter(|_| one_each) {
         let own = |why: &str| {
             format!("{n} PEs on {node_count} nodes of one PE each: the implementation's own barriers serve, {why}")
         };
-        match verdicts[0][9] & 0xff {
-            1 => serving.say_also("one PE per node: ours (BARRIER_SHMEM_INTERNODE=dissemination)"),
-            2 => serving.delegate(own("BARRIER_SHMEM_INTERNODE=shmem")),
-            _ if timeout.is_some() || stall_asked => serving.say_also(
+        let us = |d: std::time::Duration| d.as_nanos() as f64 / 1e3;
+        match (chosen.way, chosen.timed) {
+            (Way::Own, None) => serving.delegate(own("BARRIER_SHMEM_INTERNODE=shmem")),
+            (Way::Own, Some((ours, theirs))) => serving.delegate(own(&format!(
+                "the faster ({:.1}µs a shmem_barrier_all when timed, against ours {:.1}µs)",
+                us(theirs),
+                us(ours)
+            ))),
+            (Way::Ours, Some((ours, theirs))) => serving.say_also(&format!(
+                "one PE per node: ours, the faster ({:.1}µs a shmem_barrier_all when timed, against the \
+                 implementation's {:.1}µs)",
+                us(ours),
+                us(theirs)
+            )),
+            (Way::Ours, None) if chosen.untimed_for_reports => serving.say_also(
                 "ours, untimed: BARRIER_TIMEOUT or BARRIER_STALL_REPORT is set, whose reports name the PE waited for",
             ),
-            _ => {
-                let (ours, theirs) = match time_both(&serving, real) {
-                    Ok(t) => t,
-                    // No timeout is set (auto times only then), so our barrier fails only for
-                    // a PE that left, which cannot happen inside shmem_init; were it to, the
-                    // PEs would be out of step: end the job as a failed barrier does.
-                    Err(e) => crate::waits::end_job(real, "timing our barrier in shmem_init", &e),
-                };
-                // PE 0's timing decides for every PE.
-                let keep_ours = u64::from(ours <= 0.95 * theirs);
-                let said = x.all(&[keep_ours, ours as u64, theirs as u64]);
-                let (ours, theirs) = (said[0][1] as f64 / 1e3, said[0][2] as f64 / 1e3);
-                if said[0][0] == 1 {
-                    serving.say_also(&format!(
-                        "one PE per node: ours, the faster ({ours:.1}µs a shmem_barrier_all when timed, against the \
-                         implementation's {theirs:.1}µs)"
-                    ));
-                } else {
-                    serving.delegate(own(&format!(
-                        "the faster ({theirs:.1}µs a shmem_barrier_all when timed, against ours {ours:.1}µs)"
-                    )));
-                }
-            }
+            (Way::Ours, None) => serving.say_also("one PE per node: ours (BARRIER_SHMEM_INTERNODE=dissemination)"),
         }
     }
     (Outcome::Serve(Box::new(serving)), symmetric)
-}
-
-/// Times a `shmem_barrier_all` of ours (a quiet and our barrier) against the implementation's,
-/// collectively: a warm-up, then five alternating chunks of 20 of each; the medians, in ns.
-fn time_both(serving: &Serving, real: &Real) -> Result<(f64, f64), crate::waits::Failure> {
-    const CHUNK: u32 = 20;
-    let ours = || -> Result<(), crate::waits::Failure> {
-        // SAFETY: the implementation's quiet, as our shmem_barrier_all makes it.
-        unsafe { (real.quiet)() };
-        serving.barrier()
-    };
-    let theirs = || -> Result<(), crate::waits::Failure> {
-        // SAFETY: the implementation's own barrier, called by every PE in the same order.
-        unsafe { (real.barrier_all)() };
-        Ok(())
-    };
-    let chunk = |f: &dyn Fn() -> Result<(), crate::waits::Failure>| -> Result<f64, crate::waits::Failure> {
-        let t = std::time::Instant::now();
-        for _ in 0..CHUNK {
-            f()?;
-        }
-        Ok(t.elapsed().as_nanos() as f64 / f64::from(CHUNK))
-    };
-    chunk(&ours)?;
-    chunk(&theirs)?;
-    let (mut a, mut b) = (Vec::new(), Vec::new());
-    for _ in 0..5 {
-        a.push(chunk(&ours)?);
-        b.push(chunk(&theirs)?);
-    }
-    let median = |v: &mut Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
-    Ok((median(&mut a), median(&mut b)))
 }
 
 #[cfg(test)]

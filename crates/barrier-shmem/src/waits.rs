@@ -16,13 +16,36 @@ pub(crate) struct Waits {
     pub stall: Option<Duration>,
 }
 
+impl Waits {
+    /// What a poll does between looks (the wait layer's [`Pace`](barrier::wait::Pace)).
+    pub(crate) fn pace(&self) -> barrier::wait::Pace {
+        if self.yields {
+            barrier::wait::Pace::Yield
+        } else {
+            barrier::wait::Pace::Spin
+        }
+    }
+}
+
 /// Why a served barrier cannot complete: a sentence in PEs, for the line that ends the job.
 #[derive(Debug)]
 pub(crate) struct Failure(pub String);
 
 impl From<barrier::Error> for Failure {
+    /// The core's error in PEs: a timeout and a departure name PEs (the core's world ranks are
+    /// the PEs here), the others read as the core says them.
     fn from(e: barrier::Error) -> Failure {
-        Failure(e.to_string())
+        Failure(match e {
+            barrier::Error::Timeout { world_rank, epoch, during, waited, .. } => format!(
+                "barrier {epoch} timed out after {waited:.1?} on PE {world_rank}, in {during}; check that every PE \
+                 makes the same barrier calls, or raise BARRIER_TIMEOUT (PE 0's value is the job's)"
+            ),
+            barrier::Error::RankLeft { world_rank, during, how, .. } if how.contains("shmem_finalize") => format!(
+                "PE {world_rank} {how}, so {during} can never complete; every PE must make the same barrier calls \
+                 before shmem_finalize"
+            ),
+            e => e.to_string(),
+        })
     }
 }
 

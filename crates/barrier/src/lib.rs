@@ -57,6 +57,8 @@ mod engine;
 #[cfg(not(loom))]
 mod error;
 #[cfg(not(loom))]
+pub mod hierarchy;
+#[cfg(not(loom))]
 #[doc(hidden)]
 pub mod mmio;
 #[cfg(not(loom))]

@@ -63,15 +63,18 @@
 //!
 //! `primitive.rs` (the atomics and futex calls, real or loom's) ← `timing.rs` (slices, the
 //! progress call) ← `flag.rs` (the [`Flag`] and its signalling half) ← `policy.rs` (the wait
-//! loop). Under `--cfg loom` the same files are built on loom's primitives.
+//! loop). Beside them, `poll.rs`: the waits that poll something other than a flag (an MPI
+//! request, a transport that needs this thread's calls), spinning or yielding between polls. Under `--cfg loom` the same files are built on loom's primitives.
 
 mod flag;
 mod policy;
+pub mod poll;
 mod primitive;
 mod timing;
 
 pub use flag::Flag;
 pub use policy::{Unwatched, WaitConfig, WaitError, WaitPolicy, Watch};
+pub use poll::{poll_asleep, poll_for, poll_until, Pace};
 pub use timing::{Progress, PARK_SLICE, PROGRESS_EVERY, PROGRESS_PARK_SLICE};
 
 #[cfg(all(test, not(loom)))]

@@ -1,0 +1,231 @@
+//! The roots' phase over an in-process link: threads as node roots, slots as shared counters
+//! (a signal adds one, as OpenSHMEM's link does), a departure word per root.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Barrier, Mutex};
+use std::time::Duration;
+
+use super::*;
+use crate::wait::Pace;
+
+#[derive(Debug)]
+struct Board {
+    /// slots[root][round]: signals received.
+    slots: Vec<Vec<AtomicU64>>,
+    /// departed[root]: barriers completed + 1, once it left.
+    departed: Vec<AtomicU64>,
+}
+
+#[derive(Debug)]
+struct MemLink {
+    board: Arc<Board>,
+    index: usize,
+}
+
+impl RootsLink for MemLink {
+    fn signal(&self, round: usize, _epoch: u64) -> Result<()> {
+        let r = self.board.slots.len();
+        self.board.slots[(self.index + (1 << round)) % r][round].fetch_add(1, Ordering::AcqRel);
+        Ok(())
+    }
+
+    fn reached(&self, round: usize, epoch: u64) -> bool {
+        self.board.slots[self.index][round].load(Ordering::Acquire) >= epoch
+    }
+
+    fn progress(&self) -> Result<()> {
+        Ok(())
+    }
+
+    fn departed(&self, epoch: u64) -> Option<Error> {
+        self.board.departed.iter().enumerate().find_map(|(j, w)| {
+            let w = w.load(Ordering::Acquire);
+            (w != 0 && w - 1 < epoch).then(|| Error::RankLeft {
+                rank: j,
+                world_rank: j,
+                during: format!("barrier {epoch}"),
+                how: "left".into(),
+            })
+        })
+    }
+}
+
+/// The implementation's barrier among the roots: std's.
+#[derive(Debug)]
+struct StdOwn(Arc<Barrier>);
+
+impl OwnBarrier for StdOwn {
+    fn name(&self) -> &'static str {
+        "std's barrier"
+    }
+    fn split_name(&self) -> &'static str {
+        "std's barrier"
+    }
+    fn barrier(&self) -> Result<()> {
+        self.0.wait();
+        Ok(())
+    }
+    fn start(&self) -> Result<Option<Box<dyn OwnPending>>> {
+        Ok(None)
+    }
+}
+
+fn names(r: usize, index: usize) -> Names {
+    Names {
+        layer: "test",
+        member: "rank",
+        me: format!("root {index}"),
+        index,
+        rank: index,
+        world_rank: index,
+        size: r,
+        roots: (0..r).map(|j| format!("the node root {j}")).collect(),
+        root_ranks: (0..r).map(|j| (j, j)).collect(),
+        limit: "BARRIER_TIMEOUT".into(),
+        setting: "TEST_INTERNODE",
+    }
+}
+
+fn board(r: usize) -> Arc<Board> {
+    let rounds = crate::region::rounds(r);
+    Arc::new(Board {
+        slots: (0..r).map(|_| (0..rounds).map(|_| AtomicU64::new(0)).collect()).collect(),
+        departed: (0..r).map(|_| AtomicU64::new(0)).collect(),
+    })
+}
+
+fn roots(board: &Arc<Board>, index: usize, timeout: Option<Duration>) -> Roots<MemLink> {
+    let r = board.slots.len();
+    let waits = RootsWaits { pace: Pace::Yield, timeout, stall: None };
+    Roots::new(MemLink { board: board.clone(), index }, None, names(r, index), waits)
+}
+
+/// No root leaves a barrier before every root has arrived at it, blocking and split phase,
+/// at odd root counts, with random delays.
+#[test]
+fn no_root_leaves_early() {
+    for r in [1, 2, 3, 5, 8, 13] {
+        let board = board(r);
+        const BARRIERS: u64 = 60;
+        let arrived: Arc<Vec<AtomicUsize>> = Arc::new((0..=BARRIERS).map(|_| AtomicUsize::new(0)).collect());
+        std::thread::scope(|s| {
+            for index in 0..r {
+                let (board, arrived) = (board.clone(), arrived.clone());
+                s.spawn(move || {
+                    let me = roots(&board, index, Some(Duration::from_secs(60)));
+                    let mut seed = index as u64 * 7919 + 1;
+                    for e in 1..=BARRIERS {
+                        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                        if seed >> 60 == 0 {
+                            std::thread::sleep(Duration::from_micros(seed >> 50 & 0x3ff));
+                        }
+                        arrived[e as usize].fetch_add(1, Ordering::AcqRel);
+                        if e % 2 == 0 {
+                            me.barrier(e).unwrap();
+                        } else {
+                            let mut flight = Flight::new(e);
+                            while !me.advance(&mut flight).unwrap() {
+                                std::thread::yield_now();
+                            }
+                        }
+                        assert_eq!(
+                            arrived[e as usize].load(Ordering::Acquire),
+                            r,
+                            "root {index} left barrier {e} early"
+                        );
+                    }
+                });
+            }
+        });
+    }
+}
+
+/// A root that never comes: the others time out naming it (the sender of the round they wait in).
+#[test]
+fn a_timeout_names_the_root_waited_for() {
+    let board = board(3);
+    let errors = Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for index in [0, 2] {
+            let board = board.clone();
+            let errors = &errors;
+            s.spawn(move || {
+                let me = roots(&board, index, Some(Duration::from_millis(200)));
+                let e = me.barrier(1).unwrap_err();
+                errors.lock().unwrap().push(e);
+            });
+        }
+    });
+    for e in errors.into_inner().unwrap() {
+        match &e {
+            Error::Timeout { missing_world, during, .. } => {
+                assert_eq!(missing_world, &vec![1], "{e}");
+                assert!(during.contains("the node root 1 never signalled"), "{e}");
+            }
+            other => panic!("not a timeout: {other}"),
+        }
+    }
+}
+
+/// A root that left after 2 barriers: the others fail its barrier 3 at once (no timeout set).
+#[test]
+fn a_departed_root_fails_the_wait_at_once() {
+    let board = board(2);
+    board.departed[1].store(3, Ordering::Release);
+    let me = roots(&board, 0, None);
+    let e = me.barrier(3).unwrap_err();
+    assert!(matches!(e, Error::RankLeft { rank: 1, .. }), "{e}");
+}
+
+/// `Measure` times both ways and every root keeps root 0's verdict; both ways then run.
+#[test]
+fn the_timed_choice_is_root_zeros_on_every_root() {
+    let r = 3;
+    let board = board(r);
+    let own = Arc::new(Barrier::new(r));
+    let verdict = Arc::new(Mutex::new([0u64; 3]));
+    let meet = Arc::new(Barrier::new(r));
+    let chosen: Vec<Chosen> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..r)
+            .map(|index| {
+                let (board, own, verdict, meet) = (board.clone(), own.clone(), verdict.clone(), meet.clone());
+                s.spawn(move || {
+                    let waits = RootsWaits { pace: Pace::Yield, timeout: None, stall: None };
+                    let link = MemLink { board, index };
+                    let mut me = Roots::new(link, Some(Box::new(StdOwn(own))), names(r, index), waits);
+                    let chosen = me
+                        .choose(Choice::Measure, |words| {
+                            if index == 0 {
+                                *verdict.lock().unwrap() = *words;
+                            }
+                            meet.wait();
+                            *words = *verdict.lock().unwrap();
+                            Ok(())
+                        })
+                        .unwrap();
+                    for e in 1..=20 {
+                        me.barrier(e).unwrap();
+                    }
+                    assert_eq!(me.entered(20), 20 + 6 * 20, "the timing's barriers count");
+                    chosen
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert!(chosen.iter().all(|c| *c == chosen[0] && c.timed.is_some()), "{chosen:?}");
+}
+
+#[test]
+fn choices_and_verdicts_survive_their_words() {
+    for c in [Choice::Measure, Choice::Fixed(Way::Ours), Choice::Fixed(Way::Own), Choice::OursForReports] {
+        assert_eq!(Choice::from_word(c.to_word()), c);
+    }
+    let timed =
+        Chosen { way: Way::Own, timed: Some((Duration::from_micros(3), Duration::from_micros(2))), ..Chosen::OURS };
+    assert_eq!(Chosen::from_words(timed.to_words()), timed);
+    let text = timed.describe("dissemination over x", "X's barrier", "S=x");
+    assert!(text.starts_with("X's barrier among the node roots, the faster (2.0µs"), "{text}");
+    assert_eq!(Choice::from_setting(Some(" MPI "), "mpi", false), Choice::Fixed(Way::Own));
+    assert_eq!(Choice::from_setting(None, "mpi", true), Choice::OursForReports);
+}
