@@ -43,9 +43,13 @@ impl MpiRoots {
 }
 
 impl RootsLink for MpiRoots {
+    /// The put, then a progress call: the message goes out now (a root whose slots have all
+    /// arrived makes no other call before its next barrier, and a send may need the sender's
+    /// progress to leave).
     #[inline]
     fn signal(&self, round: usize, epoch: u64) -> Result<()> {
-        self.outbox[round].signal(epoch, false)
+        self.outbox[round].signal(epoch, false)?;
+        self.transport.try_progress()
     }
 
     #[inline]

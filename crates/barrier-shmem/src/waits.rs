@@ -32,14 +32,20 @@ impl Waits {
 pub(crate) struct Failure(pub String);
 
 impl From<barrier::Error> for Failure {
-    /// The core's error in PEs: a timeout and a departure name PEs (the core's world ranks are
-    /// the PEs here), the others read as the core says them.
+    /// The core's error in PEs where the roots' phase failed: its timeout and a departure name
+    /// PEs (the core's world ranks are the PEs here); the others (the node's waits, which name
+    /// the missing PEs as world ranks) read as the core says them.
     fn from(e: barrier::Error) -> Failure {
         Failure(match e {
-            barrier::Error::Timeout { world_rank, epoch, during, waited, .. } => format!(
-                "barrier {epoch} timed out after {waited:.1?} on PE {world_rank}, in {during}; check that every PE \
-                 makes the same barrier calls, or raise BARRIER_TIMEOUT (PE 0's value is the job's)"
-            ),
+            // The roots' phase: its sentence names the node root waited for.
+            barrier::Error::Timeout { world_rank, epoch, during, waited, .. }
+                if during.starts_with("the internode") =>
+            {
+                format!(
+                    "barrier {epoch} timed out after {waited:.1?} on PE {world_rank}, in {during}; check that every PE \
+                     makes the same barrier calls, or raise BARRIER_TIMEOUT (PE 0's value is the job's)"
+                )
+            }
             barrier::Error::RankLeft { world_rank, during, how, .. } if how.contains("shmem_finalize") => format!(
                 "PE {world_rank} {how}, so {during} can never complete; every PE must make the same barrier calls \
                  before shmem_finalize"

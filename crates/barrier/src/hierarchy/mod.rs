@@ -27,8 +27,8 @@
 //!
 //! **Waits.** The node's halves wait as every core communicator does (spin, yield, park, the
 //! layer's progress hook on the slow path: [`crate::wait`]). The roots' phase polls
-//! ([`crate::wait::poll`]): the link's progress on every poll (an MPI message lands only while
-//! this rank calls MPI), spinning or yielding between polls, never parking. Every few hundred
+//! ([`crate::wait::poll`]): the link's progress on every poll that finds its slot not yet
+//! arrived (an MPI message lands only while this rank calls MPI), spinning or yielding between polls, never parking. Every few hundred
 //! polls it looks at the clock: a root that left (finalized after fewer barriers) fails the
 //! wait at once, `BARRIER_TIMEOUT` fails it naming the root waited for, and
 //! `BARRIER_STALL_REPORT` says once who it waits for and goes on (one report function, in the

@@ -25,8 +25,9 @@ pub trait RootsLink: fmt::Debug {
     /// Whether this root's slot of round `round` has reached `epoch`.
     fn reached(&self, round: usize, epoch: u64) -> bool;
 
-    /// Moves the transport along: called on every poll of a wait (a message only lands while
-    /// this rank calls MPI).
+    /// Moves the transport along: called on every poll that finds a slot not yet arrived (a
+    /// message only lands while this rank calls MPI). A link whose signals need the sender's
+    /// progress to leave makes that call in [`signal`](Self::signal).
     fn progress(&self) -> Result<()>;
 
     /// Whether root `j` will never arrive at barrier `epoch` (it finalized after fewer
