@@ -24,6 +24,7 @@ use syn::visit::Visit;
 const LAYERS: &[&[&str]] = &[
     &["sys", "pad", "error", "text"],
     &["wait", "params"],
+    &["sync"],
     &["shm", "mmio"],
     &["region", "transport"],
     &["watch", "ctrl"],

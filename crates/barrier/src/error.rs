@@ -59,6 +59,43 @@ pub enum Error {
         /// What it did, e.g. "exited with status 0 without leaving the communicator".
         how: String,
     },
+    /// A member of a thread team (`barrier::sync::Team`) was dropped before a barrier it never
+    /// made, so that barrier can never complete.
+    #[error(
+        "member {member} of a team of {team} threads was dropped{} after {completed} barrier(s), so barrier \
+         {epoch} can never complete; every member must wait at every barrier before its handle is dropped",
+        if *panicked { " while its thread panicked" } else { "" }
+    )]
+    TeamMemberGone {
+        /// The member that was dropped.
+        member: usize,
+        /// Members of the team.
+        team: usize,
+        /// Barriers it completed.
+        completed: u64,
+        /// The barrier that cannot complete.
+        epoch: u64,
+        /// It was dropped by a panic unwinding its thread.
+        panicked: bool,
+    },
+    /// A thread team's wait passed its timeout.
+    #[error(
+        "member {member} of a team of {team} threads timed out after {waited:.1?} in barrier {epoch}, waiting for \
+         member {waiting_for} (or a member it waits for in turn); check that every member waits at every barrier, \
+         or raise BARRIER_TIMEOUT"
+    )]
+    TeamTimeout {
+        /// The member that gave up.
+        member: usize,
+        /// Members of the team.
+        team: usize,
+        /// The barrier.
+        epoch: u64,
+        /// How long it waited.
+        waited: Duration,
+        /// The member whose signal it waited for.
+        waiting_for: usize,
+    },
     /// The launcher of the job died; the ranks end too.
     #[error("the job's launcher is gone (killed or crashed), so this job has ended; this rank stops waiting")]
     JobGone,

@@ -102,6 +102,7 @@ pub use selector::{Candidate, Outcome, Selection};
 #[cfg(not(loom))]
 pub use universe::{init, init_with, threads, Universe, ENV_LIFELINE_FD, ENV_NODES, ENV_RANK, ENV_SHM_FD, ENV_SIZE};
 pub mod pad;
+pub mod sync;
 pub mod wait;
 pub use wait::WaitPolicy;
 

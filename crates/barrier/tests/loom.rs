@@ -163,3 +163,40 @@ mod hier {
         check(3, 2, 1, true, 2);
     }
 }
+
+/// `barrier::sync::Barrier`'s hand-over between generations: two threads, two generations;
+/// exactly one leader per generation, and each thread sees the other's write of a generation
+/// after it (the tickets' release sequence and the released flag).
+#[test]
+fn the_drop_in_hands_generations_over_with_one_leader_each_and_visible_writes() {
+    use barrier::sync::Barrier;
+    use loom::sync::atomic::{AtomicUsize, Ordering};
+    // Four preemptions reorder a leader's release after the next generation's arrivals (the
+    // case that matters) and keep the model to seconds; unbounded it runs for over ten
+    // minutes. Negative control: with the first arrival as the leader (`ticket % n == 0`) in
+    // place of the last, loom fails this test ("a write before the barrier was lost").
+    let mut model = loom::model::Builder::new();
+    model.preemption_bound = Some(4);
+    model.check(|| {
+        let barrier = Arc::new(Barrier::with_policy(2, WaitPolicy::Park));
+        let data = Arc::new([AtomicUsize::new(0), AtomicUsize::new(0)]);
+        let leaders = Arc::new([AtomicUsize::new(0), AtomicUsize::new(0)]);
+        let run = |me: usize| {
+            let (barrier, data, leaders) = (barrier.clone(), data.clone(), leaders.clone());
+            move || {
+                for generation in 0..2 {
+                    data[me].store(generation + 1, Ordering::Relaxed);
+                    if barrier.wait().is_leader() {
+                        leaders[generation].fetch_add(1, Ordering::Relaxed);
+                    }
+                    assert!(data[1 - me].load(Ordering::Relaxed) > generation, "a write before the barrier was lost");
+                }
+            }
+        };
+        let other = thread::spawn(run(1));
+        run(0)();
+        other.join().unwrap();
+        assert_eq!(leaders[0].load(Ordering::Relaxed), 1);
+        assert_eq!(leaders[1].load(Ordering::Relaxed), 1);
+    });
+}

@@ -14,6 +14,8 @@
 //!   barrier the kernel counted for its ranks (`getrusage`, all ranks together).
 //! * **std**: `std::sync::Barrier` with as many threads as ranks.
 //! * **hurdles**: `hurdles::Barrier`, the fastest Rust barrier crate measured here, likewise.
+//! * **sync** and **team**: this library's barriers for a program's own threads
+//!   (`barrier::sync::Barrier`, the drop-in for std's, and `barrier::sync::Team`), likewise.
 //!
 //! `--interleave` compares instead ours, the floor protocol and hurdles timed in alternating
 //! chunks in the same two pinned threads (see [`interleave`]).
@@ -33,8 +35,8 @@ mod table;
 pub use options::BenchOptions;
 pub use rank::{rank_main, SETTLING_WARMUP};
 pub use reference::{
-    hurdles_barrier, interleave, process_switches, ratio, raw_floor, run_interleave, std_barrier, thread_switches,
-    Interleaved, RawProtocol,
+    hurdles_barrier, interleave, process_switches, ratio, raw_floor, run_interleave, std_barrier, sync_barrier,
+    team_barrier, thread_switches, Interleaved, RawProtocol,
 };
 pub use stats::{Row, Stats, P99_SAMPLES};
 pub(crate) use table::today_utc;
@@ -361,22 +363,33 @@ pub fn run(opts: &BenchOptions) -> Result<Vec<Row>, String> {
                 measured.push(this_round);
                 break;
             }
-            progress.step(&format!("hurdles n={n}{of}"));
-            let (stats, switches) = hurdles_barrier(n, round_iters, opts.batch);
-            this_round.push(Row {
-                backend: "hurdles".into(),
-                algorithm: "-".into(),
-                ranks: n,
-                iters: round_iters,
-                measurements: 1,
-                stats,
-                emulator_ns: None,
-                network_ops: None,
-                switches: Some(switches),
-                label: "hurdles".into(),
-            });
-            if barrier_launch::signals::peek().is_some() {
-                this_round.pop();
+            let mut interrupted = false;
+            for (name, run) in [
+                ("hurdles", hurdles_barrier as fn(usize, u64, u64) -> (Stats, f64)),
+                ("sync", sync_barrier),
+                ("team", team_barrier),
+            ] {
+                progress.step(&format!("{name} n={n}{of}"));
+                let (stats, switches) = run(n, round_iters, opts.batch);
+                this_round.push(Row {
+                    backend: name.into(),
+                    algorithm: "-".into(),
+                    ranks: n,
+                    iters: round_iters,
+                    measurements: 1,
+                    stats,
+                    emulator_ns: None,
+                    network_ops: None,
+                    switches: Some(switches),
+                    label: name.into(),
+                });
+                if barrier_launch::signals::peek().is_some() {
+                    this_round.pop();
+                    interrupted = true;
+                    break;
+                }
+            }
+            if interrupted {
                 measured.push(this_round);
                 break;
             }

@@ -256,6 +256,28 @@ pub fn hurdles_barrier(n: usize, iters: u64, batch: u64) -> (Stats, f64) {
     })
 }
 
+/// `barrier::sync::Barrier` (the drop-in for std's) with `n` threads; thread 0's timings, and
+/// context switches per barrier.
+pub fn sync_barrier(n: usize, iters: u64, batch: u64) -> (Stats, f64) {
+    let b = Arc::new(barrier::sync::Barrier::new(n));
+    thread_barrier(n, iters, batch, || {
+        let b = b.clone();
+        move || {
+            b.wait();
+        }
+    })
+}
+
+/// `barrier::sync::Team` with `n` member threads; thread 0's timings, and context switches per
+/// barrier.
+pub fn team_barrier(n: usize, iters: u64, batch: u64) -> (Stats, f64) {
+    let team = barrier::sync::Team::new(n);
+    thread_barrier(n, iters, batch, || {
+        let mut member = team.join().expect("one member per thread");
+        move || member.wait().expect("a team barrier of the bench")
+    })
+}
+
 /// Per-chunk latencies (ns per barrier) of the three contenders of [`interleave`].
 #[derive(Debug, Clone, Default)]
 pub struct Interleaved {

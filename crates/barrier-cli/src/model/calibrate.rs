@@ -44,7 +44,7 @@ pub fn calibrate_from_bench(text: &str) -> Result<Machine, String> {
         .find(|r| r.backend == "floor" && r.ranks == 2)
         .and_then(|r| r.median_ns)
         .ok_or("no floor row at 2 ranks (run `barrier bench -n 2,... --json`)")?;
-    let reference = ["floor", "std", "hurdles"];
+    let reference = ["floor", "std", "hurdles", "sync", "team"];
     let yield_ns = rows
         .iter()
         .filter(|r| !reference.contains(&r.backend.as_str()) && r.switch_floor.is_some())

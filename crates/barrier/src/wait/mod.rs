@@ -69,7 +69,7 @@
 mod flag;
 mod policy;
 pub mod poll;
-mod primitive;
+pub(crate) mod primitive;
 mod timing;
 
 pub use flag::Flag;

@@ -2,9 +2,9 @@
 //! `sched_yield`), or loom's for model checking, and the 32-bit word the kernel compares.
 
 #[cfg(loom)]
-pub(super) use self::model::*;
+pub(crate) use self::model::*;
 #[cfg(not(loom))]
-pub(super) use self::real::*;
+pub(crate) use self::real::*;
 
 /// The primitives the protocol is built from: the real ones, or loom's for model checking
 /// (`RUSTFLAGS="--cfg loom" cargo test -p hpc-barrier --test loom --release`).

@@ -1,0 +1,297 @@
+//! A team: a fixed set of member threads, each with its [`Member`] handle, waiting at the floor.
+//!
+//! The members' barrier, while they have a core each, is dissemination over flags: ⌈log2 n⌉ rounds; in round `r` member `i`
+//! stores its barrier count into round-`r` flag of member `(i + 2^r) mod n` and waits until its
+//! own round-`r` flag reaches it. Each flag has one writer and one reader, and flags only grow,
+//! so nothing is reset between barriers and no word is shared by all members: at 2 members a
+//! barrier is one store and one wait each, the bench's floor. When the members outnumber the
+//! cores (the wait policy parks) and are more than 2, the rounds would cost a context switch
+//! each, so the team runs a central barrier instead: a member stores its barrier number in its
+//! own word and adds one to a shared count; the arrival that makes the count `n * e` releases
+//! barrier `e` through one flag (one switch per member, as the drop-in).
+//!
+//! A member dropped (its thread ended, or unwound from a panic) records how many barriers it
+//! completed. A member waiting for a barrier that a dropped member never made learns it when
+//! its wait next looks at the clock (within a park slice, 50 ms at most) and fails with
+//! [`Error::TeamMemberGone`] naming it; a timeout fails with [`Error::TeamTimeout`] naming the
+//! member waited for. After a failure the member's later waits fail too (its rounds are out of
+//! step).
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::params::Params;
+use crate::wait::{Flag, WaitConfig, WaitError, WaitPolicy, Watch};
+
+/// What the members share.
+#[derive(Debug)]
+struct Shared {
+    n: usize,
+    rounds: usize,
+    /// flags[i * rounds + r]: member i's flag of round r, each alone in a block of two lines.
+    flags: Box<[Slot]>,
+    /// Per member: 0 while it is held; barriers completed + 1 once it was dropped.
+    left: Box<[crate::pad::CachePadded<AtomicU64>]>,
+    /// Per member: whether it was dropped while its thread panicked.
+    panicked: Box<[crate::pad::CachePadded<AtomicU64>]>,
+    /// Members handed out so far.
+    joined: AtomicUsize,
+    /// Threads outnumber cores (the policy parks): a central barrier instead of the rounds,
+    /// one hand-over per member where the rounds need one per round.
+    central: bool,
+    /// The central barrier: arrivals over all barriers, the release flag, and each member's
+    /// latest barrier (for the stall report and the timeout).
+    count: crate::pad::CachePadded<AtomicU64>,
+    release: Slot,
+    at: Box<[crate::pad::CachePadded<AtomicU64>]>,
+    wait: WaitConfig,
+    stall: Option<Duration>,
+}
+
+/// A flag alone in a 256-byte block: two members' flags never share a pair of lines that the
+/// adjacent-line prefetcher moves together (measured at 2 members: ~46 ns a barrier with
+/// 128-byte flags, the floor's ~35 with blocks of 256, as the bench's raw floor uses).
+#[repr(C, align(256))]
+#[derive(Debug, Default)]
+struct Slot(Flag);
+
+/// A team of `n` member threads. Make it, hand a [`Member`] to each thread ([`join`](Self::join)
+/// or [`members`](Self::members)), and let each call [`Member::wait`].
+#[derive(Debug, Clone)]
+pub struct Team {
+    shared: Arc<Shared>,
+}
+
+/// One member's handle on its team's barrier, for one thread: `Send`, not `Clone`; its
+/// [`wait`](Self::wait) takes `&mut self`.
+#[derive(Debug)]
+pub struct Member {
+    shared: Arc<Shared>,
+    index: usize,
+    /// Barriers this member has entered.
+    epoch: u64,
+    /// Why its waits fail, once one failed.
+    broken: Option<String>,
+}
+
+impl Team {
+    /// A team of `n` members (at least 1), waiting as the environment's
+    /// `BARRIER_WAIT_POLICY`, `BARRIER_TIMEOUT` and `BARRIER_STALL_REPORT` say (`auto`: park
+    /// when `n` exceeds this process's cores).
+    pub fn new(n: usize) -> Team {
+        let params = Params::from_env();
+        let policy = match params.get("BARRIER_WAIT_POLICY").map(|v| v.trim().to_ascii_lowercase()).as_deref() {
+            Some("spin") => WaitPolicy::Spin,
+            Some("park") => WaitPolicy::Park,
+            _ => WaitPolicy::auto(n, crate::sys::available_cores()),
+        };
+        let timeout = params.duration("BARRIER_TIMEOUT").unwrap_or(None);
+        Team::with(n, policy, timeout, params.stall_report())
+    }
+
+    /// A team of `n` members that waits by `policy`, gives up after `timeout` and reports a
+    /// wait longer than `stall`.
+    pub fn with(n: usize, policy: WaitPolicy, timeout: Option<Duration>, stall: Option<Duration>) -> Team {
+        let n = n.max(1);
+        // ⌈log2 n⌉ (`barrier::rounds`, which lives a layer above this one).
+        let rounds = if n > 1 { (usize::BITS - (n - 1).leading_zeros()) as usize } else { 0 };
+        let (spin, yields) = if policy == WaitPolicy::Spin { (2000, 4) } else { (0, 256) };
+        let padded = || (0..n).map(|_| crate::pad::CachePadded(AtomicU64::new(0))).collect();
+        Team {
+            shared: Arc::new(Shared {
+                n,
+                rounds,
+                flags: (0..n * rounds).map(|_| Slot::default()).collect(),
+                left: padded(),
+                panicked: padded(),
+                joined: AtomicUsize::new(0),
+                central: policy == WaitPolicy::Park && n > 2,
+                count: crate::pad::CachePadded(AtomicU64::new(0)),
+                release: Slot::default(),
+                at: padded(),
+                wait: WaitConfig { policy, spin, yields, timeout, progress: None },
+                stall,
+            }),
+        }
+    }
+
+    /// The next member's handle (members are numbered 0, 1, … in the order they join), or an
+    /// error once all `n` have joined.
+    pub fn join(&self) -> Result<Member> {
+        let index = self.shared.joined.fetch_add(1, Ordering::AcqRel);
+        if index >= self.shared.n {
+            self.shared.joined.fetch_sub(1, Ordering::AcqRel);
+            return Err(Error::InvalidArgument(format!(
+                "a team of {} threads has handed out all its members; make the team as large as the number of \
+                 threads that wait at it",
+                self.shared.n
+            )));
+        }
+        Ok(Member { shared: self.shared.clone(), index, epoch: 0, broken: None })
+    }
+
+    /// Every member of a team of `n`, in order: hand one to each thread.
+    pub fn members(n: usize) -> Vec<Member> {
+        let team = Team::new(n);
+        (0..team.size()).map(|_| team.join().expect("n members of a team of n")).collect()
+    }
+
+    /// Members of the team.
+    pub fn size(&self) -> usize {
+        self.shared.n
+    }
+}
+
+impl Member {
+    /// This member's number in its team.
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
+    /// Members of its team.
+    pub fn team_size(&self) -> usize {
+        self.shared.n
+    }
+
+    /// Waits until every member of the team has called `wait` as many times as this member.
+    /// Writes a member made before its call are visible to every member after theirs.
+    #[inline]
+    pub fn wait(&mut self) -> Result<()> {
+        if let Some(why) = &self.broken {
+            return Err(Error::Broken(why.clone()));
+        }
+        self.epoch += 1;
+        let done = self.step();
+        if let Err(e) = &done {
+            // Its rounds are out of step from here on.
+            self.broken = Some(e.to_string());
+        }
+        done
+    }
+
+    /// Barrier `self.epoch`, this member's part.
+    #[inline]
+    fn step(&self) -> Result<()> {
+        let s = &*self.shared;
+        let wake = s.wait.policy.wakes();
+        if s.central {
+            s.at[self.index].store(self.epoch, Ordering::Relaxed);
+            // Every member arrives once per barrier, and none at barrier e + 1 before e's
+            // release: the arrival that makes the count n * e is barrier e's last.
+            if s.count.fetch_add(1, Ordering::AcqRel) + 1 == s.n as u64 * self.epoch {
+                s.release.0.signal(self.epoch, wake);
+                return Ok(());
+            }
+            return self.wait_for(&s.release.0, None);
+        }
+        for round in 0..s.rounds {
+            let partner = (self.index + (1 << round)) % s.n;
+            s.flags[partner * s.rounds + round].0.signal(self.epoch, wake);
+            self.wait_for(&s.flags[self.index * s.rounds + round].0, Some(round))?;
+        }
+        Ok(())
+    }
+
+    /// Waits for `flag` to reach this member's barrier (in `round`, or the central release).
+    #[inline]
+    fn wait_for(&self, flag: &Flag, round: Option<usize>) -> Result<()> {
+        if self.shared.wait.reached_soon(flag, self.epoch) {
+            return Ok(());
+        }
+        self.wait_round(flag, round)
+    }
+
+    #[cold]
+    fn wait_round(&self, flag: &Flag, round: Option<usize>) -> Result<()> {
+        let s = &*self.shared;
+        let awaited = match round {
+            Some(round) => Awaited::Round { round, sender: (self.index + s.n - (1 << round) % s.n) % s.n },
+            None => Awaited::Central,
+        };
+        let watch = TeamWatch { member: self, awaited, reported: std::cell::Cell::new(false) };
+        let result = s.wait.wait(flag, self.epoch, &watch);
+        Err(match result {
+            Ok(()) => return Ok(()),
+            Err(WaitError::PeerLeft(gone)) => Error::TeamMemberGone {
+                member: gone,
+                team: s.n,
+                completed: s.left[gone].load(Ordering::Acquire).saturating_sub(1),
+                epoch: self.epoch,
+                panicked: s.panicked[gone].load(Ordering::Acquire) == 1,
+            },
+            Err(WaitError::Timeout(waited)) => Error::TeamTimeout {
+                member: self.index,
+                team: s.n,
+                epoch: self.epoch,
+                waited,
+                waiting_for: match awaited {
+                    Awaited::Round { sender, .. } => sender,
+                    Awaited::Central => self.missing().first().copied().unwrap_or(self.index),
+                },
+            },
+            Err(other) => Error::Broken(format!("member {}'s wait ended: {other:?}", self.index)),
+        })
+    }
+}
+
+impl Member {
+    /// The members that have not arrived at this member's barrier (the central barrier's).
+    fn missing(&self) -> Vec<usize> {
+        let s = &*self.shared;
+        (0..s.n).filter(|&j| s.at[j].load(Ordering::Relaxed) < self.epoch).collect()
+    }
+}
+
+impl Drop for Member {
+    fn drop(&mut self) {
+        let s = &*self.shared;
+        s.panicked[self.index].store(u64::from(std::thread::panicking()), Ordering::Relaxed);
+        s.left[self.index].store(self.epoch + 1, Ordering::Release);
+    }
+}
+
+/// Whom a member's wait waits for.
+#[derive(Clone, Copy)]
+enum Awaited {
+    /// Its round's sender.
+    Round { round: usize, sender: usize },
+    /// The central barrier's release: every member that has not arrived.
+    Central,
+}
+
+/// What a member's slow wait consults: a member that left, and the stall report.
+struct TeamWatch<'a> {
+    member: &'a Member,
+    awaited: Awaited,
+    reported: std::cell::Cell<bool>,
+}
+
+impl Watch for TeamWatch<'_> {
+    fn check(&self, waited: Duration) -> std::result::Result<(), WaitError> {
+        let m = self.member;
+        let s = &*m.shared;
+        // Any member that left before this barrier: this one can never complete.
+        if let Some(gone) = (0..s.n).find(|&j| {
+            let left = s.left[j].load(Ordering::Acquire);
+            j != m.index && left != 0 && left - 1 < m.epoch
+        }) {
+            return Err(WaitError::PeerLeft(gone));
+        }
+        if s.stall.is_some_and(|limit| waited >= limit) && !self.reported.replace(true) {
+            let whom = match self.awaited {
+                Awaited::Round { round, sender } => {
+                    format!("(round {round}): member {sender} has not arrived (or it waits for another member in turn)")
+                }
+                Awaited::Central => format!("(central): members {:?} have not arrived", m.missing()),
+            };
+            crate::text::say(&format!(
+                "barrier::sync::Team: member {} of a team of {} has waited {waited:.1?} in barrier {} {whom}; still \
+                 waiting (this report: BARRIER_STALL_REPORT)",
+                m.index, s.n, m.epoch
+            ));
+        }
+        Ok(())
+    }
+}
