@@ -78,6 +78,9 @@ pub enum Error {
         /// It was dropped by a panic unwinding its thread.
         panicked: bool,
     },
+    /// A member of a thread team whose earlier wait failed: its barriers are out of step.
+    #[error("this team member's barriers are out of step after an earlier failure: {0}; make a new team")]
+    TeamBroken(String),
     /// A thread team's wait passed its timeout.
     #[error(
         "member {member} of a team of {team} threads timed out after {waited:.1?} in barrier {epoch}, waiting for \

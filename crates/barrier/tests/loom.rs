@@ -166,15 +166,18 @@ mod hier {
 
 /// `barrier::sync::Barrier`'s hand-over between generations: two threads, two generations;
 /// exactly one leader per generation, and each thread sees the other's write of a generation
-/// after it (the tickets' release sequence and the released flag).
+/// after it (the tickets' release sequence and the released flag). With two threads no
+/// generation can start before the one before it is released, so the case the `fetch_max`
+/// raise exists for (a leader descheduled after its ticket while the next generation
+/// completes) is not reached here: a model of four threads at a barrier of two reaches it but
+/// did not finish within ten minutes. Negative control: with the first arrival as the leader
+/// (`ticket % n == 0`) in place of the last, loom fails this test ("a write before the barrier
+/// was lost").
 #[test]
 fn the_drop_in_hands_generations_over_with_one_leader_each_and_visible_writes() {
     use barrier::sync::Barrier;
     use loom::sync::atomic::{AtomicUsize, Ordering};
-    // Four preemptions reorder a leader's release after the next generation's arrivals (the
-    // case that matters) and keep the model to seconds; unbounded it runs for over ten
-    // minutes. Negative control: with the first arrival as the leader (`ticket % n == 0`) in
-    // place of the last, loom fails this test ("a write before the barrier was lost").
+    // Four preemptions keep the model to seconds (unbounded it runs for over ten minutes).
     let mut model = loom::model::Builder::new();
     model.preemption_bound = Some(4);
     model.check(|| {

@@ -109,11 +109,14 @@ fn zero_and_one_never_wait_and_always_lead_as_std_does() {
     assert_eq!(format!("{:?}", Barrier::new(1).wait()), format!("{:?}", std::sync::Barrier::new(1).wait()));
 }
 
-/// Threads outnumbering cores (the park policy): no spin forever, and it completes.
+/// Threads outnumbering cores: `auto` parks (no spin forever), and it completes.
 #[test]
-fn more_threads_than_cores_complete() {
+fn more_threads_than_cores_park_and_complete() {
     let n = 4 * barrier::sys::available_cores() + 1;
     let barrier = Barrier::new(n);
+    if std::env::var_os("BARRIER_WAIT_POLICY").is_none() {
+        assert!(format!("{barrier:?}").contains("policy: Park"), "{barrier:?}");
+    }
     std::thread::scope(|s| {
         for _ in 0..n {
             s.spawn(|| {
@@ -128,10 +131,13 @@ fn more_threads_than_cores_complete() {
 #[test]
 fn a_team_releases_nobody_early_at_odd_sizes() {
     const BARRIERS: usize = 200;
-    for n in SIZES {
+    // Both forms on any machine: the rounds (spin) and, past two members, the central barrier
+    // (park).
+    for (policy, n) in [WaitPolicy::Spin, WaitPolicy::Park].into_iter().flat_map(|p| SIZES.map(|n| (p, n))) {
         let arrived: Vec<AtomicUsize> = (0..BARRIERS).map(|_| AtomicUsize::new(0)).collect();
+        let team = Team::with(n, policy, None, None);
         std::thread::scope(|s| {
-            for mut member in Team::members(n) {
+            for mut member in (0..n).map(|_| team.join().unwrap()) {
                 let arrived = &arrived;
                 s.spawn(move || {
                     let mut seed = member.index() as u64 * 31 + 7;
@@ -165,38 +171,44 @@ fn a_team_hands_out_exactly_its_members() {
 /// slice, never a hang; later waits say the member's team is broken.
 #[test]
 fn a_member_dropped_by_a_panic_ends_the_others_waits_with_its_name() {
-    let team = Team::with(3, WaitPolicy::Park, Some(Duration::from_secs(30)), None);
-    let members: Vec<Member> = (0..3).map(|_| team.join().unwrap()).collect();
-    let start = Instant::now();
-    let errors: Vec<String> = std::thread::scope(|s| {
-        let handles: Vec<_> = members
-            .into_iter()
-            .map(|mut m| {
-                s.spawn(move || {
-                    m.wait().unwrap();
-                    if m.index() == 1 {
-                        panic!("member 1 fails in its work");
-                    }
-                    let e = m.wait().unwrap_err();
-                    assert!(
-                        matches!(e, Error::TeamMemberGone { member: 1, completed: 1, epoch: 2, panicked: true, .. }),
-                        "{e}"
-                    );
-                    let again = m.wait().unwrap_err().to_string();
-                    assert!(again.contains("unusable"), "{again}");
-                    e.to_string()
+    for policy in [WaitPolicy::Spin, WaitPolicy::Park] {
+        let team = Team::with(3, policy, Some(Duration::from_secs(30)), None);
+        let members: Vec<Member> = (0..3).map(|_| team.join().unwrap()).collect();
+        let start = Instant::now();
+        let errors: Vec<String> = std::thread::scope(|s| {
+            let handles: Vec<_> = members
+                .into_iter()
+                .map(|mut m| {
+                    s.spawn(move || {
+                        m.wait().unwrap();
+                        if m.index() == 1 {
+                            panic!("member 1 fails in its work");
+                        }
+                        let e = m.wait().unwrap_err();
+                        assert!(
+                            matches!(
+                                e,
+                                Error::TeamMemberGone { member: 1, completed: 1, epoch: 2, panicked: true, .. }
+                            ),
+                            "{e}"
+                        );
+                        let again = m.wait().unwrap_err();
+                        assert!(matches!(again, Error::TeamBroken(_)), "{again}");
+                        e.to_string()
+                    })
                 })
-            })
-            .collect();
-        handles.into_iter().filter_map(|h| h.join().ok()).collect()
-    });
-    assert_eq!(errors.len(), 2);
-    assert!(
-        errors[0].contains("member 1 of a team of 3 threads was dropped while its thread panicked after 1 barrier(s)"),
-        "{}",
-        errors[0]
-    );
-    assert!(start.elapsed() < Duration::from_secs(10), "took {:?}", start.elapsed());
+                .collect();
+            handles.into_iter().filter_map(|h| h.join().ok()).collect()
+        });
+        assert_eq!(errors.len(), 2);
+        assert!(
+            errors[0]
+                .contains("member 1 of a team of 3 threads was dropped while its thread panicked after 1 barrier(s)"),
+            "{}",
+            errors[0]
+        );
+        assert!(start.elapsed() < Duration::from_secs(10), "took {:?}", start.elapsed());
+    }
 }
 
 /// A member that never comes: the timeout names it, in the rounds (spin) and in the central
@@ -204,11 +216,23 @@ fn a_member_dropped_by_a_panic_ends_the_others_waits_with_its_name() {
 #[test]
 fn a_team_timeout_names_the_member_waited_for() {
     for policy in [WaitPolicy::Spin, WaitPolicy::Park] {
-        let team = Team::with(3, policy, Some(Duration::from_millis(200)), Some(Duration::from_millis(50)));
+        // (2 s: on a loaded machine the other member's thread starts and signals well within it.)
+        let team = Team::with(3, policy, Some(Duration::from_secs(2)), Some(Duration::from_millis(500)));
         let [mut m0, mut m1, m2] = [team.join().unwrap(), team.join().unwrap(), team.join().unwrap()];
+        // Both keep their handles until both have failed (a handle dropped first would be a
+        // member gone, which the other would name instead).
+        let both_failed = std::sync::Barrier::new(2);
         let (e0, e1) = std::thread::scope(|s| {
-            let a = s.spawn(move || m0.wait().unwrap_err());
-            let b = s.spawn(move || m1.wait().unwrap_err());
+            let a = s.spawn(|| {
+                let e = m0.wait().unwrap_err();
+                both_failed.wait();
+                e
+            });
+            let b = s.spawn(|| {
+                let e = m1.wait().unwrap_err();
+                both_failed.wait();
+                e
+            });
             (a.join().unwrap(), b.join().unwrap())
         });
         for e in [e0, e1] {

@@ -18,9 +18,12 @@
 //!   });
 //!   ```
 //!
-//!   Its wait is the library's ([`crate::wait`]): spin, then yield, and park on a futex when
-//!   the threads outnumber the cores, never a spin forever; past `BARRIER_STALL_REPORT` it
-//!   says how many of the `n` threads have arrived, in which generation.
+//!   Its wait is the library's ([`crate::wait`]): spin, then yield; when the threads
+//!   outnumber the cores (or `BARRIER_WAIT_POLICY=park`), park on a futex after the yields.
+//!   Unlike std's, a waiter among no more threads than cores keeps yielding and never sleeps:
+//!   a thread that waits minutes keeps a core busy (set `BARRIER_WAIT_POLICY=park` for such
+//!   programs). Past `BARRIER_STALL_REPORT` (30 s unless set) it says on stderr how many of the
+//!   `n` threads have arrived, in which generation.
 //! * [`Team`]: a fixed set of member threads, each holding its [`Member`] handle, at the
 //!   floor: a member's wait is the dissemination barrier among the members (one store and one
 //!   wait per round, nothing shared by all), with a timeout, a stall report naming the member

@@ -12,10 +12,13 @@
 //!
 //! A member dropped (its thread ended, or unwound from a panic) records how many barriers it
 //! completed. A member waiting for a barrier that a dropped member never made learns it when
-//! its wait next looks at the clock (within a park slice, 50 ms at most) and fails with
+//! its wait next looks at the clock (a parked wait within a park slice, 50 ms at most; a
+//! spinning one every 64 yields) and fails with
 //! [`Error::TeamMemberGone`] naming it; a timeout fails with [`Error::TeamTimeout`] naming the
 //! member waited for. After a failure the member's later waits fail too (its rounds are out of
-//! step).
+//! step: [`Error::TeamBroken`]). A team waits for all `n` members at every barrier: members
+//! never handed out, like members that never call, hold the others until the timeout (none by
+//! default: set `BARRIER_TIMEOUT` or use [`Team::with`]).
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -70,8 +73,9 @@ pub struct Team {
 pub struct Member {
     shared: Arc<Shared>,
     index: usize,
-    /// Barriers this member has entered.
+    /// Barriers this member has entered, and completed (one fewer after a failed wait).
     epoch: u64,
+    completed: u64,
     /// Why its waits fail, once one failed.
     broken: Option<String>,
 }
@@ -129,7 +133,7 @@ impl Team {
                 self.shared.n
             )));
         }
-        Ok(Member { shared: self.shared.clone(), index, epoch: 0, broken: None })
+        Ok(Member { shared: self.shared.clone(), index, epoch: 0, completed: 0, broken: None })
     }
 
     /// Every member of a team of `n`, in order: hand one to each thread.
@@ -160,13 +164,14 @@ impl Member {
     #[inline]
     pub fn wait(&mut self) -> Result<()> {
         if let Some(why) = &self.broken {
-            return Err(Error::Broken(why.clone()));
+            return Err(Error::TeamBroken(why.clone()));
         }
         self.epoch += 1;
         let done = self.step();
-        if let Err(e) = &done {
+        match &done {
+            Ok(()) => self.completed = self.epoch,
             // Its rounds are out of step from here on.
-            self.broken = Some(e.to_string());
+            Err(e) => self.broken = Some(e.to_string()),
         }
         done
     }
@@ -248,7 +253,7 @@ impl Drop for Member {
     fn drop(&mut self) {
         let s = &*self.shared;
         s.panicked[self.index].store(u64::from(std::thread::panicking()), Ordering::Relaxed);
-        s.left[self.index].store(self.epoch + 1, Ordering::Release);
+        s.left[self.index].store(self.completed + 1, Ordering::Release);
     }
 }
 
@@ -272,12 +277,16 @@ impl Watch for TeamWatch<'_> {
     fn check(&self, waited: Duration) -> std::result::Result<(), WaitError> {
         let m = self.member;
         let s = &*m.shared;
-        // Any member that left before this barrier: this one can never complete.
-        if let Some(gone) = (0..s.n).find(|&j| {
-            let left = s.left[j].load(Ordering::Acquire);
-            j != m.index && left != 0 && left - 1 < m.epoch
-        }) {
-            return Err(WaitError::PeerLeft(gone));
+        // Any member that left before this barrier: this one can never complete. One whose
+        // thread panicked is named first (the others may have left because of it).
+        let gone: Vec<usize> = (0..s.n)
+            .filter(|&j| {
+                let left = s.left[j].load(Ordering::Acquire);
+                j != m.index && left != 0 && left - 1 < m.epoch
+            })
+            .collect();
+        if let Some(&first) = gone.iter().find(|&&j| s.panicked[j].load(Ordering::Acquire) == 1).or(gone.first()) {
+            return Err(WaitError::PeerLeft(first));
         }
         if s.stall.is_some_and(|limit| waited >= limit) && !self.reported.replace(true) {
             let whom = match self.awaited {
