@@ -343,33 +343,14 @@ pub fn run(opts: &BenchOptions) -> Result<Vec<Row>, String> {
                 measured.push(this_round);
                 break;
             }
-            progress.step(&format!("std::sync::Barrier n={n}{of}"));
-            let (stats, switches) = std_barrier(n, round_iters, opts.batch);
-            this_round.push(Row {
-                backend: "std".into(),
-                algorithm: "-".into(),
-                ranks: n,
-                iters: round_iters,
-                measurements: 1,
-                stats,
-                emulator_ns: None,
-                network_ops: None,
-                switches: Some(switches),
-                label: "std".into(),
-            });
-            if barrier_launch::signals::peek().is_some() {
-                // Interrupted: the row was cut short, and is not shown.
-                this_round.pop();
-                measured.push(this_round);
-                break;
-            }
             let mut interrupted = false;
             for (name, run) in [
-                ("hurdles", hurdles_barrier as fn(usize, u64, u64) -> (Stats, f64)),
+                ("std", std_barrier as fn(usize, u64, u64) -> (Stats, f64)),
+                ("hurdles", hurdles_barrier),
                 ("sync", sync_barrier),
                 ("team", team_barrier),
             ] {
-                progress.step(&format!("{name} n={n}{of}"));
+                progress.step(&format!("{} n={n}{of}", if name == "std" { "std::sync::Barrier" } else { name }));
                 let (stats, switches) = run(n, round_iters, opts.batch);
                 this_round.push(Row {
                     backend: name.into(),

@@ -332,21 +332,19 @@ impl<L: RootsLink> Roots<L> {
 
     /// Runs `flight` to its end, waiting (polling the link; see [`crate::wait::poll`]).
     pub fn finish(&self, flight: &mut Flight) -> Result<()> {
-        poll_until(self.waits.pace, |look| {
-            if self.step(flight)? {
-                return Ok(true);
-            }
-            if look {
-                self.look(flight)?;
-            }
-            Ok(false)
-        })
+        self.wait_out(flight, Self::step)
     }
 
     /// Our rounds alone, waiting (the timing's).
     fn finish_ours(&self, flight: &mut Flight) -> Result<()> {
+        self.wait_out(flight, Self::step_ours)
+    }
+
+    /// Polls `step` until the phase is done, looking at the clock every few hundred polls.
+    #[inline]
+    fn wait_out(&self, flight: &mut Flight, step: fn(&Self, &mut Flight) -> Result<bool>) -> Result<()> {
         poll_until(self.waits.pace, |look| {
-            if self.step_ours(flight)? {
+            if step(self, flight)? {
                 return Ok(true);
             }
             if look {
