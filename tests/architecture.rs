@@ -602,6 +602,35 @@ fn imports_in_barrier_point_down_and_no_backend_imports_another() {
     assert!(wrong.is_empty(), "imports against the layers:\n{}", wrong.join("\n"));
 }
 
+/// The core names no setting of a layer above it (issue 48 item 2): barrier-mpi and
+/// barrier-openshmem declare theirs and register them (`registry::register_layer`).
+#[test]
+fn the_core_names_no_setting_of_a_layer_above_it() {
+    fn files(dir: &Path, out: &mut Vec<PathBuf>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                files(&p, out);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                out.push(p);
+            }
+        }
+    }
+    let mut all = Vec::new();
+    files(&Path::new(env!("CARGO_MANIFEST_DIR")).join("crates/barrier/src"), &mut all);
+    assert!(all.len() > 20, "the core's sources were not found");
+    let mut found = Vec::new();
+    for path in all {
+        let text = std::fs::read_to_string(&path).unwrap();
+        for (i, line) in text.lines().enumerate() {
+            if ["BARRIER_MPI_", "BARRIER_SHMEM_"].iter().any(|upper| line.contains(upper)) {
+                found.push(format!("{}:{}: {}", path.display(), i + 1, line.trim()));
+            }
+        }
+    }
+    assert!(found.is_empty(), "the core names an upper layer's setting (declare it there):\n{}", found.join("\n"));
+}
+
 /// A small crate in memory, to plant what the checks must find.
 fn planted(files: &[(&str, &str)]) -> Crate {
     let files: BTreeMap<PathBuf, String> =

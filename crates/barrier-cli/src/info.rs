@@ -22,6 +22,7 @@ pub fn report(
     emulate: &[&'static barrier_hw::DeviceMap],
     a64fx: Option<barrier_hw::a64fx::node::Layout>,
 ) -> Result<String, String> {
+    crate::register_layers();
     // The selection runs for real, one thread per rank.
     let (limit, why) = barrier_launch::proc::max_ranks();
     if ranks > limit {

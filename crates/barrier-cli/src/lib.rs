@@ -12,6 +12,15 @@ pub mod ompi;
 pub mod shmembench;
 pub use bench::plot;
 
+/// Registers the settings of the layers above the core that `barrier` reports and checks
+/// (barrier-mpi's, barrier-openshmem's) with the core's registry: `barrier info` lists them,
+/// and a misspelt one is warned about. Called once at the start of the command (and by
+/// [`info::report`]); a second call does nothing.
+pub fn register_layers() {
+    barrier_mpi::catalogue::register();
+    barrier_openshmem::settings::register();
+}
+
 /// The register map of a device kind named on the command line.
 pub fn device_map(kind: &str) -> Option<&'static barrier_hw::DeviceMap> {
     barrier_hw::all_maps().into_iter().find(|m| m.kind.eq_ignore_ascii_case(kind.trim()))

@@ -41,6 +41,7 @@ enum Cmd {
 }
 
 fn main() -> ExitCode {
+    barrier_cli::register_layers();
     match Cli::parse().command {
         Cmd::Run(args) => args.run(),
         Cmd::Bench(args) => args.run(),

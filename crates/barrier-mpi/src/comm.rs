@@ -305,7 +305,7 @@ impl BarrierComm {
         // Waits keep MPI progressing (MPI's progress rule), by probing this communicator's
         // private duplicate, which outlives the node's communicators (see `Drop`).
         // (A bad value was refused with every setting.)
-        if params.flag_or(barrier::params::MPI_PROGRESS, true).unwrap_or(true) {
+        if params.flag_or(crate::catalogue::PROGRESS, true).unwrap_or(true) {
             seg.set_progress(barrier::wait::Progress::new(raw::progress, raw::to_word(self.comm)));
         }
         // Stall reports and errors of the node's waits name MPI ranks (and count user barriers).

@@ -221,7 +221,7 @@ impl FastBarrierSettings {
     /// `BARRIER_MPI_NODE_BLOCK`: treat every `ranks` consecutive ranks of a machine as a node
     /// (the path between nodes on one machine).
     pub fn node_block(self, ranks: usize) -> Self {
-        self.set_as(barrier::params::MPI_NODE_BLOCK, ranks.to_string(), "FastBarrierSettings::node_block")
+        self.set_as(crate::catalogue::NODE_BLOCK, ranks.to_string(), "FastBarrierSettings::node_block")
     }
 
     /// Any other setting by its name (`BARRIER_*`); checked, with every other, when the barrier

@@ -3,7 +3,7 @@
 //! structure, the outcomes the glue understands, the settings the glue passes, the finalize
 //! hook, and the guard that keeps a panic from unwinding into Open MPI. Not for users.
 
-use std::ffi::c_int;
+use std::ffi::{c_char, c_int, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::OnceLock;
 
@@ -65,25 +65,59 @@ pub fn guarded<T>(component: &str, what: &str, f: impl FnOnce() -> T) -> T {
     })
 }
 
-/// The MCA parameters the C glue passes, as `NAME=value` lines, laid over the environment;
-/// errors name each as the MCA parameter the user set (`coll_fastbar_timeout` for
-/// `BARRIER_TIMEOUT` with `framework` `coll`).
-pub fn settings(text: &str, framework: &str) -> Params {
-    text.lines().filter_map(|l| l.split_once('=')).fold(Params::from_env(), |p, (name, value)| {
-        let name = name.trim();
-        let given_in = format!("MCA parameter {}", mca_name(framework, name));
-        p.set_as(name, value.trim(), given_in)
-    })
+/// A component's MCA values as its C glue registered them, handed over as they are: the C side
+/// formats nothing, this side names each after the `BARRIER_*` setting it stands for. A string
+/// that is null or empty is unset, a number below 0 is unset. Each C glue declares the same
+/// structure (`struct fastbar_mca_values`); a component that has no such parameter passes it
+/// unset.
+#[repr(C)]
+#[derive(Debug)]
+pub struct McaValues {
+    /// `device_path`: both devices' path (`BARRIER_SWITCH_DEVICE_PATH`, `BARRIER_GBA_DEVICE_PATH`).
+    pub device_path: *const c_char,
+    /// `backend`: `BARRIER_BACKEND`.
+    pub backend: *const c_char,
+    /// `timeout`: `BARRIER_TIMEOUT`.
+    pub timeout: *const c_char,
+    /// `wait_policy`: `BARRIER_WAIT_POLICY`.
+    pub wait_policy: *const c_char,
+    /// `stall_report`: `BARRIER_STALL_REPORT`.
+    pub stall_report: *const c_char,
+    /// `verbose`: `BARRIER_VERBOSE`.
+    pub verbose: c_int,
+    /// `node_block`: `BARRIER_MPI_NODE_BLOCK`.
+    pub node_block: c_int,
 }
 
-/// The component's MCA parameter that sets `BARRIER_*` variable `name`.
-fn mca_name(framework: &str, name: &str) -> String {
-    let own = match name {
-        "BARRIER_SWITCH_DEVICE_PATH" | "BARRIER_GBA_DEVICE_PATH" => "device_path".to_string(),
-        "BARRIER_MPI_NODE_BLOCK" => "node_block".to_string(),
-        other => other.trim_start_matches("BARRIER_").to_ascii_lowercase(),
-    };
-    format!("{framework}_fastbar_{own}")
+impl McaValues {
+    /// The values that are set, laid over the environment; an error names each as the MCA
+    /// parameter the user set (`coll_fastbar_timeout` for `BARRIER_TIMEOUT` with `framework`
+    /// `coll`).
+    ///
+    /// # Safety
+    /// Every string pointer is null or points to a NUL-terminated string.
+    pub unsafe fn params(&self, framework: &str) -> Params {
+        let text = |p: *const c_char| {
+            // SAFETY: the caller's contract.
+            (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) }.to_string_lossy().trim().to_string())
+        };
+        let number = |n: c_int| (n >= 0).then(|| n.to_string());
+        let device = text(self.device_path);
+        let values = [
+            ("BARRIER_SWITCH_DEVICE_PATH", "device_path", device.clone()),
+            ("BARRIER_GBA_DEVICE_PATH", "device_path", device),
+            ("BARRIER_BACKEND", "backend", text(self.backend)),
+            ("BARRIER_TIMEOUT", "timeout", text(self.timeout)),
+            ("BARRIER_WAIT_POLICY", "wait_policy", text(self.wait_policy)),
+            ("BARRIER_STALL_REPORT", "stall_report", text(self.stall_report)),
+            ("BARRIER_VERBOSE", "verbose", number(self.verbose)),
+            (crate::catalogue::NODE_BLOCK, "node_block", number(self.node_block)),
+        ];
+        values.into_iter().fold(Params::from_env(), |p, (name, mca, value)| match value {
+            Some(v) if !v.is_empty() => p.set_as(name, v, format!("MCA parameter {framework}_fastbar_{mca}")),
+            _ => p,
+        })
+    }
 }
 
 /// Sets, once, an `MPI_COMM_SELF` attribute whose deletion (first thing in `MPI_Finalize`,
@@ -102,14 +136,36 @@ mod tests {
     use super::*;
 
     #[test]
-    fn mca_settings_are_named_as_mca_parameters() {
-        let p = settings("BARRIER_TIMEOUT=abc\nBARRIER_GBA_DEVICE_PATH=/x\nBARRIER_MPI_NODE_BLOCK=2\n", "coll");
+    fn mca_values_are_named_as_mca_parameters() {
+        let unset = McaValues {
+            device_path: std::ptr::null(),
+            backend: c"".as_ptr(),
+            timeout: std::ptr::null(),
+            wait_policy: std::ptr::null(),
+            stall_report: std::ptr::null(),
+            verbose: -1,
+            node_block: -1,
+        };
+        let values = McaValues { device_path: c"/x".as_ptr(), timeout: c"abc".as_ptr(), node_block: 2, ..unset };
+        // SAFETY: every pointer is null or a C string literal.
+        let p = unsafe { values.params("coll") };
         assert_eq!(p.source("BARRIER_TIMEOUT"), "MCA parameter coll_fastbar_timeout");
         assert_eq!(p.source("BARRIER_GBA_DEVICE_PATH"), "MCA parameter coll_fastbar_device_path");
-        assert_eq!(p.source(barrier::params::MPI_NODE_BLOCK), "MCA parameter coll_fastbar_node_block");
+        assert_eq!(p.get("BARRIER_SWITCH_DEVICE_PATH").as_deref(), Some("/x"));
+        assert_eq!(p.source(crate::catalogue::NODE_BLOCK), "MCA parameter coll_fastbar_node_block");
+        assert_eq!(p.get(crate::catalogue::NODE_BLOCK).as_deref(), Some("2"));
         let err = p.duration("BARRIER_TIMEOUT").unwrap_err().to_string();
         assert!(err.contains("coll_fastbar_timeout") && !err.contains("BARRIER_TIMEOUT"), "{err}");
-        let shmem = settings("BARRIER_WAIT_POLICY=spin\n", "scoll");
+        // Unset values (null, empty, below 0) leave the environment's.
+        // SAFETY: as above.
+        let none = unsafe { unset.params("coll") };
+        for name in ["BARRIER_BACKEND", "BARRIER_VERBOSE", "BARRIER_WAIT_POLICY"] {
+            assert!(!none.source(name).contains("MCA"), "{name}: {}", none.source(name));
+        }
+        let shmem = McaValues { wait_policy: c"spin".as_ptr(), verbose: 1, ..unset };
+        // SAFETY: as above.
+        let shmem = unsafe { shmem.params("scoll") };
         assert_eq!(shmem.source("BARRIER_WAIT_POLICY"), "MCA parameter scoll_fastbar_wait_policy");
+        assert_eq!(shmem.source("BARRIER_VERBOSE"), "MCA parameter scoll_fastbar_verbose");
     }
 }

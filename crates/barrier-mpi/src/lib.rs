@@ -67,6 +67,7 @@
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+pub mod catalogue;
 #[cfg(feature = "mpi")]
 mod census;
 #[cfg(feature = "mpi")]

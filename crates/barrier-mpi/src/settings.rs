@@ -4,9 +4,9 @@
 
 use std::time::Duration;
 
+pub(crate) use crate::catalogue::FAULT;
+use crate::catalogue::{INTERNODE as MPI_INTERNODE, NODE_BLOCK as MPI_NODE_BLOCK};
 use barrier::params::ParamKind;
-pub(crate) use barrier::params::MPI_FAULT as FAULT;
-use barrier::params::{MPI_INTERNODE, MPI_NODE_BLOCK};
 use barrier::{Error, ParamInfo, Params, Result};
 
 use crate::raw::{self, Comm};
@@ -52,6 +52,7 @@ pub(crate) struct Agreed {
 
 /// Checks every setting on every rank and agrees on the verdict and on rank 0's values.
 pub(crate) fn agree_settings(comm: Comm, params: &Params, world_rank: usize) -> Result<Agreed> {
+    crate::catalogue::register();
     let known = barrier::registry::all_params();
     let core = node_params(params);
     let local_bad = known.iter().enumerate().find_map(|(i, info)| {

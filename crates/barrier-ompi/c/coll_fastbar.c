@@ -30,9 +30,17 @@
 typedef struct fastbar_rs fastbar_rs;         /* one communicator's barrier */
 typedef struct fastbar_rs_req fastbar_rs_req; /* one split-phase barrier */
 
+/* The component's MCA values, handed to the Rust side as they are: it names, formats and checks
+ * them (barrier-mpi's glue::McaValues, field for field). A string null or empty, or a number
+ * below 0, is unset. */
+struct fastbar_mca_values {
+    const char *device_path, *backend, *timeout, *wait_policy, *stall_report;
+    int verbose, node_block;
+};
+
 /* Collective over `comm`'s ranks: 1 and *out set when every rank serves the communicator, 0 when
  * every rank declines (the reason was printed where one must be). */
-extern int fastbar_rs_create(MPI_Comm comm, const char *settings, fastbar_rs **out);
+extern int fastbar_rs_create(MPI_Comm comm, const struct fastbar_mca_values *values, fastbar_rs **out);
 /* FASTBAR_DONE, FASTBAR_FAILED (the error was printed), or FASTBAR_GONE (MPI_Finalize took the
  * barrier: the previous module serves). */
 extern int fastbar_rs_barrier(fastbar_rs *b);
@@ -112,41 +120,6 @@ static int register_params(void)
         "Tests only: act as if the running Open MPI did not match the headers the component was built with",
         MCA_BASE_VAR_TYPE_BOOL, NULL, 0, 0, OPAL_INFO_LVL_9, MCA_BASE_VAR_SCOPE_READONLY, &param_test_abi_mismatch);
     return OMPI_SUCCESS;
-}
-
-/* The settings given as MCA parameters, as NAME=value lines for the Rust side, into the caller's
- * buffer (on its stack: the program's heap is the program's, see examples/mpi/heap_holes.c). */
-static void settings_text(char *out, size_t cap)
-{
-    size_t len = 0;
-    out[0] = '\0';
-#define ADD(name, value)                                                                  \
-    do {                                                                                  \
-        int n = snprintf(out + len, cap - len, "%s=%s\n", (name), (value));              \
-        if (n > 0 && (size_t) n < cap - len) {                                            \
-            len += (size_t) n;                                                            \
-        } else {                                                                          \
-            out[len] = '\0'; /* a truncated entry is cut off whole */                     \
-        }                                                                                 \
-    } while (0)
-    char number[32];
-    if (param_device_path && *param_device_path) {
-        ADD("BARRIER_SWITCH_DEVICE_PATH", param_device_path);
-        ADD("BARRIER_GBA_DEVICE_PATH", param_device_path);
-    }
-    if (param_backend && *param_backend) ADD("BARRIER_BACKEND", param_backend);
-    if (param_timeout && *param_timeout) ADD("BARRIER_TIMEOUT", param_timeout);
-    if (param_wait_policy && *param_wait_policy) ADD("BARRIER_WAIT_POLICY", param_wait_policy);
-    if (param_stall_report && *param_stall_report) ADD("BARRIER_STALL_REPORT", param_stall_report);
-    if (param_verbose >= 0) {
-        snprintf(number, sizeof number, "%d", param_verbose);
-        ADD("BARRIER_VERBOSE", number);
-    }
-    if (param_node_block >= 0) {
-        snprintf(number, sizeof number, "%d", param_node_block);
-        ADD("BARRIER_MPI_NODE_BLOCK", number);
-    }
-#undef ADD
 }
 
 /* ---- the ABI guard ------------------------------------------------------------------------ */
@@ -254,10 +227,10 @@ static void finish_earlier(fastbar_module_t *m);
 /* The first MPI_Barrier of a communicator builds its barrier on every rank (collective). */
 static void build(fastbar_module_t *m, struct ompi_communicator_t *comm)
 {
-    char settings[4096];
-    settings_text(settings, sizeof settings);
+    const struct fastbar_mca_values values = {param_device_path, param_backend,  param_timeout,   param_wait_policy,
+                                              param_stall_report, param_verbose, param_node_block};
     building++;
-    int served = fastbar_rs_create(comm, settings, &m->rs);
+    int served = fastbar_rs_create(comm, &values, &m->rs);
     building--;
     m->state = served ? SERVED : DECLINED;
 }

@@ -5,7 +5,7 @@ use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::{Mutex, MutexGuard, OnceLock, TryLockError};
 
 use barrier::Error;
-use barrier_mpi::glue::{self, ComponentStorage, DONE, FAILED, GONE, PENDING};
+use barrier_mpi::glue::{self, ComponentStorage, McaValues, DONE, FAILED, GONE, PENDING};
 use barrier_mpi::mpi::ffi::{self, MPI_Comm};
 use barrier_mpi::{raw, BarrierComm, Detached};
 
@@ -93,14 +93,13 @@ fn opted_out(comm: MPI_Comm) -> bool {
 /// declines and the previous module serves.
 ///
 /// # Safety
-/// `comm` is the communicator whose first `MPI_Barrier` this is, on every rank; `settings`
-/// is a NUL-terminated string; `out` is writable.
+/// `comm` is the communicator whose first `MPI_Barrier` this is, on every rank; `values`
+/// points to the component's MCA values (its strings null or NUL-terminated); `out` is writable.
 #[no_mangle]
-pub unsafe extern "C" fn fastbar_rs_create(comm: MPI_Comm, settings: *const c_char, out: *mut *mut Served) -> c_int {
+pub unsafe extern "C" fn fastbar_rs_create(comm: MPI_Comm, values: *const McaValues, out: *mut *mut Served) -> c_int {
     guarded("the first MPI_Barrier of a communicator", || {
         // SAFETY: the caller's contract.
-        let settings = unsafe { CStr::from_ptr(settings) }.to_string_lossy().into_owned();
-        let mut params = glue::settings(&settings, "coll");
+        let mut params = unsafe { (*values).params("coll") };
         if opted_out(comm) {
             // Agreed like any setting: rank 0's value decides for every rank.
             let given_in = format!("the communicator's info key {OPT_OUT_KEY}");

@@ -28,9 +28,18 @@
 
 typedef struct fastbar_set fastbar_set; /* the barrier of one set of PEs */
 
+/* The component's MCA values, handed to the Rust side as they are: it names, formats and checks
+ * them (barrier-mpi's glue::McaValues, field for field). A string null or empty, or a number
+ * below 0, is unset. */
+struct fastbar_mca_values {
+    const char *device_path, *backend, *timeout, *wait_policy, *stall_report;
+    int verbose, node_block;
+};
+
 /* Collective over the PEs in `pes` (world ranks, in the set's order) the first time a set is
  * seen: 1 and *out set when every member serves it, 0 when every member declines. */
-extern int fastbar_scoll_rs_find(const int *pes, int count, const char *settings, fastbar_set **out);
+extern int fastbar_scoll_rs_find(const int *pes, int count, const struct fastbar_mca_values *values,
+                                 fastbar_set **out);
 /* FASTBAR_DONE, FASTBAR_FAILED (said on stderr) or FASTBAR_GONE (finalized: the previous serves). */
 extern int fastbar_scoll_rs_barrier(fastbar_set *set);
 /* The component closes: free every barrier now (MPI still works) and take the MPI_Finalize hook
@@ -83,36 +92,6 @@ static int register_params(void)
         "Tests only: act as if the running OSHMEM did not match the headers the component was built with",
         MCA_BASE_VAR_TYPE_BOOL, NULL, 0, 0, OPAL_INFO_LVL_9, MCA_BASE_VAR_SCOPE_READONLY, &param_test_abi_mismatch);
     return OSHMEM_SUCCESS;
-}
-
-/* The settings given as MCA parameters, as NAME=value lines for the Rust side, into the caller's
- * buffer (on its stack: the program's heap is the program's, see examples/mpi/heap_holes.c). */
-static void settings_text(char *out, size_t cap)
-{
-    size_t len = 0;
-    out[0] = '\0';
-#define ADD(name, value)                                                     \
-    do {                                                                     \
-        int n = snprintf(out + len, cap - len, "%s=%s\n", (name), (value)); \
-        if (n > 0 && (size_t) n < cap - len) {                               \
-            len += (size_t) n;                                               \
-        } else {                                                             \
-            out[len] = '\0'; /* a truncated entry is cut off whole */        \
-        }                                                                    \
-    } while (0)
-    char number[32];
-    if (param_backend && *param_backend) ADD("BARRIER_BACKEND", param_backend);
-    if (param_timeout && *param_timeout) ADD("BARRIER_TIMEOUT", param_timeout);
-    if (param_wait_policy && *param_wait_policy) ADD("BARRIER_WAIT_POLICY", param_wait_policy);
-    if (param_verbose >= 0) {
-        snprintf(number, sizeof number, "%d", param_verbose);
-        ADD("BARRIER_VERBOSE", number);
-    }
-    if (param_node_block >= 0) {
-        snprintf(number, sizeof number, "%d", param_node_block);
-        ADD("BARRIER_MPI_NODE_BLOCK", number);
-    }
-#undef ADD
 }
 
 /* ---- the ABI guard ------------------------------------------------------------------------ */
@@ -214,15 +193,16 @@ static int fastbar_barrier(struct oshmem_group_t *group, long *pSync, int alg)
         /* The set's PEs on the stack where they fit (a set of up to 1024 PEs), else on the heap. */
         int on_stack[1024];
         int *pes = group->proc_count <= 1024 ? on_stack : malloc(sizeof(int) * (size_t) group->proc_count);
-        char settings[2048];
-        settings_text(settings, sizeof settings);
+        /* scoll has no device path or stall report of its own (the environment's hold). */
+        const struct fastbar_mca_values values = {NULL, param_backend, param_timeout, param_wait_policy,
+                                                  NULL, param_verbose, param_node_block};
         int served = 0;
         if (pes) {
             for (int i = 0; i < group->proc_count; i++) {
                 pes[i] = oshmem_proc_pe_vpid(group, i);
             }
             building++;
-            served = fastbar_scoll_rs_find(pes, group->proc_count, settings, &m->set);
+            served = fastbar_scoll_rs_find(pes, group->proc_count, &values, &m->set);
             building--;
         }
         if (!pes) {

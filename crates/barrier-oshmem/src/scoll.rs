@@ -3,11 +3,11 @@
 //! docs for the protocol.
 
 use std::collections::HashMap;
-use std::ffi::{c_char, c_int, c_void, CStr};
+use std::ffi::{c_int, c_void};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use barrier::Error;
-use barrier_mpi::glue::{self, ComponentStorage, DONE, FAILED, GONE};
+use barrier_mpi::glue::{self, ComponentStorage, McaValues, DONE, FAILED, GONE};
 use barrier_mpi::mpi::ffi::{self, MPI_Comm};
 use barrier_mpi::{raw, BarrierComm};
 
@@ -119,13 +119,13 @@ fn communicator_of(pes: &[c_int]) -> Result<Option<MPI_Comm>, Error> {
 /// `*out` set when every member serves it, 0 when every member declines.
 ///
 /// # Safety
-/// `pes` points to `count` world ranks, the same on every member; `settings` is a
-/// NUL-terminated string; `out` is writable.
+/// `pes` points to `count` world ranks, the same on every member; `values` points to the
+/// component's MCA values (its strings null or NUL-terminated); `out` is writable.
 #[no_mangle]
 pub unsafe extern "C" fn fastbar_scoll_rs_find(
     pes: *const c_int,
     count: c_int,
-    settings: *const c_char,
+    values: *const McaValues,
     out: *mut *const Set,
 ) -> c_int {
     guarded("the first barrier of a set of PEs", || {
@@ -146,8 +146,7 @@ pub unsafe extern "C" fn fastbar_scoll_rs_find(
             return 0;
         }
         // SAFETY: the caller's contract.
-        let settings = unsafe { CStr::from_ptr(settings) }.to_string_lossy().into_owned();
-        let params = glue::settings(&settings, "scoll");
+        let params = unsafe { (*values).params("scoll") };
         let verbose = params.flag("BARRIER_VERBOSE").unwrap_or(false);
         glue::hook_finalize(&FINALIZE_HOOK, at_finalize);
         let what = if key.len() == raw::size(raw::comm_world()).unwrap_or(0) {

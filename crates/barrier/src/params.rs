@@ -335,14 +335,6 @@ pub const DEFAULT_STALL_REPORT: Duration = Duration::from_secs(30);
 pub const SINGLETON: &str = "BARRIER_SINGLETON";
 /// `BARRIER_REBALANCE`: see `registry::core_params`.
 pub const REBALANCE: &str = "BARRIER_REBALANCE";
-/// `BARRIER_MPI_FAULT`: see `registry::mpi_params`.
-pub const MPI_FAULT: &str = "BARRIER_MPI_FAULT";
-/// `BARRIER_MPI_NODE_BLOCK`: see `registry::mpi_params`.
-pub const MPI_NODE_BLOCK: &str = "BARRIER_MPI_NODE_BLOCK";
-/// `BARRIER_MPI_INTERNODE`: see `registry::mpi_params`.
-pub const MPI_INTERNODE: &str = "BARRIER_MPI_INTERNODE";
-/// `BARRIER_MPI_PROGRESS`: see `registry::mpi_params`.
-pub const MPI_PROGRESS: &str = "BARRIER_MPI_PROGRESS";
 
 /// A backend's selection settings.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

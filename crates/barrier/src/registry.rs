@@ -1,8 +1,10 @@
 //! The registry: every backend this process knows, in registry order (the built-in ones, then
 //! those the program registered with [`register_backend`]), and the catalogue of every
-//! parameter (the core ones, each backend's, MPI's). It sits above the backends (it names
-//! them) and beneath the selector, the communicator and the tools, which read it; `params.rs`
-//! below it is only the mechanism (values, kinds, checks).
+//! parameter (the core ones, each backend's, and those of the layers above the core that this
+//! process registered with [`register_layer`]: barrier-mpi's, barrier-openshmem's). It sits above
+//! the backends (it names them) and beneath the selector, the communicator and the tools, which
+//! read it; `params.rs` below it is only the mechanism (values, kinds, checks). The core names
+//! no setting of a layer above it: each layer declares its own and registers them.
 //!
 //! Registration is explicit and happens in one place, like `tracing`'s global subscriber: a
 //! program (or a vendor crate on its behalf) calls [`register_backend`] before it creates the
@@ -16,7 +18,7 @@ use crate::backend::Backend;
 use crate::backends::dissemination::Software;
 use crate::backends::hierarchical::Hierarchical;
 use crate::error::Error;
-use crate::params::{ParamInfo, ParamKind, Params, MPI_FAULT, MPI_INTERNODE, MPI_NODE_BLOCK, MPI_PROGRESS, REBALANCE};
+use crate::params::{ParamInfo, ParamKind, Params, REBALANCE};
 
 /// The software backend (the selector enables it statically: see `engine.rs`).
 pub(crate) static SOFTWARE: Software = Software;
@@ -24,6 +26,13 @@ static HIERARCHICAL: Hierarchical = Hierarchical;
 
 /// The backends this process registered, in the order they were registered.
 static REGISTERED: RwLock<Vec<&'static dyn Backend>> = RwLock::new(Vec::new());
+
+/// The layers above the core whose settings this process registered, in the order they were
+/// registered: a layer's name and its catalogue.
+static LAYERS: RwLock<Vec<(&'static str, Catalogue)>> = RwLock::new(Vec::new());
+
+/// A layer's settings, as [`register_layer`] takes them.
+pub type Catalogue = fn() -> Vec<ParamInfo>;
 
 /// The most backends a process can know, the built-in ones included: the selector agrees on
 /// them by name in one exchange line (a word each) and orders them in 4-bit fields.
@@ -123,6 +132,30 @@ pub fn register_backend(backend: impl Backend + 'static) -> Result<(), Error> {
     // A backend lives as long as the process: communicators hold `&'static` references to it.
     registered.push(Box::leak(Box::new(backend)));
     Ok(())
+}
+
+/// Registers the settings of a layer above the core, named `layer` (barrier-mpi registers
+/// `"mpi"`, barrier-openshmem `"openshmem"`): from then on every communicator checks them and
+/// [`all_params`] (and with it `barrier info`) lists them, after the built-in backends'. A layer
+/// registers its settings itself, before it reads them or makes a communicator; a second
+/// registration of the same name does nothing. Every process of a job registers the same layers
+/// in the same order (it runs the same code), so a parameter has the same index everywhere.
+///
+/// ```
+/// use barrier::ParamInfo;
+/// fn mine() -> Vec<ParamInfo> {
+///     vec![ParamInfo::new("BARRIER_MINE_DEPTH", "1", "How deep my layer's tree is.")]
+/// }
+/// barrier::registry::register_layer("mine", mine);
+/// barrier::registry::register_layer("mine", mine); // once is enough
+/// let all = barrier::registry::all_params();
+/// assert_eq!(all.iter().filter(|p| p.name == "BARRIER_MINE_DEPTH").count(), 1);
+/// ```
+pub fn register_layer(layer: &'static str, params: Catalogue) {
+    let mut layers = LAYERS.write().unwrap_or_else(|p| p.into_inner());
+    if !layers.iter().any(|(name, _)| *name == layer) {
+        layers.push((layer, params));
+    }
 }
 
 /// Checks every parameter this build knows ([`all_params`]); the first bad value, with its
@@ -260,102 +293,27 @@ pub fn backend_params(name: &str, priority: i32) -> Vec<ParamInfo> {
     ]
 }
 
-/// Every parameter this build knows: the core ones, then each backend's standard three and its
-/// own, in registry order (`barrier info` lists them in this order).
+/// Every parameter this process knows: the core ones, then each built-in backend's standard
+/// three and its own, then each registered layer's ([`register_layer`]), then each registered
+/// backend's (`barrier info` lists them in this order).
 pub fn all_params() -> Vec<ParamInfo> {
-    // The built-in backends' and MPI's parameters come before the registered backends', so
-    // that the index of every built-in parameter is the same in every process (ranks name a bad
-    // value to each other by its index).
+    // The built-in backends' and the layers' parameters come before the registered backends',
+    // so that the index of every built-in parameter is the same in every process (ranks name a
+    // bad value to each other by its index).
     let mut all = core_params();
     let (builtin_count, every) = (builtin().len(), backends());
     for b in &every[..builtin_count] {
         all.extend(backend_params(b.name(), b.default_priority()));
         all.extend(b.params());
     }
-    all.extend(mpi_params());
-    all.extend(shmem_params());
+    for (_, params) in LAYERS.read().unwrap_or_else(|p| p.into_inner()).iter() {
+        all.extend(params());
+    }
     for b in &every[builtin_count..] {
         all.extend(backend_params(b.name(), b.default_priority()));
         all.extend(b.params());
     }
     all
-}
-
-/// The parameters of the OpenSHMEM interposer (`barrier-shmem`): described here so that
-/// `barrier info` lists them and every communicator checks them, read there.
-pub fn shmem_params() -> Vec<ParamInfo> {
-    vec![
-        ParamInfo::new(
-            "BARRIER_SHMEM_NODE_BLOCK",
-            "0",
-            "OpenSHMEM only: pretend that every K consecutive PEs of a machine are one node, so the internode \
-             path (OpenSHMEM puts between node roots) runs on one machine. 0: nodes are the machines (by host \
-             name). Unset: BARRIER_MPI_NODE_BLOCK's value.",
-        )
-        .kind(ParamKind::Int { min: 0, max: i32::MAX as i64 }),
-        ParamInfo::new(
-            "BARRIER_SHMEM_PROGRESS",
-            "1",
-            "OpenSHMEM only: a PE waiting in a barrier keeps the implementation progressing (Open MPI's \
-             opal_progress), so that a put to a static variable aimed at it lands meanwhile. 0 turns it off \
-             (a negative control: such a put before a barrier then never lands).",
-        )
-        .kind(ParamKind::Bool),
-        ParamInfo::new(
-            "BARRIER_SHMEM_INTERNODE",
-            "auto",
-            "OpenSHMEM only, where every node has one PE: dissemination: our rounds over OpenSHMEM atomics \
-             between the PEs (a timeout or stall report names the PE waited for); shmem: the implementation's \
-             own shmem_barrier_all and shmem_sync_all serve (passed through); auto: the PEs time both at \
-             shmem_init and keep the faster (ours only when 5% faster), unless BARRIER_TIMEOUT or \
-             BARRIER_STALL_REPORT is set (dissemination). Nodes of several PEs always run ours. PE 0's value \
-             holds.",
-        )
-        .kind(ParamKind::Choice(&["auto", "dissemination", "shmem"])),
-    ]
-}
-
-/// The parameters of communicators made over MPI (`barrier-mpi` and its interposer): described
-/// here so that `barrier info` lists them and every communicator checks them, read there.
-pub fn mpi_params() -> Vec<ParamInfo> {
-    vec![
-        ParamInfo::new(
-            MPI_NODE_BLOCK,
-            "0",
-            "MPI only: pretend that every K consecutive MPI_COMM_WORLD ranks of a machine are one node, so the \
-             internode path (MPI between node roots) runs on one machine. 0: nodes are the machines \
-             (MPI_COMM_TYPE_SHARED).",
-        )
-        .kind(ParamKind::Int { min: 0, max: i32::MAX as i64 }),
-        ParamInfo::new(
-            MPI_INTERNODE,
-            "auto",
-            "MPI only: how the node roots meet across nodes. dissemination: our rounds over MPI point-to-point \
-             (a timeout or stall report names the root waited for); mpi: MPI's barrier on a \
-             communicator of the roots (MPI_Barrier; MPI_Ibarrier for split-phase barriers and under a \
-             timeout, whose report cannot name the missing root); auto: the roots time \
-             both when the communicator is made and keep the faster, unless BARRIER_TIMEOUT or \
-             BARRIER_STALL_REPORT is set (dissemination, whose reports name the missing root). Rank 0's \
-             value holds.",
-        )
-        .kind(ParamKind::Choice(&["auto", "dissemination", "mpi"])),
-        ParamInfo::new(
-            MPI_PROGRESS,
-            "1",
-            "MPI only: a rank waiting in a barrier keeps MPI's progress engine turning (one MPI_Iprobe every 16 \
-             yields and around every park, parks cut to 1 ms), so that a large send to it or a one-sided read of \
-             its window completes meanwhile, as MPI's progress rule promises. 0 turns it off (tests; programs \
-             that never rely on it).",
-        )
-        .kind(ParamKind::Bool),
-        ParamInfo::new(
-            MPI_FAULT,
-            "",
-            "MPI only, tests: make one set-up stage fail on one MPI_COMM_WORLD rank, STAGE:RANK with STAGE one of \
-             open (mapping the node's segment), join (joining it), internode (the internode set-up). Every rank \
-             must then fall back to MPI_Barrier together.",
-        ),
-    ]
 }
 
 #[cfg(test)]

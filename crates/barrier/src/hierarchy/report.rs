@@ -27,7 +27,7 @@ pub struct Names {
     pub root_ranks: Vec<(usize, usize)>,
     /// Where the timeout was given (`BARRIER_TIMEOUT`, or the method that set it).
     pub limit: String,
-    /// The layer's setting that chooses the roots' way ("BARRIER_MPI_INTERNODE").
+    /// The layer's setting that chooses the roots' way (its name, as the layer declares it).
     pub setting: &'static str,
 }
 

@@ -70,8 +70,8 @@ pub enum Way {
     Own,
 }
 
-/// What the layer's setting (`BARRIER_MPI_INTERNODE`, `BARRIER_SHMEM_INTERNODE`, as the
-/// communicator's rank 0 has it) asks for.
+/// What the layer's setting that chooses the roots' way (barrier-mpi's and barrier-openshmem's
+/// internode settings, as the communicator's rank 0 has them) asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Choice {
     /// Time both, keep the faster.
@@ -156,7 +156,7 @@ impl Chosen {
 
     /// The roots' part of a description: `ours` names our rounds ("dissemination over
     /// mpi-p2p"), `own` the implementation's barrier ("MPI's barrier"), `forced` the setting
-    /// that forces it ("BARRIER_MPI_INTERNODE=mpi").
+    /// that forces it (barrier-mpi's "…_INTERNODE=mpi").
     pub fn describe(self, ours: &str, own: &str, forced: &str) -> String {
         let timed = |fast: Duration, slow: Duration, other: &str| {
             format!(", the faster ({fast:.1?} a barrier when timed, against {other}'s {slow:.1?})")

@@ -35,12 +35,12 @@ use crate::progress::call_progress;
 use crate::waits::{pe_list, report_stall, Failure, Result, Waits};
 
 /// Active sets a node can serve.
-pub(crate) const SLOTS: usize = 64;
+pub const SLOTS: usize = 64;
 /// Words per cache line (128-byte lines).
 const LINE_WORDS: usize = 16;
 
 /// Words of a node's table for a node of `node_size` PEs.
-pub(crate) fn table_words(node_size: usize) -> usize {
+pub fn table_words(node_size: usize) -> usize {
     SLOTS * entry_words(node_size) + node_size
 }
 
@@ -51,7 +51,7 @@ fn entry_words(node_size: usize) -> usize {
 
 /// This PE's side of the node's table.
 #[derive(Debug)]
-pub(crate) struct Sets {
+pub struct Sets {
     table: SharedWindow,
     /// The node's PEs, in order (a PE's place here is its word among the departures).
     node_pes: Vec<usize>,
@@ -65,7 +65,7 @@ fn key(start: i32, stride: i32, size: i32) -> u64 {
 }
 
 impl Sets {
-    pub(crate) fn new(table: SharedWindow, node_pes: Vec<usize>) -> Sets {
+    pub fn new(table: SharedWindow, node_pes: Vec<usize>) -> Sets {
         Sets { table, node_pes, epochs: Mutex::new(HashMap::new()) }
     }
 
@@ -91,7 +91,7 @@ impl Sets {
     }
 
     /// This PE calls `shmem_finalize`: a member waiting for it in any set learns it at once.
-    pub(crate) fn depart(&self, me: usize) {
+    pub fn depart(&self, me: usize) {
         if let Some(word) = self.departed(me) {
             word.store(1, Ordering::Release);
         }
@@ -99,7 +99,7 @@ impl Sets {
 
     /// The barrier of the set `members` (`start, stride, size`; this PE, `me`, among them):
     /// `Ok(false)` when the table is full and the call must pass through.
-    pub(crate) fn barrier(&self, members: &[usize], set: (i32, i32, i32), me: usize, waits: Waits) -> Result<bool> {
+    pub fn barrier(&self, members: &[usize], set: (i32, i32, i32), me: usize, waits: Waits) -> Result<bool> {
         let (start, stride, size) = set;
         let k = key(start, stride, size);
         let Some(entry) = self.entry(k) else { return Ok(false) };
@@ -193,7 +193,7 @@ impl Sets {
 
 /// The PEs of an active set, if they are valid (OpenSHMEM's rules: a non-negative start and
 /// stride exponent, at least one member, every member a PE of the job).
-pub(crate) fn members(start: i32, stride: i32, size: i32, npes: usize) -> Option<Vec<usize>> {
+pub fn members(start: i32, stride: i32, size: i32, npes: usize) -> Option<Vec<usize>> {
     if start < 0 || !(0..31).contains(&stride) || size < 1 || size as usize > npes {
         return None;
     }

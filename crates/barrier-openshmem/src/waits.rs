@@ -7,7 +7,7 @@ use std::time::Duration;
 /// How every wait of the job behaves: agreed at set-up (PE 0's values), so one PE's own
 /// `BARRIER_TIMEOUT` cannot end the job alone.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Waits {
+pub struct Waits {
     /// Yield between looks (more PEs than cores on this machine).
     pub yields: bool,
     /// Give up after this long in one barrier (`BARRIER_TIMEOUT`).
@@ -18,7 +18,7 @@ pub(crate) struct Waits {
 
 impl Waits {
     /// What a poll does between looks (the wait layer's [`Pace`](barrier::wait::Pace)).
-    pub(crate) fn pace(&self) -> barrier::wait::Pace {
+    pub fn pace(&self) -> barrier::wait::Pace {
         if self.yields {
             barrier::wait::Pace::Yield
         } else {
@@ -29,7 +29,7 @@ impl Waits {
 
 /// Why a served barrier cannot complete: a sentence in PEs, for the line that ends the job.
 #[derive(Debug)]
-pub(crate) struct Failure(pub String);
+pub struct Failure(pub String);
 
 impl From<barrier::Error> for Failure {
     /// The core's error in PEs where the roots' phase failed: its timeout and a departure name
@@ -62,10 +62,10 @@ impl std::fmt::Display for Failure {
 }
 
 /// What a served barrier returns.
-pub(crate) type Result<T> = std::result::Result<T, Failure>;
+pub type Result<T> = std::result::Result<T, Failure>;
 
 /// A list of PEs as a person reads it: `[0, 1, 2]`, or its first few and how many more.
-pub(crate) fn pe_list(pes: &[usize]) -> String {
+pub fn pe_list(pes: &[usize]) -> String {
     const SHOWN: usize = 16;
     if pes.len() <= SHOWN {
         format!("{pes:?}")
@@ -76,7 +76,7 @@ pub(crate) fn pe_list(pes: &[usize]) -> String {
 
 /// Says a stall report (the core's wording, in PEs).
 #[cold]
-pub(crate) fn report_stall(what: String) {
+pub fn report_stall(what: String) {
     let msg =
         format!("{what}; still waiting (this report: BARRIER_STALL_REPORT; to give up instead, set BARRIER_TIMEOUT)");
     barrier::text::say(&msg);
@@ -85,7 +85,7 @@ pub(crate) fn report_stall(what: String) {
 /// Ends the job after `what` failed on this PE (a barrier of ours, which the program cannot go
 /// on past, and for which the other PEs must not wait): a line naming the PE and the reason,
 /// then `shmem_global_exit(70)` (or this process's exit where the implementation has none).
-pub(crate) fn end_job(real: &crate::real::Real, what: &str, e: &Failure) -> ! {
+pub fn end_job(real: &crate::real::Real, what: &str, e: &Failure) -> ! {
     // SAFETY: the implementation is initialized.
     let me = unsafe { (real.my_pe)() };
     barrier::text::say(&format!("barrier-shmem: {what} failed on PE {me}: {e}; ending the job"));

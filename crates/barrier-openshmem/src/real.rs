@@ -9,9 +9,9 @@
 use std::ffi::{c_char, c_int, c_long, c_ulong, c_void, CStr};
 
 /// `void f(void)`.
-pub(crate) type Void = unsafe extern "C" fn();
+pub type Void = unsafe extern "C" fn();
 /// The active-set barrier's signature: `PE_start, logPE_stride, PE_size, pSync`.
-pub(crate) type ActiveSet = unsafe extern "C" fn(c_int, c_int, c_int, *mut c_long);
+pub type ActiveSet = unsafe extern "C" fn(c_int, c_int, c_int, *mut c_long);
 
 macro_rules! load {
     ($name:literal, $ty:ty) => {
@@ -28,7 +28,7 @@ macro_rules! load {
 /// is not served goes to. Each is looked up on its own, so a call passes through even when the
 /// implementation lacks something only serving needs ([`Real`]).
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Forward {
+pub struct Forward {
     pub init: Option<Void>,
     pub init_thread: Option<unsafe extern "C" fn(c_int, *mut c_int) -> c_int>,
     pub start_pes: Option<unsafe extern "C" fn(c_int)>,
@@ -40,7 +40,7 @@ pub(crate) struct Forward {
 }
 
 impl Forward {
-    pub(crate) fn find() -> Forward {
+    pub fn find() -> Forward {
         Forward {
             init: load!("shmem_init", Void),
             init_thread: load!("shmem_init_thread", unsafe extern "C" fn(c_int, *mut c_int) -> c_int),
@@ -56,7 +56,7 @@ impl Forward {
 
 /// The implementation's functions serving needs.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Real {
+pub struct Real {
     pub barrier_all: Void,
     pub quiet: Void,
     pub my_pe: unsafe extern "C" fn() -> c_int,
@@ -94,7 +94,7 @@ fn function(name: &str) -> Option<*mut c_void> {
 impl Real {
     /// Looks every function serving needs up; `Err` names the first one the program's OpenSHMEM
     /// lacks (then every call passes through).
-    pub(crate) fn find() -> Result<Real, String> {
+    pub fn find() -> Result<Real, String> {
         let missing = |name: &str| format!("the program's OpenSHMEM defines no {name}");
         macro_rules! need {
             ($name:literal, $ty:ty) => {
@@ -138,7 +138,7 @@ fn implementation_name(open_mpi: bool) -> &'static str {
 }
 
 /// The process's host name, hashed (FNV-1a): which PEs share a machine.
-pub(crate) fn host_hash() -> u64 {
+pub fn host_hash() -> u64 {
     let mut buf = [0 as c_char; 256];
     // SAFETY: `buf` holds 256 bytes; gethostname writes at most that many.
     unsafe { libc::gethostname(buf.as_mut_ptr(), buf.len()) };

@@ -21,7 +21,7 @@ use crate::real::Real;
 use crate::waits::{pe_list, Result, Waits};
 
 /// One flag per cache line in the internode inbox.
-pub(crate) const LINE: usize = 128;
+pub const LINE: usize = 128;
 
 /// The node roots' link over OpenSHMEM: in round `r` root `j` adds one to round-`r` word of
 /// root `(j + 2^r) mod R` (`shmem_ulong_atomic_add`, remote; only `j` adds to it, once per
@@ -35,7 +35,7 @@ pub(crate) const LINE: usize = 128;
 /// inbox, once. A root waiting in barrier `e` that finds a word below `e + 1` knows that root
 /// will never arrive, and fails at once, naming it, instead of waiting for ever.
 #[derive(Debug)]
-pub(crate) struct ShmemRoots {
+pub struct ShmemRoots {
     real: Real,
     /// This root's inbox: one flag per round, a line each, then a word per root (symmetric).
     inbox: usize,
@@ -51,11 +51,11 @@ pub(crate) struct ShmemRoots {
 
 impl ShmemRoots {
     /// Bytes of a root's inbox for `roots` nodes.
-    pub(crate) fn inbox_bytes(roots: usize) -> usize {
+    pub fn inbox_bytes(roots: usize) -> usize {
         barrier::rounds(roots) * LINE + roots * 8
     }
 
-    pub(crate) fn new(
+    pub fn new(
         real: Real,
         inbox: usize,
         index: usize,
@@ -77,7 +77,7 @@ impl ShmemRoots {
     }
 
     /// How the composer's reports name this root and the others.
-    pub(crate) fn names(&self, size: usize) -> barrier::hierarchy::Names {
+    pub fn names(&self, size: usize) -> barrier::hierarchy::Names {
         barrier::hierarchy::Names {
             layer: "barrier-shmem",
             member: "PE",
@@ -94,7 +94,7 @@ impl ShmemRoots {
                 .collect(),
             root_ranks: self.roots.iter().map(|&pe| (pe, pe)).collect(),
             limit: "BARRIER_TIMEOUT".into(),
-            setting: "BARRIER_SHMEM_INTERNODE",
+            setting: crate::settings::INTERNODE,
         }
     }
 
@@ -110,7 +110,7 @@ impl ShmemRoots {
     }
 
     /// Tells every other root that this one leaves after `completed` barriers (at finalize).
-    pub(crate) fn depart(&self, completed: u64) {
+    pub fn depart(&self, completed: u64) {
         for (j, &pe) in self.roots.iter().enumerate() {
             if j != self.index {
                 // SAFETY: root j's inbox word for this root (symmetric address); a remote
@@ -170,7 +170,7 @@ impl RootsLink for ShmemRoots {
 /// The implementation's own `shmem_barrier_all`, among the roots where every node has one PE
 /// (the roots are every PE).
 #[derive(Debug)]
-pub(crate) struct ShmemOwn(pub(crate) Real);
+pub struct ShmemOwn(pub Real);
 
 impl OwnBarrier for ShmemOwn {
     fn name(&self) -> &'static str {
@@ -197,7 +197,7 @@ impl OwnBarrier for ShmemOwn {
 /// Active-set barriers of sets inside this PE's node. Shared by reference: a thread waits in
 /// one holding no lock.
 #[derive(Debug)]
-pub(crate) struct SetServing {
+pub struct SetServing {
     sets: crate::sets::Sets,
     /// The node of every PE, and this PE.
     node_of: Vec<usize>,
@@ -209,7 +209,7 @@ impl SetServing {
     /// The barrier of an active set whose members all share this PE's node: `Ok(false)` when
     /// it is not such a set (or this PE is not in it, or the node's table is full) and the call
     /// must pass through.
-    pub(crate) fn set_barrier(&self, start: i32, stride: i32, size: i32) -> Result<bool> {
+    pub fn set_barrier(&self, start: i32, stride: i32, size: i32) -> Result<bool> {
         let Some(members) = crate::sets::members(start, stride, size, self.node_of.len()) else { return Ok(false) };
         let mine = self.node_of[self.me];
         if !members.contains(&self.me) || members.iter().any(|&pe| self.node_of[pe] != mine) {
@@ -219,7 +219,7 @@ impl SetServing {
     }
 
     /// This PE calls `shmem_finalize`: a member waiting for it in a set learns it at once.
-    pub(crate) fn depart(&self) {
+    pub fn depart(&self) {
         self.sets.depart(self.me);
     }
 }
@@ -228,7 +228,7 @@ impl SetServing {
 /// node's universe, and across nodes the core's hierarchy over its halves and the roots'
 /// link), used by one thread at a time (the library's lock around it), and the active sets.
 #[derive(Debug)]
-pub(crate) struct Serving {
+pub struct Serving {
     // Field order is drop order: the table's window, then the hierarchy (its halves are made
     // from the node's universe), then the universe, all before the segment.
     sets: Arc<SetServing>,
@@ -249,14 +249,14 @@ unsafe impl Send for Serving {}
 
 /// Where the node's PEs are, for [`Serving::new`].
 #[derive(Debug)]
-pub(crate) struct Place {
+pub struct Place {
     pub node_of: Vec<usize>,
     pub me: usize,
     pub waits: Waits,
 }
 
 impl Serving {
-    pub(crate) fn new(
+    pub fn new(
         node: Universe,
         hier: Option<Hierarchy<ShmemRoots>>,
         seg: Arc<Segment>,
@@ -270,35 +270,35 @@ impl Serving {
 
     /// The barriers of every PE pass through to the implementation from now on (agreed by
     /// every PE); `describe` says so.
-    pub(crate) fn delegate(&mut self, describe: String) {
+    pub fn delegate(&mut self, describe: String) {
         self.delegated = true;
         self.describe = describe;
     }
 
     /// Whether the barriers of every PE pass through to the implementation.
-    pub(crate) fn delegated(&self) -> bool {
+    pub fn delegated(&self) -> bool {
         self.delegated
     }
 
     /// Adds to the description (how the roots' way was chosen).
-    pub(crate) fn say_also(&mut self, what: &str) {
+    pub fn say_also(&mut self, what: &str) {
         self.describe = format!("{}; {what}", self.describe);
     }
 
     /// The active sets' side, to share with threads that wait without the lock.
-    pub(crate) fn sets(&self) -> Arc<SetServing> {
+    pub fn sets(&self) -> Arc<SetServing> {
         self.sets.clone()
     }
 
     /// What runs the barriers, in one line.
-    pub(crate) fn describe(&self) -> &str {
+    pub fn describe(&self) -> &str {
         &self.describe
     }
 
     /// A barrier of every PE (collective): writes before it on any PE are visible after it on
     /// every PE (release on arrival, acquire on departure, through the node's barrier and the
     /// roots' remote adds).
-    pub(crate) fn barrier(&self) -> Result<()> {
+    pub fn barrier(&self) -> Result<()> {
         match &self.hier {
             None => Ok(self.node.world().barrier()?),
             Some(hier) => Ok(hier.barrier()?),
@@ -307,7 +307,7 @@ impl Serving {
 
     /// This PE calls `shmem_finalize`: on a node root, the other roots learn that it will make
     /// no more barriers.
-    pub(crate) fn depart(&self) {
+    pub fn depart(&self) {
         if let Some(hier) = &self.hier {
             if let Some(roots) = hier.roots() {
                 roots.link().depart(hier.entered());

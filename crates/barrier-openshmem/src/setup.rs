@@ -19,10 +19,7 @@ use crate::waits::Waits;
 /// Words per PE in an exchange.
 const WORDS: usize = 10;
 
-/// The settings this library reads beside the core ones.
-pub(crate) const NODE_BLOCK: &str = "BARRIER_SHMEM_NODE_BLOCK";
-pub(crate) const PROGRESS: &str = "BARRIER_SHMEM_PROGRESS";
-pub(crate) const INTERNODE: &str = "BARRIER_SHMEM_INTERNODE";
+use crate::settings::{INTERNODE, MPI_NODE_BLOCK, NODE_BLOCK, PROGRESS};
 
 /// `BARRIER_SHMEM_INTERNODE` as an exchange word.
 fn internode_code(params: &Params) -> u64 {
@@ -36,14 +33,14 @@ fn internode_code(params: &Params) -> u64 {
 /// Symmetric memory this library allocated, freed at finalize: every allocation every PE made
 /// (collectively), null ones included, so that every PE makes the same collective frees.
 #[derive(Debug, Default)]
-pub(crate) struct Symmetric {
+pub struct Symmetric {
     pub exchange: Option<usize>,
     pub inbox: Option<usize>,
 }
 
 impl Symmetric {
     /// Frees it (collective, as the allocation was; freeing null is allowed and does nothing).
-    pub(crate) fn free(self, real: &Real) {
+    pub fn free(self, real: &Real) {
         for p in [self.inbox, self.exchange].into_iter().flatten() {
             // SAFETY: made by `shmem_align` on every PE (or null); every PE frees in this order.
             unsafe { (real.free)(p as *mut c_void) };
@@ -108,7 +105,9 @@ fn duration(word: u64) -> Option<std::time::Duration> {
 }
 
 /// What the set-up decided on every PE alike.
-pub(crate) enum Outcome {
+#[derive(Debug)]
+pub enum Outcome {
+    /// Every PE serves its barriers with ours.
     Serve(Box<Serving>),
     /// Every PE passes every call through; the reason (printed once with BARRIER_VERBOSE).
     Decline(String),
@@ -116,14 +115,15 @@ pub(crate) enum Outcome {
 
 /// The PEs' node: which PEs share it, by the host name each PE reported, cut into blocks of
 /// `block` PEs per machine when simulated nodes are asked for.
-pub(crate) struct Nodes {
+#[derive(Debug)]
+pub struct Nodes {
     /// Node of each PE, numbered by its first PE.
     pub node_of: Vec<usize>,
     /// PEs on this PE's machine.
     pub on_machine: usize,
 }
 
-pub(crate) fn nodes(hashes: &[u64], block: usize) -> Nodes {
+pub fn nodes(hashes: &[u64], block: usize) -> Nodes {
     let mut keys: Vec<(u64, usize)> = Vec::with_capacity(hashes.len());
     let mut seen_on_host: Vec<(u64, usize)> = Vec::new();
     for &h in hashes {
@@ -154,7 +154,7 @@ pub(crate) fn nodes(hashes: &[u64], block: usize) -> Nodes {
 }
 
 /// Runs the set-up (collective over every PE).
-pub(crate) fn run(real: &Real, params: &Params) -> (Outcome, Symmetric) {
+pub fn run(real: &Real, params: &Params) -> (Outcome, Symmetric) {
     // SAFETY: the implementation is initialized (our caller ran its init).
     let (me, n) = unsafe { ((real.my_pe)() as usize, (real.n_pes)() as usize) };
     let mut symmetric = Symmetric::default();
@@ -168,10 +168,11 @@ pub(crate) fn run(real: &Real, params: &Params) -> (Outcome, Symmetric) {
     let x = Exchange { real, buf, me, n };
 
     // 1. Settings, checked on every PE and agreed; rank 0's node block.
+    crate::settings::register();
     let known = barrier::registry::all_params();
     let mut bad = barrier::registry::check_all_but_backend_names(params).err().map(|b| (b.0, b.1.to_string()));
     // BARRIER_SHMEM_NODE_BLOCK, or barrier-mpi's BARRIER_MPI_NODE_BLOCK when only that is set.
-    let block_var = if params.get(NODE_BLOCK).is_some() { NODE_BLOCK } else { barrier::params::MPI_NODE_BLOCK };
+    let block_var = if params.get(NODE_BLOCK).is_some() { NODE_BLOCK } else { MPI_NODE_BLOCK };
     let block = params.parse(block_var, 0usize, "a number of PEs").unwrap_or_else(|e| {
         bad.get_or_insert((known.len(), e.to_string()));
         0

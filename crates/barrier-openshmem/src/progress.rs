@@ -7,12 +7,12 @@ use crate::real::Void;
 /// The implementation's progress call, for the wait layer's hook (a plain `fn(usize)`).
 static PROGRESS: AtomicUsize = AtomicUsize::new(0);
 
-pub(crate) fn set_progress(progress: Void) {
+pub fn set_progress(progress: Void) {
     PROGRESS.store(progress as usize, Ordering::Release);
 }
 
 /// One step of the implementation's progress engine (the wait layer calls it on its slow path).
-pub(crate) fn call_progress(_context: usize) {
+pub fn call_progress(_context: usize) {
     let p = PROGRESS.load(Ordering::Acquire);
     if p != 0 {
         // SAFETY: set from the implementation's `void opal_progress(void)`.
