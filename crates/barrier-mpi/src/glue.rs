@@ -120,6 +120,116 @@ impl McaValues {
     }
 }
 
+/// One structure of Open MPI's that a component's C glue touches: its size in the running
+/// library (the class's `cls_sizeof`) and in the headers the glue was built with.
+#[repr(C)]
+#[derive(Debug)]
+pub struct StructSize {
+    /// What it is ("communicator", "coll module"), NUL-terminated.
+    pub name: *const c_char,
+    /// `cls_sizeof` of the running library.
+    pub running: usize,
+    /// `sizeof` in the headers.
+    pub built: usize,
+}
+
+/// What a component's C glue knows when Open MPI opens it, for the ABI guard.
+#[repr(C)]
+#[derive(Debug)]
+pub struct BuiltFor {
+    /// The Open MPI version of the headers (`OMPI_MAJOR_VERSION` and its kin).
+    pub major: c_int,
+    /// The minor version.
+    pub minor: c_int,
+    /// The release.
+    pub release: c_int,
+    /// The structures the glue touches, `count` of them.
+    pub sizes: *const StructSize,
+    /// How many `sizes` points to.
+    pub count: usize,
+    /// The component's `test_abi_mismatch` parameter: act as if they did not match.
+    pub test_mismatch: bool,
+}
+
+/// The ABI guard, for both components: why the component must not open on the running
+/// library (`None`: it may). A version of the library other than the headers', or a structure
+/// of another size (the same version configured otherwise, a debug build), refuses.
+///
+/// # Safety
+/// `built.sizes` points to `built.count` entries whose names are NUL-terminated; MPI may be
+/// called (`MPI_Get_library_version` may be called before `MPI_Init`).
+pub unsafe fn abi_refusal(framework: &str, built: &BuiltFor) -> Option<String> {
+    let headers = format!("Open MPI v{}.{}.{}", built.major, built.minor, built.release);
+    let mut running = vec![0 as c_char; ffi::MPI_MAX_LIBRARY_VERSION_STRING as usize + 1];
+    let mut len: c_int = 0;
+    // SAFETY: the buffer holds MPI_MAX_LIBRARY_VERSION_STRING characters and a NUL.
+    unsafe { ffi::PMPI_Get_library_version(running.as_mut_ptr(), &mut len) };
+    // SAFETY: zeroed past what MPI wrote.
+    let running = unsafe { CStr::from_ptr(running.as_ptr()) }.to_string_lossy().into_owned();
+    if let Some(refusal) = version_refusal(&headers, &running) {
+        return Some(refusal);
+    }
+    let sizes = match built.count {
+        0 => &[][..],
+        // SAFETY: the caller's contract.
+        n => unsafe { std::slice::from_raw_parts(built.sizes, n) },
+    };
+    let differ: Vec<String> = sizes
+        .iter()
+        .filter(|s| s.running != s.built)
+        .map(|s| {
+            // SAFETY: the caller's contract.
+            let name = unsafe { CStr::from_ptr(s.name) }.to_string_lossy();
+            format!("{name} {} bytes, built for {}", s.running, s.built)
+        })
+        .collect();
+    if !differ.is_empty() {
+        return Some(format!(
+            "the running library's structures differ from the headers it was built with ({}): the same version \
+             configured differently (a debug build?)",
+            differ.join("; ")
+        ));
+    }
+    built.test_mismatch.then(|| {
+        format!("{framework}_fastbar_test_abi_mismatch is set (a test of this check; built against {headers})")
+    })
+}
+
+/// Whether `running` (MPI_Get_library_version's text) is the library of `headers` ("Open MPI
+/// v4.1.4"): the same version, not a longer one ("v4.1.40"); else why not.
+fn version_refusal(headers: &str, running: &str) -> Option<String> {
+    let same = running.strip_prefix(headers).is_some_and(|rest| !rest.starts_with(|c: char| c.is_ascii_digit()));
+    let shown = running.split(',').next().unwrap_or(running).trim();
+    (!same).then(|| format!("it was built against {headers} and runs on {shown}"))
+}
+
+/// A component's `open`: 1 when it may serve, 0 when the ABI guard refuses ([`abi_refusal`]),
+/// said once per node as `{framework}/fastbar: not opened: …; {stays}`, with how to rebuild
+/// (`cargo build -p {package} --features {feature}`).
+///
+/// # Safety
+/// As [`abi_refusal`].
+pub unsafe fn open(framework: &str, built: &BuiltFor, stays: &str, package: &str, feature: &str) -> c_int {
+    // SAFETY: the caller's contract.
+    let Some(why) = (unsafe { abi_refusal(framework, built) }) else { return 1 };
+    if first_process_of_node() {
+        say(
+            &format!("{framework}/fastbar"),
+            &format!(
+                "not opened: {why}; {stays}. Rebuild the component against this Open MPI (cargo build -p {package} \
+                 --features {feature}), or remove it."
+            ),
+        );
+    }
+    0
+}
+
+/// Whether this process speaks for its node (the launcher's local rank 0, or no launcher): the
+/// ABI guard's refusal is said once per node, and a refusal on some nodes only is said there.
+pub fn first_process_of_node() -> bool {
+    std::env::var("OMPI_COMM_WORLD_LOCAL_RANK").map_or(true, |local| local == "0")
+}
+
 /// Sets, once, an `MPI_COMM_SELF` attribute whose deletion (first thing in `MPI_Finalize`,
 /// while MPI still works) runs `at_finalize`; `key` keeps its key (`None` if MPI refused).
 pub fn hook_finalize(key: &OnceLock<Option<c_int>>, at_finalize: DeleteAttr) {
@@ -134,6 +244,15 @@ pub fn hook_finalize(key: &OnceLock<Option<c_int>>, at_finalize: DeleteAttr) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_version_must_be_the_headers_own() {
+        assert_eq!(version_refusal("Open MPI v4.1.4", "Open MPI v4.1.4, package: Debian OpenMPI, ident: 4.1.4"), None);
+        assert_eq!(version_refusal("Open MPI v4.1.4", "Open MPI v4.1.4"), None);
+        let newer = version_refusal("Open MPI v4.1.4", "Open MPI v4.1.40, package: x").expect("refused");
+        assert_eq!(newer, "it was built against Open MPI v4.1.4 and runs on Open MPI v4.1.40");
+        assert!(version_refusal("Open MPI v4.1.4", "MPICH Version: 4.0").is_some());
+    }
 
     #[test]
     fn mca_values_are_named_as_mca_parameters() {

@@ -38,6 +38,20 @@ struct fastbar_mca_values {
     int verbose, node_block;
 };
 
+/* What the glue was built for, for the ABI guard on the Rust side (barrier-mpi's glue::BuiltFor
+ * and glue::StructSize, field for field): it compares the running library with them. */
+struct fastbar_struct_size {
+    const char *name;
+    size_t running, built;
+};
+struct fastbar_built_for {
+    int major, minor, release;
+    const struct fastbar_struct_size *sizes;
+    size_t count;
+    bool test_mismatch;
+};
+/* 1: the component may open; 0: refused (said once per node). */
+extern int fastbar_rs_open(const struct fastbar_built_for *built);
 /* Collective over `comm`'s ranks: 1 and *out set when every rank serves the communicator, 0 when
  * every rank declines (the reason was printed where one must be). */
 extern int fastbar_rs_create(MPI_Comm comm, const struct fastbar_mca_values *values, fastbar_rs **out);
@@ -122,55 +136,19 @@ static int register_params(void)
     return OMPI_SUCCESS;
 }
 
-/* ---- the ABI guard ------------------------------------------------------------------------ */
-
-/* The first process of each node (by the launcher's variable) speaks for the node: once on
- * one machine, and a refusal on some nodes only (which would leave ranks selecting differently:
- * the component must be the same everywhere) is said where it happens. */
-static bool first_process(void)
-{
-    const char *local = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
-    return NULL == local || 0 == strcmp(local, "0");
-}
+/* ---- the ABI guard (the Rust side decides and says why) ------------------------------------ */
 
 static int fastbar_open(void)
 {
-    char running[MPI_MAX_LIBRARY_VERSION_STRING] = {0};
-    int len = 0;
-    char built[64];
-    char why[512] = {0};
-    PMPI_Get_library_version(running, &len);
-    snprintf(built, sizeof built, "Open MPI v%d.%d.%d", OMPI_MAJOR_VERSION, OMPI_MINOR_VERSION, OMPI_RELEASE_VERSION);
-    size_t n = strlen(built);
-    if (0 != strncmp(running, built, n) || (running[n] >= '0' && running[n] <= '9')) {
-        char *comma = strchr(running, ',');
-        if (comma) *comma = '\0';
-        snprintf(why, sizeof why, "it was built against %s and runs on %s", built, running);
-    } else if (ompi_communicator_t_class.cls_sizeof != sizeof(ompi_communicator_t)
-               || mca_coll_base_module_t_class.cls_sizeof != sizeof(mca_coll_base_module_t)
-               || ompi_request_t_class.cls_sizeof != sizeof(ompi_request_t)) {
-        snprintf(why, sizeof why,
-                 "the running library's structures differ from the headers it was built with "
-                 "(communicator %zu bytes, built for %zu; coll module %zu, built for %zu; request %zu, built for %zu): "
-                 "the same version configured differently (a debug build?)",
-                 ompi_communicator_t_class.cls_sizeof, sizeof(ompi_communicator_t),
-                 mca_coll_base_module_t_class.cls_sizeof, sizeof(mca_coll_base_module_t),
-                 ompi_request_t_class.cls_sizeof, sizeof(ompi_request_t));
-    } else if (param_test_abi_mismatch) {
-        snprintf(why, sizeof why, "coll_fastbar_test_abi_mismatch is set (a test of this check; built against %s)",
-                 built);
-    }
-    if (why[0]) {
-        refused = true;
-        if (first_process()) {
-            fprintf(stderr,
-                    "coll/fastbar: not opened: %s; MPI_Barrier stays Open MPI's own. Rebuild the component "
-                    "against this Open MPI (cargo build -p barrier-ompi --features ompi), or remove it.\n",
-                    why);
-        }
-        return OMPI_ERROR;
-    }
-    return OMPI_SUCCESS;
+    const struct fastbar_struct_size sizes[] = {
+        {"communicator", ompi_communicator_t_class.cls_sizeof, sizeof(ompi_communicator_t)},
+        {"coll module", mca_coll_base_module_t_class.cls_sizeof, sizeof(mca_coll_base_module_t)},
+        {"request", ompi_request_t_class.cls_sizeof, sizeof(ompi_request_t)},
+    };
+    const struct fastbar_built_for built = {OMPI_MAJOR_VERSION, OMPI_MINOR_VERSION, OMPI_RELEASE_VERSION,
+                                            sizes, sizeof sizes / sizeof sizes[0], param_test_abi_mismatch};
+    refused = !fastbar_rs_open(&built);
+    return refused ? OMPI_ERROR : OMPI_SUCCESS;
 }
 
 /* ---- the module ------------------------------------------------------------------------- */

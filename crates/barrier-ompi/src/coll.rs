@@ -5,7 +5,7 @@ use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::{Mutex, MutexGuard, OnceLock, TryLockError};
 
 use barrier::Error;
-use barrier_mpi::glue::{self, ComponentStorage, McaValues, DONE, FAILED, GONE, PENDING};
+use barrier_mpi::glue::{self, BuiltFor, ComponentStorage, McaValues, DONE, FAILED, GONE, PENDING};
 use barrier_mpi::mpi::ffi::{self, MPI_Comm};
 use barrier_mpi::{raw, BarrierComm, Detached};
 
@@ -45,6 +45,20 @@ fn say(line: &str) {
 
 fn guarded<T>(what: &str, f: impl FnOnce() -> T) -> T {
     glue::guarded(COMPONENT, what, f)
+}
+
+/// Open MPI opens the component: 1 when it may serve, 0 when the ABI guard refuses (said once
+/// per node).
+///
+/// # Safety
+/// `built` points to the C glue's facts ([`glue::abi_refusal`]).
+#[no_mangle]
+pub unsafe extern "C" fn fastbar_rs_open(built: *const BuiltFor) -> c_int {
+    // SAFETY: the caller's contract.
+    let built = unsafe { &*built };
+    let stays = "MPI_Barrier stays Open MPI's own";
+    // SAFETY: the caller's contract.
+    guarded("opening the component", || unsafe { glue::open("coll", built, stays, "barrier-ompi", "ompi") })
 }
 
 /// Deleted first thing in `MPI_Finalize`: frees every barrier while MPI still works.

@@ -36,6 +36,20 @@ struct fastbar_mca_values {
     int verbose, node_block;
 };
 
+/* What the glue was built for, for the ABI guard on the Rust side (barrier-mpi's glue::BuiltFor
+ * and glue::StructSize, field for field): it compares the running library with them. */
+struct fastbar_struct_size {
+    const char *name;
+    size_t running, built;
+};
+struct fastbar_built_for {
+    int major, minor, release;
+    const struct fastbar_struct_size *sizes;
+    size_t count;
+    bool test_mismatch;
+};
+/* 1: the component may open; 0: refused (said once per node). */
+extern int fastbar_scoll_rs_open(const struct fastbar_built_for *built);
 /* Collective over the PEs in `pes` (world ranks, in the set's order) the first time a set is
  * seen: 1 and *out set when every member serves it, 0 when every member declines. */
 extern int fastbar_scoll_rs_find(const int *pes, int count, const struct fastbar_mca_values *values,
@@ -94,46 +108,18 @@ static int register_params(void)
     return OSHMEM_SUCCESS;
 }
 
-/* ---- the ABI guard ------------------------------------------------------------------------ */
+/* ---- the ABI guard (the Rust side decides and says why) ------------------------------------ */
 
 static int fastbar_open(void)
 {
-    char running[MPI_MAX_LIBRARY_VERSION_STRING] = {0};
-    int len = 0;
-    char built[64];
-    char why[512] = {0};
-    PMPI_Get_library_version(running, &len);
-    snprintf(built, sizeof built, "Open MPI v%d.%d.%d", OMPI_MAJOR_VERSION, OMPI_MINOR_VERSION, OMPI_RELEASE_VERSION);
-    size_t n = strlen(built);
-    if (0 != strncmp(running, built, n) || (running[n] >= '0' && running[n] <= '9')) {
-        char *comma = strchr(running, ',');
-        if (comma) *comma = '\0';
-        snprintf(why, sizeof why, "it was built against %s and runs on %s", built, running);
-    } else if (oshmem_group_t_class.cls_sizeof != sizeof(oshmem_group_t)
-               || mca_scoll_base_module_t_class.cls_sizeof != sizeof(mca_scoll_base_module_t)) {
-        snprintf(why, sizeof why,
-                 "the running library's structures differ from the headers it was built with (group %zu bytes, "
-                 "built for %zu; scoll module %zu, built for %zu)",
-                 oshmem_group_t_class.cls_sizeof, sizeof(oshmem_group_t),
-                 mca_scoll_base_module_t_class.cls_sizeof, sizeof(mca_scoll_base_module_t));
-    } else if (param_test_abi_mismatch) {
-        snprintf(why, sizeof why, "scoll_fastbar_test_abi_mismatch is set (a test of this check; built against %s)",
-                 built);
-    }
-    if (why[0]) {
-        refused = true;
-        /* By the first process of each node (once on one machine): a refusal on some nodes
-         * only would leave PEs disagreeing, and the component must be the same everywhere. */
-        const char *local = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
-        if (NULL == local || 0 == strcmp(local, "0")) {
-            fprintf(stderr,
-                    "scoll/fastbar: not opened: %s; shmem barriers stay OSHMEM's own. Rebuild the component "
-                    "against this Open MPI (cargo build -p barrier-oshmem --features oshmem), or remove it.\n",
-                    why);
-        }
-        return OSHMEM_ERROR;
-    }
-    return OSHMEM_SUCCESS;
+    const struct fastbar_struct_size sizes[] = {
+        {"group", oshmem_group_t_class.cls_sizeof, sizeof(oshmem_group_t)},
+        {"scoll module", mca_scoll_base_module_t_class.cls_sizeof, sizeof(mca_scoll_base_module_t)},
+    };
+    const struct fastbar_built_for built = {OMPI_MAJOR_VERSION, OMPI_MINOR_VERSION, OMPI_RELEASE_VERSION,
+                                            sizes, sizeof sizes / sizeof sizes[0], param_test_abi_mismatch};
+    refused = !fastbar_scoll_rs_open(&built);
+    return refused ? OSHMEM_ERROR : OSHMEM_SUCCESS;
 }
 
 /* ---- the module --------------------------------------------------------------------------- */

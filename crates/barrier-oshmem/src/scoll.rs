@@ -7,7 +7,7 @@ use std::ffi::{c_int, c_void};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use barrier::Error;
-use barrier_mpi::glue::{self, ComponentStorage, McaValues, DONE, FAILED, GONE};
+use barrier_mpi::glue::{self, BuiltFor, ComponentStorage, McaValues, DONE, FAILED, GONE};
 use barrier_mpi::mpi::ffi::{self, MPI_Comm};
 use barrier_mpi::{raw, BarrierComm};
 
@@ -41,6 +41,20 @@ fn say(line: &str) {
 
 fn guarded<T>(what: &str, f: impl FnOnce() -> T) -> T {
     glue::guarded(COMPONENT, what, f)
+}
+
+/// OSHMEM opens the component: 1 when it may serve, 0 when the ABI guard refuses (said once
+/// per node: a refusal on some nodes only would leave PEs disagreeing).
+///
+/// # Safety
+/// `built` points to the C glue's facts ([`glue::abi_refusal`]).
+#[no_mangle]
+pub unsafe extern "C" fn fastbar_scoll_rs_open(built: *const BuiltFor) -> c_int {
+    // SAFETY: the caller's contract.
+    let built = unsafe { &*built };
+    let stays = "shmem barriers stay OSHMEM's own";
+    // SAFETY: the caller's contract.
+    guarded("opening the component", || unsafe { glue::open("scoll", built, stays, "barrier-oshmem", "oshmem") })
 }
 
 /// Deleted first thing in `MPI_Finalize` (OSHMEM finalizes MPI after its own barriers): frees
