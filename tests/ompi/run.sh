@@ -172,6 +172,7 @@ SLIB=target/release/libbarrier_oshmem.so
 nm -D --defined-only "$SLIB" | grep -qw mca_scoll_fastbar_component || fail "$SLIB does not export mca_scoll_fastbar_component"
 ./target/release/barrier ompi --component "$SLIB" --install "$BIN/components"
 oshcc -O2 -Wall -Werror -o "$BIN/shmem_check" tests/shmem/shmem_check.c
+oshcc -O2 -Wall -Werror -pthread -o "$BIN/shmem_threads" tests/ompi/shmem_threads.c
 run "oshmem_info" ok oshmem_info --param scoll fastbar --level 9
 for p in priority disable backend timeout wait_policy verbose node_block test_abi_mismatch; do
     expect_text "oshmem_info" "parameter \"scoll_fastbar_$p\""
@@ -200,6 +201,14 @@ done
 # waiting PE keeps MPI, and so OSHMEM, progressing).
 run "scoll static puts" ok "${OSHRUN[@]}" -x BARRIER_TIMEOUT=30s -np 3 "$BIN/shmem_check" 40 static-only
 expect_text "scoll static puts" "3 PEs passed 40 iterations (static puts only)"
+# Issue 50 item 1: two threads of a PE build two overlapping sets' barriers, started in opposite
+# orders on two PEs (a set-up lock held across MPI hung this), on one node and on simulated nodes.
+for block in 0 1 2; do
+    run "scoll threads block=$block" ok "${OSHRUN[@]}" --mca scoll_fastbar_node_block "$block" \
+        --mca scoll_fastbar_verbose 1 -x BARRIER_TIMEOUT=60s -np 4 "$BIN/shmem_threads" 200
+    expect_text "scoll threads" "two sets in two threads, passed 200 iterations each"
+    expect_text "scoll threads" "scoll/fastbar: shmem barriers of an active set of 3 PEs: "
+done
 run "scoll abi mismatch" ok "${OSHRUN[@]}" --mca scoll_fastbar_test_abi_mismatch 1 -np 3 "$BIN/shmem_check" 100
 expect_text "scoll abi mismatch" "scoll/fastbar: not opened: scoll_fastbar_test_abi_mismatch is set"
 [ "$(grep -c 'not opened' "$out")" = 1 ] || { cat "$out"; fail "scoll abi mismatch: not said exactly once"; }

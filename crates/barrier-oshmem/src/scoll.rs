@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
 
 use barrier::Error;
 use barrier_mpi::glue::{self, BuiltFor, ComponentStorage, McaValues, DONE, FAILED, GONE};
@@ -24,15 +24,47 @@ pub struct Set {
     comm: Mutex<Option<BarrierComm>>,
 }
 
-/// Every set seen, by its PEs: its barrier, or `None` where every member declined.
-static SETS: Mutex<Option<HashMap<Vec<c_int>, Option<&'static Set>>>> = Mutex::new(None);
-static FINALIZE_HOOK: OnceLock<Option<c_int>> = OnceLock::new();
-/// Held through every set-up: under `SHMEM_THREAD_MULTIPLE` two threads' first barriers of two
-/// sets would otherwise make communicators on `MPI_COMM_WORLD` at once.
-static BUILDING: Mutex<()> = Mutex::new(());
+/// A set seen by this PE.
+#[derive(Clone, Copy)]
+enum Entry {
+    /// A thread of this PE is building its barrier (collective over the set's members).
+    Building,
+    /// Its barrier, or `None` where every member declined.
+    Built(Option<&'static Set>),
+}
 
-fn sets() -> MutexGuard<'static, Option<HashMap<Vec<c_int>, Option<&'static Set>>>> {
+/// Every set seen, by its PEs. The lock is held only to look an entry up or change it, never
+/// through a set-up: under `SHMEM_THREAD_MULTIPLE` one thread's set-up of a set waits in MPI for
+/// the set's other members, and a lock held there kept a thread of the same PE out of the
+/// set-up of another set that those members were building first (issue 50 item 1: two sets
+/// started in opposite orders on two PEs hung). Sets are built concurrently: each set's
+/// communicator comes from `MPI_Comm_create_group` with a tag of its own, which MPI allows from
+/// several threads at once.
+static SETS: Mutex<Option<HashMap<Vec<c_int>, Entry>>> = Mutex::new(None);
+/// Signalled when a set's barrier is built (a second thread of this PE at the same set waits).
+static BUILT: Condvar = Condvar::new();
+static FINALIZE_HOOK: OnceLock<Option<c_int>> = OnceLock::new();
+
+fn sets() -> MutexGuard<'static, Option<HashMap<Vec<c_int>, Entry>>> {
     SETS.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The set's barrier when a thread of this PE has built it; else this thread builds it (its
+/// entry now says so) and gets `None`. A set another thread of this PE is building is waited
+/// for.
+fn built_or_claim(key: &[c_int]) -> Option<Option<&'static Set>> {
+    let mut sets = sets();
+    loop {
+        let table = sets.get_or_insert_with(HashMap::new);
+        match table.get(key).copied() {
+            Some(Entry::Built(set)) => return Some(set),
+            Some(Entry::Building) => sets = BUILT.wait(sets).unwrap_or_else(|p| p.into_inner()),
+            None => {
+                table.insert(key.to_vec(), Entry::Building);
+                return None;
+            }
+        }
+    }
 }
 
 fn say(line: &str) {
@@ -61,7 +93,14 @@ pub unsafe extern "C" fn fastbar_scoll_rs_open(built: *const BuiltFor) -> c_int 
 /// every set's barrier while MPI still works.
 unsafe extern "C" fn at_finalize(_comm: MPI_Comm, _key: c_int, _value: *mut c_void, _extra: *mut c_void) -> c_int {
     guarded("MPI_Finalize", || {
-        let all: Vec<&'static Set> = sets().iter().flat_map(|m| m.values()).flatten().copied().collect();
+        let all: Vec<&'static Set> = sets()
+            .iter()
+            .flat_map(|m| m.values())
+            .filter_map(|e| match e {
+                Entry::Built(set) => *set,
+                Entry::Building => None,
+            })
+            .collect();
         for set in all {
             let taken = set.comm.lock().unwrap_or_else(|p| p.into_inner()).take();
             drop(taken);
@@ -145,19 +184,39 @@ pub unsafe extern "C" fn fastbar_scoll_rs_find(
     guarded("the first barrier of a set of PEs", || {
         // SAFETY: the caller's contract.
         let key = unsafe { std::slice::from_raw_parts(pes, count.max(0) as usize) }.to_vec();
-        let _one_at_a_time = BUILDING.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(known) = sets().get_or_insert_with(HashMap::new).get(&key) {
+        if let Some(known) = built_or_claim(&key) {
             return match known {
                 Some(set) => {
                     // SAFETY: the caller's contract.
-                    unsafe { *out = *set };
+                    unsafe { *out = set };
                     1
                 }
                 None => 0,
             };
         }
+        // SAFETY: the caller's contract.
+        let set = unsafe { build(&key, values) };
+        sets().get_or_insert_with(HashMap::new).insert(key, Entry::Built(set));
+        BUILT.notify_all();
+        match set {
+            Some(set) => {
+                // SAFETY: the caller's contract.
+                unsafe { *out = set };
+                1
+            }
+            None => 0,
+        }
+    })
+}
+
+/// Builds the barrier of the set `key` (collective over its members), saying what serves it.
+///
+/// # Safety
+/// As [`fastbar_scoll_rs_find`]'s `values`.
+unsafe fn build(key: &[c_int], values: *const McaValues) -> Option<&'static Set> {
+    {
         if !raw::mpi_active() {
-            return 0;
+            return None;
         }
         // SAFETY: the caller's contract.
         let params = unsafe { (*values).params("scoll") };
@@ -168,7 +227,7 @@ pub unsafe extern "C" fn fastbar_scoll_rs_find(
         } else {
             format!("an active set of {} PEs", key.len())
         };
-        let made = communicator_of(&key).and_then(|comm| {
+        let made = communicator_of(key).and_then(|comm| {
             let on = comm.unwrap_or_else(raw::comm_world);
             // SAFETY: `on` is a valid intracommunicator of exactly the set's members, every one
             // of which makes this call now.
@@ -205,16 +264,8 @@ pub unsafe extern "C" fn fastbar_scoll_rs_find(
                 None
             }
         };
-        sets().get_or_insert_with(HashMap::new).insert(key, set);
-        match set {
-            Some(set) => {
-                // SAFETY: the caller's contract.
-                unsafe { *out = set };
-                1
-            }
-            None => 0,
-        }
-    })
+        set
+    }
 }
 
 /// A barrier of the set: `DONE`, `FAILED` (said on stderr) or `GONE` (after finalize).
