@@ -52,6 +52,7 @@ mpifort.openmpi -O2 -o "$BIN/barrier_check_f" examples/mpi/barrier_check.f90
 mpicc.openmpi -O2 -Wall -Werror -o "$BIN/ibarrier_check" tests/ompi/ibarrier_check.c
 mpicc.openmpi -O2 -Wall -Werror -pthread -o "$BIN/heap_holes" examples/mpi/heap_holes.c
 mpicc.openmpi -O2 -Wall -Werror -o "$BIN/info_keys" tests/ompi/info_keys.c
+mpicc.openmpi -O2 -Wall -Werror -o "$BIN/attr_callbacks" tests/ompi/attr_callbacks.c
 mpicc.openmpi -O2 -Wall -Werror -o "$BIN/ibarrier_errors" tests/ompi/ibarrier_errors.c
 mpicc.openmpi -O2 -Wall -Werror -shared -fPIC -o "$BIN/libpmpi_count.so" tests/ompi/pmpi_count.c
 
@@ -119,6 +120,14 @@ for np in 2 3; do
     expect_text "info keys" "Open MPI's own (mpi: the communicator's info key coll_fastbar_disable names mpi first)"
 done
 
+step "the program's attribute callbacks run only for its own calls (issue 50 item 5)"
+for block in 0 1; do
+    run "attr callbacks block=$block" ok launch -- --mca coll_fastbar_verbose 1 --mca coll_fastbar_node_block "$block" \
+        -np 3 "$BIN/attr_callbacks"
+    [ "$(grep -c 'attr_callbacks: rank [0-9] passed' "$out")" = 3 ] || { cat "$out"; fail "attr callbacks: not every rank passed"; }
+    expect_text "attr callbacks" "coll/fastbar: MPI_Barrier on a communicator of 3 ranks: "
+done
+
 step "a failed MPI_Ibarrier goes to its communicator's error handler (MPI_ERRORS_RETURN), not MPI_COMM_WORLD's (issue 50 item 4)"
 run "ibarrier errors" ok launch -- --mca coll_fastbar_timeout 1s -np 2 "$BIN/ibarrier_errors"
 expect_text "ibarrier errors" "rank 0's MPI_Wait returned MPI_ERR_OTHER to the program"
@@ -158,6 +167,10 @@ expect_text "bad setting" "checked barriers passed"
 
 step "barrier bench --mpi: Open MPI's barrier, the component and the interposer (smoke; times are printed)"
 cargo build --release -p barrier-pmpi --features mpi
+run "attr callbacks, interposer" ok launch LD_PRELOAD="$PWD/target/release/libbarrier_pmpi.so" BARRIER_VERBOSE=1 -- \
+    --mca coll ^fastbar -np 3 "$BIN/attr_callbacks"
+[ "$(grep -c 'attr_callbacks: rank [0-9] passed' "$out")" = 3 ] || { cat "$out"; fail "attr callbacks, interposer: not every rank passed"; }
+expect_text "attr callbacks, interposer" "barrier: MPI_Barrier on a communicator of 3 ranks: "
 run "bench --mpi with the component" ok env MPIRUN=mpirun.openmpi MPICC=mpicc.openmpi \
     ./target/release/barrier bench --mpi -n 2 --iters 21000 --mpi-component "$BIN/components/mca_coll_fastbar.so"
 expect_text "bench" "coll/fastbar (the component)"

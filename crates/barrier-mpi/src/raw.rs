@@ -114,12 +114,22 @@ pub fn is_inter(comm: Comm) -> Result<bool> {
     Ok(flag != 0)
 }
 
-/// A private copy of `comm`: our messages never match the application's.
+/// A private copy of `comm`: our messages never match the application's. Made with
+/// `MPI_Comm_create` over `comm`'s whole group, not `MPI_Comm_dup`: a duplicate copies the
+/// program's attributes, running its copy callbacks (and its delete callbacks when ours is
+/// freed), so the program would see our set-up (issue 50 item 5). Collective over `comm`.
 pub(crate) fn dup(comm: Comm) -> Result<Comm> {
+    let mut group = std::mem::MaybeUninit::uninit();
+    // SAFETY: as for `rank`; `group` receives the communicator's group (a reference MPI counts).
+    check(unsafe { ffi::PMPI_Comm_group(comm, group.as_mut_ptr()) }, "MPI_Comm_group")?;
+    // SAFETY: written by MPI_Comm_group, which succeeded.
+    let mut group = unsafe { group.assume_init() };
     let mut out = comm_null();
-    // SAFETY: as for `rank`; `out` receives the new handle.
-    check(unsafe { ffi::PMPI_Comm_dup(comm, &mut out) }, "MPI_Comm_dup")?;
-    Ok(out)
+    // SAFETY: as for `rank`; every rank of `comm` passes the same (whole) group.
+    let made = check(unsafe { ffi::PMPI_Comm_create(comm, group, &mut out) }, "MPI_Comm_create");
+    // SAFETY: the group from MPI_Comm_group above, freed once.
+    unsafe { ffi::PMPI_Group_free(&mut group) };
+    made.map(|()| out)
 }
 
 /// `MPI_Comm_split`; `None` as color is `MPI_UNDEFINED` (and gets no communicator).
