@@ -53,6 +53,7 @@ mpicc.openmpi -O2 -Wall -Werror -o "$BIN/ibarrier_check" tests/ompi/ibarrier_che
 mpicc.openmpi -O2 -Wall -Werror -pthread -o "$BIN/heap_holes" examples/mpi/heap_holes.c
 mpicc.openmpi -O2 -Wall -Werror -o "$BIN/info_keys" tests/ompi/info_keys.c
 mpicc.openmpi -O2 -Wall -Werror -o "$BIN/attr_callbacks" tests/ompi/attr_callbacks.c
+mpicc.openmpi -O2 -Wall -Werror -o "$BIN/ibarrier_freed" tests/ompi/ibarrier_freed.c
 mpicc.openmpi -O2 -Wall -Werror -o "$BIN/ibarrier_errors" tests/ompi/ibarrier_errors.c
 mpicc.openmpi -O2 -Wall -Werror -shared -fPIC -o "$BIN/libpmpi_count.so" tests/ompi/pmpi_count.c
 
@@ -118,6 +119,13 @@ for np in 2 3; do
     run "info keys np=$np" ok launch -- --mca coll_fastbar_verbose 1 -np "$np" "$BIN/info_keys"
     [ "$(grep -c 'info_keys: rank [0-9]* passed' "$out")" = "$np" ] || { cat "$out"; fail "info keys np=$np: not every rank passed"; }
     expect_text "info keys" "Open MPI's own (mpi: the communicator's info key coll_fastbar_disable names mpi first)"
+done
+
+step "a freed MPI_Ibarrier on a freed communicator that completed is not reported pending at MPI_Finalize (issue 50 item 6)"
+for block in 0 1; do
+    run "ibarrier freed block=$block" ok launch -- --mca coll_fastbar_node_block "$block" -np 3 "$BIN/ibarrier_freed"
+    [ "$(grep -c 'ibarrier_freed: rank [0-9] finished' "$out")" = 3 ] || { cat "$out"; fail "ibarrier freed: not every rank finished"; }
+    expect_no_text "ibarrier freed block=$block" "pending"
 done
 
 step "the program's attribute callbacks run only for its own calls (issue 50 item 5)"

@@ -61,8 +61,17 @@ pub unsafe extern "C" fn fastbar_rs_open(built: *const BuiltFor) -> c_int {
     guarded("opening the component", || unsafe { glue::open("coll", built, stays, "barrier-ompi", "ompi") })
 }
 
-/// Deleted first thing in `MPI_Finalize`: frees every barrier while MPI still works.
+extern "C" {
+    /// The C glue: advances the split-phase barriers still in flight until they complete (for
+    /// up to a second), so that only one that did not complete is reported at finalize.
+    fn fastbar_drain_in_flight();
+}
+
+/// Deleted first thing in `MPI_Finalize`: completes what it can of the split-phase barriers
+/// in flight, then frees every barrier while MPI still works.
 unsafe extern "C" fn at_finalize(_comm: MPI_Comm, _key: c_int, _value: *mut c_void, _extra: *mut c_void) -> c_int {
+    // SAFETY: the C glue's function; MPI still works (the first thing in MPI_Finalize).
+    guarded("MPI_Finalize", || unsafe { fastbar_drain_in_flight() });
     guarded("MPI_Finalize", || loop {
         // One at a time, taken off the list under its lock: dropping a barrier progresses MPI,
         // which may complete a request whose module then frees another entry (`fastbar_rs_free`
