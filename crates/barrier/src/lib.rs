@@ -24,12 +24,23 @@
 //!
 //! # The public surface
 //!
-//! What this documentation shows is the API for users and for backends written outside the
-//! crate ([`backend`], [`wait`], [`params`]) and the wording of messages ([`text`], which the
-//! sibling crates print with too), and it follows semver. The modules `algo`, `mmio`,
-//! `registry`, `shm`, `sys` and `transport` are public only because the workspace's sibling
-//! crates (the launcher, the emulator, barrier-mpi) build on them: they are `#[doc(hidden)]`,
-//! not part of the API, and may change in any release.
+//! For users and for backends written outside the crate: the communicators and [`init`],
+//! [`sync`] (barriers for a program's own threads), [`backend`] (the traits a backend
+//! implements), [`wait`], [`params`] and [`registry`] (the catalogue of backends and settings,
+//! where a layer above the core registers its own), [`hierarchy`] (the barrier across nodes
+//! that a layer over MPI or OpenSHMEM composes), and the wording of messages ([`text`]).
+//!
+//! The platform beneath them is documented too, for the crates that build on it (the launcher,
+//! the emulator, barrier-mpi, barrier-openshmem) and for backends from outside:
+//!
+//! * [`sys`]: every system call the library makes (CPU placement, futexes, file locks);
+//! * [`shm`]: the job segment and the node segments made over a memfd;
+//! * [`mmio`]: device registers, as the hardware drivers and the emulator both reach them;
+//! * [`transport`]: how a rank's signal reaches another rank's slot (shared memory, a network);
+//! * [`algo`]: the algorithms more than one backend runs (trees, dissemination, flags).
+//!
+//! These follow semver with the rest of the crate, but they change more often: their changes
+//! are listed in the CHANGELOG under "Restructure".
 
 #[cfg(not(target_os = "linux"))]
 compile_error!(
@@ -42,7 +53,6 @@ compile_error!(
 // (tests/loom.rs). Each item carries its own `cfg` (rather than one macro around them all) so
 // that rustfmt and the architecture test read every module.
 #[cfg(not(loom))]
-#[doc(hidden)]
 pub mod algo;
 #[cfg(not(loom))]
 pub mod backend;
@@ -59,27 +69,22 @@ mod error;
 #[cfg(not(loom))]
 pub mod hierarchy;
 #[cfg(not(loom))]
-#[doc(hidden)]
 pub mod mmio;
 #[cfg(not(loom))]
 pub mod params;
 #[cfg(not(loom))]
 mod region;
 #[cfg(not(loom))]
-#[doc(hidden)]
 pub mod registry;
 #[cfg(not(loom))]
 mod selector;
 #[cfg(not(loom))]
-#[doc(hidden)]
 pub mod shm;
 #[cfg(not(loom))]
-#[doc(hidden)]
 pub mod sys;
 #[cfg(not(loom))]
 pub mod text;
 #[cfg(not(loom))]
-#[doc(hidden)]
 pub mod transport;
 #[cfg(not(loom))]
 mod universe;
