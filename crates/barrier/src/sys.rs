@@ -19,15 +19,6 @@ use std::time::Duration;
 /// caller always re-checks its condition. The futex is not `FUTEX_PRIVATE_FLAG`, so it works on
 /// memory shared between processes (the job segment).
 pub fn futex_wait(word: &AtomicU32, expected: u32, timeout: Option<Duration>) {
-    // Under Miri a short sleep stands in (allowed: the caller re-checks). Miri models FUTEX_WAIT
-    // as a 4-byte atomic read of the word, which for a flag's futex (the low half of its 8-byte
-    // value) is a mixed-size access racing the 8-byte store, and reports it; the kernel's read is
-    // outside the Rust memory model. The park protocol itself is model-checked with loom.
-    if cfg!(miri) {
-        let _ = (word, expected);
-        std::thread::sleep(timeout.unwrap_or(Duration::from_millis(1)).min(Duration::from_millis(1)));
-        return;
-    }
     let ts = timeout.map(|t| libc::timespec {
         tv_sec: t.as_secs().min(i64::MAX as u64) as libc::time_t,
         tv_nsec: t.subsec_nanos() as libc::c_long,
@@ -50,10 +41,6 @@ pub fn futex_wait(word: &AtomicU32, expected: u32, timeout: Option<Duration>) {
 
 /// Wakes every thread or process blocked in [`futex_wait`] on `word`.
 pub fn futex_wake_all(word: &AtomicU32) {
-    // Under Miri nobody sleeps in the kernel (see `futex_wait`).
-    if cfg!(miri) {
-        return;
-    }
     // SAFETY: `word` is a valid aligned u32; FUTEX_WAKE does not access memory beyond the key.
     unsafe {
         libc::syscall(

@@ -16,8 +16,9 @@ use super::plain::SharedPlain;
 pub(super) const MAGIC: u64 = u64::from_le_bytes(*b"BARRIER1");
 /// Layout version of the header and regions: bumped whenever either changes, so that a launcher
 /// and a program built from different versions fail with a clear message instead of misreading
-/// each other's memory.
-pub(super) const LAYOUT_VERSION: u64 = 6;
+/// each other's memory. (7: a flag parks on a futex word of its own, not the low half of
+/// its epoch.)
+pub(super) const LAYOUT_VERSION: u64 = 7;
 /// Bytes reserved for the header at the start of the segment.
 pub(super) const HEADER_BYTES: usize = 4096;
 /// Default bytes of the pool for communicators and windows beyond the world region.

@@ -3,14 +3,16 @@
 
 use std::time::Duration;
 
-use super::primitive::{fence, futex_wait, futex_wake_all, AtomicU32, AtomicU64, FutexWord, Ordering};
+use super::primitive::{fence, futex_wait, futex_wake_all, AtomicU32, AtomicU64, Ordering};
 #[cfg(not(loom))]
 use crate::pad::CACHE_LINE;
 
 /// One epoch word alone on a cache line, with the parking state beside it.
 ///
-/// The futex word is the low 32 bits of the epoch itself (the kernel compares 32-bit words),
-/// so a signal is one store: a second store to the same line could pull it across cores twice.
+/// A signal is one store of the epoch while nobody parks. Parked waiters sleep on a 32-bit
+/// word of their own (`wakes`, the kernel compares 32-bit words), which a signaller bumps only
+/// when it finds waiters: the epoch is never read as two halves, so every access to it is the
+/// same size (Miri checks the park protocol over the real futex calls).
 #[cfg_attr(target_arch = "x86_64", repr(C, align(128)))]
 #[cfg_attr(target_arch = "aarch64", repr(C, align(256)))]
 #[cfg_attr(not(any(target_arch = "x86_64", target_arch = "aarch64")), repr(C, align(64)))]
@@ -18,11 +20,13 @@ use crate::pad::CACHE_LINE;
 pub struct Flag {
     value: AtomicU64,
     waiters: AtomicU32,
+    /// The futex word: bumped by a signaller that found waiters, before it wakes them.
+    wakes: AtomicU32,
 }
 
 impl Default for Flag {
     fn default() -> Self {
-        Flag { value: AtomicU64::new(0), waiters: AtomicU32::new(0) }
+        Flag { value: AtomicU64::new(0), waiters: AtomicU32::new(0), wakes: AtomicU32::new(0) }
     }
 }
 
@@ -122,29 +126,12 @@ impl Flag {
         }
     }
 
-    /// The low 32 bits of `value`, as the kernel sees them.
-    #[cfg(loom)]
-    fn futex_word(&self) -> FutexWord<'_> {
-        FutexWord(&self.value)
-    }
-
-    /// The low 32 bits of `value`, as the kernel sees them.
-    #[cfg(not(loom))]
-    fn futex_word(&self) -> FutexWord<'_> {
-        let base = self.value.as_ptr() as *const std::sync::atomic::AtomicU32;
-        // Little-endian: the low half comes first; big-endian: second.
-        let low = if cfg!(target_endian = "little") { base } else { base.wrapping_add(1) };
-        // SAFETY: `low` points to an aligned 4-byte half of `value`, which lives as long as
-        // `self`. Rust code only touches it through the 64-bit atomic; the reference exists to
-        // hand its address to the kernel, whose futex reads are atomic 32-bit loads.
-        unsafe { &*low }
-    }
-
     #[inline(always)]
     fn wake_parked(&self) {
         fence(Ordering::SeqCst); // F1 in the module docs
         if self.waiters.load(Ordering::Relaxed) != 0 {
-            futex_wake_all(self.futex_word());
+            self.wakes.fetch_add(1, Ordering::Release);
+            futex_wake_all(&self.wakes);
         }
     }
 
@@ -152,9 +139,10 @@ impl Flag {
     pub(super) fn park(&self, epoch: u64, slice: Duration) {
         self.waiters.fetch_add(1, Ordering::SeqCst);
         fence(Ordering::SeqCst); // F2 in the module docs
+        let w = self.wakes.load(Ordering::Acquire);
         let v = self.value.load(Ordering::Acquire);
         if v < epoch {
-            futex_wait(self.futex_word(), v as u32, Some(slice));
+            futex_wait(&self.wakes, w, Some(slice));
         }
         self.waiters.fetch_sub(1, Ordering::Release);
     }

@@ -8,26 +8,29 @@
 //!
 //! # The parking protocol (no lost wake-ups)
 //!
-//! A flag is one cache line holding `value` (the epoch; the kernel's 32-bit futex word is its
-//! low half) and `waiters` (how many ranks are parked or about to park).
+//! A flag is one cache line holding `value` (the epoch), `waiters` (how many ranks are parked
+//! or about to park) and `wakes`, the 32-bit word parked waiters sleep on (the kernel's futex
+//! compares 32-bit words; the epoch is 64 bits and is never read as two halves).
 //!
 //! ```text
 //! signaller                         waiter
 //! value.store(e, Release)           waiters.fetch_add(1)
 //! fence(SeqCst)              (F1)   fence(SeqCst)                     (F2)
-//! if waiters.load() > 0             v = value.load(Acquire)
-//!     futex_wake_all(low(value))    if v < e { futex_wait(low(value), v as u32) }
+//! if waiters.load() > 0             w = wakes.load(Acquire)
+//!     wakes.fetch_add(1, Release)   v = value.load(Acquire)
+//!     futex_wake_all(wakes)         if v < e { futex_wait(wakes, w) }
 //!                                   waiters.fetch_sub(1)
 //! ```
 //!
 //! F1 and F2 are sequentially consistent fences, so one of them comes first in their single
 //! total order. If F1 comes first, the waiter's load after F2 sees `value >= e` and never
-//! sleeps. If F2 comes first, the signaller's load after F1 sees `waiters > 0` and wakes the
-//! futex; if the wake happens before the waiter reaches `futex_wait`, the low half of `value`
-//! already differs from `v as u32` and the kernel returns at once (`EAGAIN`). Either way the waiter
-//! cannot sleep through the signal. (The low 32 bits of two epochs 2^32 apart are equal; a
-//! waiter that sleeps through such a coincidence wakes at the next time slice, see
-//! [`PARK_SLICE`], and re-checks the full 64-bit value.)
+//! sleeps. If F2 comes first, the signaller's load after F1 sees `waiters > 0`, bumps `wakes`
+//! and wakes the futex. If the waiter read `w` after the bump, it synchronised with it (release,
+//! acquire) and so sees `value >= e`; if it read `w` before, then either the bump precedes its
+//! `futex_wait`, whose comparison fails at once (`EAGAIN`), or the wake follows it and wakes it.
+//! Either way the waiter cannot sleep through the signal. A waiter re-checks the value at every
+//! wake and at least every park slice ([`PARK_SLICE`]), so a device that stores the epoch without
+//! the wake (or `wakes` wrapping 2^32 times while one waiter sleeps) costs a slice, not a hang.
 //!
 //! Signallers skip F1 and the `waiters` load when the communicator's policy never parks
 //! ([`WaitPolicy::Spin`]): that is the 2-rank, not-oversubscribed fast path, where one extra

@@ -1,5 +1,5 @@
 //! The primitives the waiting protocol is built from: the real ones (atomics, the futex calls,
-//! `sched_yield`), or loom's for model checking, and the 32-bit word the kernel compares.
+//! `sched_yield`), or loom's for model checking.
 
 #[cfg(loom)]
 pub(crate) use self::model::*;
@@ -20,7 +20,6 @@ mod real {
 /// deadlock that loom reports.
 #[cfg(loom)]
 mod model {
-    use crate::wait::primitive::FutexWord;
     pub use loom::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
     use std::time::Duration;
 
@@ -32,30 +31,15 @@ mod model {
         static ref KERNEL: (loom::sync::Mutex<()>, loom::sync::Condvar) = (loom::sync::Mutex::new(()), loom::sync::Condvar::new());
     }
 
-    pub fn futex_wait(word: FutexWord<'_>, expected: u32, _timeout: Option<Duration>) {
+    pub fn futex_wait(word: &AtomicU32, expected: u32, _timeout: Option<Duration>) {
         let guard = KERNEL.0.lock().unwrap();
-        if word.load() == expected {
+        if word.load(Ordering::SeqCst) == expected {
             drop(KERNEL.1.wait(guard).unwrap());
         }
     }
 
-    pub fn futex_wake_all(_word: FutexWord<'_>) {
+    pub fn futex_wake_all(_word: &AtomicU32) {
         let _guard = KERNEL.0.lock().unwrap();
         KERNEL.1.notify_all();
-    }
-}
-
-/// The 32-bit word the kernel compares: the low half of a flag's value.
-#[cfg(not(loom))]
-pub(super) type FutexWord<'a> = &'a std::sync::atomic::AtomicU32;
-
-/// Under loom: the flag itself, whose low 32 bits are read through the 64-bit atomic.
-#[cfg(loom)]
-pub(super) struct FutexWord<'a>(pub(super) &'a AtomicU64);
-
-#[cfg(loom)]
-impl FutexWord<'_> {
-    pub(super) fn load(&self) -> u32 {
-        self.0.load(Ordering::SeqCst) as u32
     }
 }
