@@ -16,6 +16,8 @@
 //! * **hurdles**: `hurdles::Barrier`, the fastest Rust barrier crate measured here, likewise.
 //! * **sync** and **team**: this library's barriers for a program's own threads
 //!   (`barrier::sync::Barrier`, the drop-in for std's, and `barrier::sync::Team`), likewise.
+//! * **openmp** (`libgomp`, `libomp`): `#pragma omp barrier` with as many OpenMP threads, in a
+//!   harness built here with each OpenMP compiler found ([`openmp`]).
 //!
 //! `--interleave` compares instead ours, the floor protocol and hurdles timed in alternating
 //! chunks in the same two pinned threads (see [`interleave`]).
@@ -25,6 +27,7 @@
 //! batch of barriers (a clock read costs about as much as a barrier), so a sample is the mean
 //! latency of one batch; the median, p99, mean and min are over those samples.
 
+pub mod openmp;
 mod options;
 pub mod plot;
 mod rank;
@@ -315,6 +318,12 @@ pub fn run(opts: &BenchOptions) -> Result<Vec<Row>, String> {
         done: 0,
         tty: std::io::stderr().is_terminal(),
     };
+    // The OpenMP harnesses, built once (a runtime this machine lacks is said under the table).
+    let omp_dir = std::env::temp_dir().join(format!("barrier-bench-omp-{}", std::process::id()));
+    let (omps, omp_missing) = openmp::build_all(&omp_dir);
+    let mut omp_notes: Vec<String> =
+        omp_missing.iter().map(|(runtime, why)| format!("not measured: openmp ({runtime}): {why}")).collect();
+    progress.total += opts.ranks.len() * rounds as usize * omps.len();
     let mut rows = Vec::new();
     // Rows that could not be measured: (label, ranks, why). The others go on.
     let mut skipped: Vec<(String, usize, String)> = Vec::new();
@@ -369,6 +378,28 @@ pub fn run(opts: &BenchOptions) -> Result<Vec<Row>, String> {
                     interrupted = true;
                     break;
                 }
+            }
+            for omp in &omps {
+                if interrupted || omp_notes.iter().any(|note| note.contains(&format!("{} at {n} ", omp.label()))) {
+                    continue;
+                }
+                progress.step(&format!("{} n={n}{of}", omp.label()));
+                match omp.measure(n, round_iters, opts.batch) {
+                    Ok((stats, switches)) => this_round.push(Row {
+                        backend: "openmp".into(),
+                        algorithm: omp.runtime.into(),
+                        ranks: n,
+                        iters: round_iters,
+                        measurements: 1,
+                        stats,
+                        emulator_ns: None,
+                        network_ops: None,
+                        switches: Some(switches),
+                        label: omp.label(),
+                    }),
+                    Err(why) => omp_notes.push(format!("not measured: {} at {n} threads: {why}", omp.label())),
+                }
+                interrupted = barrier_launch::signals::peek().is_some();
             }
             if interrupted {
                 measured.push(this_round);
@@ -435,6 +466,9 @@ pub fn run(opts: &BenchOptions) -> Result<Vec<Row>, String> {
         }
     }
     progress.finish();
+    let _ = std::fs::remove_dir_all(&omp_dir);
+    // A row that failed in one round only is dropped whole, as a backend's is.
+    rows.retain(|r: &Row| !omp_notes.iter().any(|note| note.contains(&format!("{} at {} ", r.label, r.ranks))));
     let floors = Floors::of(&rows, cores);
     if opts.json {
         for r in &rows {
@@ -443,9 +477,12 @@ pub fn run(opts: &BenchOptions) -> Result<Vec<Row>, String> {
                 r.to_json_with(floors.latency(r.ranks), floors.switches(r.ranks), r.p99_meaningful(opts.batch))
             );
         }
+        for note in &omp_notes {
+            eprintln!("barrier bench: {note}");
+        }
     } else {
         print_table(&rows, &floors, opts, rounds, round_iters * rounds);
-        for note in &floor_notes {
+        for note in floor_notes.iter().chain(&omp_notes) {
             println!("{note}");
         }
     }
