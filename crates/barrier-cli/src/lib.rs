@@ -9,8 +9,9 @@ pub mod info;
 pub mod model;
 pub mod mpibench;
 pub mod ompi;
+pub mod record;
 pub mod shmembench;
-pub use bench::plot;
+pub use record::plot;
 
 /// Registers the settings of the layers above the core that `barrier` reports and checks
 /// (barrier-mpi's, barrier-openshmem's) with the core's registry: `barrier info` lists them,

@@ -29,12 +29,12 @@
 
 pub mod openmp;
 mod options;
-pub mod plot;
 mod rank;
 mod reference;
 mod stats;
 mod table;
 
+pub use crate::record::plot;
 pub use options::BenchOptions;
 pub use rank::{rank_main, SETTLING_WARMUP};
 pub use reference::{

@@ -21,7 +21,7 @@ pub fn calibrate() -> Result<Machine, String> {
         yield_ns,
         device_ns,
         cores: cores.len(),
-        source: format!("calibrated {} on {} cores", crate::bench::today_utc(), cores.len()),
+        source: format!("calibrated {} on {} cores", crate::record::today_utc(), cores.len()),
     })
 }
 

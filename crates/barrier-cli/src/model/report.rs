@@ -62,7 +62,7 @@ pub fn sweep_nodes() -> Vec<usize> {
 }
 
 /// The sweep: one line per node count, one column per backend (declined ones in parentheses).
-pub fn sweep(ppn: usize, net: &Network, machine: &Machine) -> (String, Vec<crate::bench::Row>) {
+pub fn sweep(ppn: usize, net: &Network, machine: &Machine) -> (String, Vec<crate::record::Row>) {
     let mut s = String::new();
     let mut rows = Vec::new();
     let names: Vec<String> = predict(Shape { nodes: 1, ppn }, net, machine).into_iter().map(|p| p.backend).collect();
@@ -83,13 +83,13 @@ pub fn sweep(ppn: usize, net: &Network, machine: &Machine) -> (String, Vec<crate
             let v = format!("{:.2}", p.ns() / 1e3);
             let _ = write!(s, " {:>14}", if p.declined.is_some() { format!("({v})") } else { v });
             if p.declined.is_none() {
-                rows.push(crate::bench::Row {
+                rows.push(crate::record::Row {
                     backend: short(&p.backend),
                     algorithm: String::new(),
                     ranks: nodes,
                     iters: 0,
                     measurements: 0,
-                    stats: crate::bench::Stats { median: p.ns(), p99: p.ns(), mean: p.ns(), min: p.ns() },
+                    stats: crate::record::Stats { median: p.ns(), p99: p.ns(), mean: p.ns(), min: p.ns() },
                     emulator_ns: None,
                     network_ops: Some(p.network_ops),
                     switches: None,

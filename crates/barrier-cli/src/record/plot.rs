@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
-use super::stats::Row;
+use super::row::Row;
 
 const W: f64 = 820.0;
 const H: f64 = 460.0;
