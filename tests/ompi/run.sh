@@ -155,6 +155,28 @@ for how in "--mca coll ^fastbar" "--mca coll_fastbar_priority 0" "--mca coll_fas
     expect_no_text "off: $how" "coll/fastbar:"
 done
 
+step "settings that differ between ranks: agreed where every rank runs the component, said where a rank never comes (issue 50 item 2)"
+run "disable on one rank" ok "${MPIRUN[@]}" -np 1 -x OMPI_MCA_coll_fastbar_disable=1 "$BIN/barrier_check" 200 : \
+    -np 2 "$BIN/barrier_check" 200
+expect_text "disable on one rank" "coll/fastbar: barriers of .* stay the next component's on every rank: coll_fastbar_disable is set on ranks \[0\] of it only"
+[ "$(grep -c 'checked barriers passed' "$out")" = 3 ] || { cat "$out"; fail "disable on one rank: not every rank passed"; }
+[ "$(grep -c 'stay the next component' "$out")" = 1 ] || { cat "$out"; fail "disable on one rank: not said exactly once"; }
+run "min size on one rank" ok "${MPIRUN[@]}" -np 2 "$BIN/barrier_check" 200 : \
+    -np 1 -x OMPI_MCA_coll_fastbar_min_comm_size=5 "$BIN/barrier_check" 200
+expect_text "min size on one rank" "coll_fastbar_min_comm_size is above 3 on ranks \[2\] of it only"
+[ "$(grep -c 'checked barriers passed' "$out")" = 3 ] || { cat "$out"; fail "min size on one rank: not every rank passed"; }
+# A rank whose component never serves (priority 0 there) runs Open MPI's barrier: the others
+# cannot agree with it, and must say so within seconds (then they go on waiting: the job is
+# ended here after the report).
+rc=0
+timeout 30 "${MPIRUN[@]}" -x BARRIER_STALL_REPORT=3s -np 1 "$BIN/barrier_check" 200 : \
+    -np 1 -x OMPI_MCA_coll_fastbar_priority=0 "$BIN/barrier_check" 200 : -np 1 "$BIN/barrier_check" 200 \
+    >"$out" 2>&1 || rc=$?
+[ "$rc" = 124 ] || { cat "$out"; fail "priority 0 on one rank: expected the job to wait (and be ended by timeout), got $rc"; }
+expect_text "priority 0 on one rank" "coll/fastbar: world rank 0 has waited 3\.[0-9]s in the first barrier of .* for every rank to set up this component's barrier"
+expect_text "priority 0 on one rank" "coll_fastbar_priority there"
+echo "ok: priority 0 on one rank: the others said so"
+
 step "the ABI guard: a mismatch (forced) refuses to open, once per job; the job runs on Open MPI's barrier"
 run "abi mismatch" ok launch BARRIER_VERBOSE=1 -- --mca coll_fastbar_test_abi_mismatch 1 -np 3 "$BIN/barrier_check" 300
 expect_text "abi mismatch" "coll/fastbar: not opened: coll_fastbar_test_abi_mismatch is set"

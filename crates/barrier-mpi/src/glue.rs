@@ -87,6 +87,10 @@ pub struct McaValues {
     pub verbose: c_int,
     /// `node_block`: `BARRIER_MPI_NODE_BLOCK`.
     pub node_block: c_int,
+    /// `disable`: 1 where this rank's component serves nothing ([`join`] agrees it).
+    pub disable: c_int,
+    /// `min_comm_size`: the smallest communicator this rank's component serves (below 0: any).
+    pub min_comm_size: c_int,
 }
 
 impl McaValues {
@@ -230,6 +234,90 @@ pub fn first_process_of_node() -> bool {
     std::env::var("OMPI_COMM_WORLD_LOCAL_RANK").map_or(true, |local| local == "0")
 }
 
+/// How long a rank waits in [`join`] for the others before it says that some never came
+/// (sooner when the stall report is set sooner).
+pub const JOIN_REPORT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// This rank's component declines the communicator: `disable` is set here.
+const DISABLED_HERE: u64 = 1;
+/// This rank's component declines the communicator: it is smaller than `min_comm_size` here.
+const TOO_SMALL_HERE: u64 = 2;
+
+/// The first step of a communicator's set-up in a component, on every rank that calls into it:
+/// whether every rank's component will serve `comm`, agreed (issue 50 item 2). Each rank brings
+/// what its own settings say (`disable`, `min_comm_size`); if any rank's component declines,
+/// every rank declines, and rank 0 says once which ranks' settings differ. `Ok(None)`: serve;
+/// `Ok(Some(why))`: every rank declines (said by rank 0 only where the ranks' settings differ,
+/// once per process: a component turned off everywhere stays silent).
+///
+/// The step does not block: a rank whose own component never serves this communicator (the
+/// component not loaded there, or a lower priority there) never joins, and the ranks that did
+/// say so after `report_after`, naming the communicator and what to check, and go on waiting.
+///
+/// # Safety
+/// `values` is the component's (its strings null or NUL-terminated); `comm` is valid, and
+/// every rank of it whose component serves it makes this call in its first barrier on it.
+pub unsafe fn join(
+    framework: &str,
+    comm: raw::Comm,
+    values: &McaValues,
+    report_after: std::time::Duration,
+) -> Result<Option<String>, barrier::Error> {
+    let size = raw::size(comm)?;
+    let mut here = 0;
+    if values.disable > 0 {
+        here |= DISABLED_HERE;
+    }
+    if values.min_comm_size >= 0 && size < values.min_comm_size as usize {
+        here |= TOO_SMALL_HERE;
+    }
+    let component = format!("{framework}/fastbar");
+    let world_rank = raw::rank(raw::comm_world()).unwrap_or(0);
+    let name = raw::name(comm);
+    let all = raw::sleeping_allgather(comm, here, report_after, |waited| {
+        say(
+            &component,
+            &format!(
+                "world rank {world_rank} has waited {waited:.1?} in the first barrier of {name} ({size} ranks) for \
+                 every rank to set up this component's barrier on it; a rank whose component never does runs \
+                 another barrier there and never comes (the component not loaded there, or a lower or 0 \
+                 {framework}_fastbar_priority there): give every rank the same component and settings \
+                 (ompi_info --param {framework} fastbar --level 9 on each node). Still waiting."
+            ),
+        )
+    })?;
+    if all.iter().all(|&w| w == 0) {
+        return Ok(None);
+    }
+    let ranks_with = |bit: u64| -> Vec<usize> { (0..all.len()).filter(|&r| all[r] & bit != 0).collect() };
+    let mut reasons = Vec::new();
+    for (bit, what) in [
+        (DISABLED_HERE, format!("{framework}_fastbar_disable is set")),
+        (TOO_SMALL_HERE, format!("{framework}_fastbar_min_comm_size is above {size}")),
+    ] {
+        let ranks = ranks_with(bit);
+        match ranks.len() {
+            0 => {}
+            n if n == all.len() => reasons.push(format!("{what} on every rank")),
+            _ => reasons.push(format!("{what} on ranks {ranks:?} of it only")),
+        }
+    }
+    let differ = all.iter().any(|&w| w != all[0]);
+    let why = reasons.join("; ");
+    // Once per process (a program that makes many communicators would repeat it for each).
+    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if raw::rank(comm)? == 0 && differ && !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        say(
+            &component,
+            &format!(
+                "barriers of {name} ({size} ranks) stay the next component's on every rank: {why} (the \
+                 component's settings differ between ranks: give every rank the same)"
+            ),
+        );
+    }
+    Ok(Some(why))
+}
+
 /// Sets, once, an `MPI_COMM_SELF` attribute whose deletion (first thing in `MPI_Finalize`,
 /// while MPI still works) runs `at_finalize`; `key` keeps its key (`None` if MPI refused).
 pub fn hook_finalize(key: &OnceLock<Option<c_int>>, at_finalize: DeleteAttr) {
@@ -264,6 +352,8 @@ mod tests {
             stall_report: std::ptr::null(),
             verbose: -1,
             node_block: -1,
+            disable: 0,
+            min_comm_size: -1,
         };
         let values = McaValues { device_path: c"/x".as_ptr(), timeout: c"abc".as_ptr(), node_block: 2, ..unset };
         // SAFETY: every pointer is null or a C string literal.

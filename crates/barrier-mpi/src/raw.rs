@@ -106,6 +106,24 @@ pub fn size(comm: Comm) -> Result<usize> {
     Ok(s as usize)
 }
 
+/// How a report names `comm`: its name (`MPI_Comm_get_name`: `MPI_COMM_WORLD`, or the one the
+/// program set) in quotes, else "a communicator".
+pub fn name(comm: Comm) -> String {
+    let mut buf = [0 as std::ffi::c_char; 256];
+    let mut len: c_int = 0;
+    // SAFETY: the buffer holds MPI_MAX_OBJECT_NAME (at most 256 in the MPIs we build against)
+    // characters; MPI writes a NUL-terminated name of at most that.
+    let rc = unsafe { ffi::PMPI_Comm_get_name(comm, buf.as_mut_ptr(), &mut len) };
+    buf[255] = 0;
+    // SAFETY: NUL-terminated (MPI's terminator, or the one set above).
+    let text = unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) }.to_string_lossy().into_owned();
+    if rc == SUCCESS && !text.is_empty() {
+        format!("the communicator {text:?}")
+    } else {
+        "a communicator".into()
+    }
+}
+
 /// Whether `comm` is an intercommunicator (two groups: no barrier of ours).
 pub fn is_inter(comm: Comm) -> Result<bool> {
     let mut flag: c_int = 0;
@@ -338,6 +356,52 @@ pub(crate) fn sleeping_rendezvous(comm: Comm, stall: Option<std::time::Duration>
             }
         },
     )
+}
+
+/// Every rank's `word`, by rank, gathered without blocking (`MPI_Iallgather`) and waited for
+/// asleep as [`sleeping_rendezvous`] waits. After `report_after`, `said(waited)` is called once:
+/// a rank that never joins (one where another component's barrier serves: the component was
+/// not loaded there, or its priority is lower there) leaves the others here, and they must say
+/// so rather than hang silently.
+pub(crate) fn sleeping_allgather(
+    comm: Comm,
+    word: u64,
+    report_after: std::time::Duration,
+    mut said: impl FnMut(std::time::Duration),
+) -> Result<Vec<u64>> {
+    let n = size(comm)?;
+    let send = [word];
+    let mut all = vec![0u64; n];
+    let mut req = request_null();
+    check(
+        // SAFETY: `send` holds one u64 and `all` n, as the counts and datatype say; both outlive
+        // the request (it is waited for below before they are dropped, or MPI aborts).
+        unsafe {
+            ffi::PMPI_Iallgather(
+                send.as_ptr().cast(),
+                1,
+                uint64(),
+                all.as_mut_ptr().cast(),
+                1,
+                uint64(),
+                comm,
+                &mut req,
+            )
+        },
+        "MPI_Iallgather",
+    )?;
+    let mut reported = false;
+    barrier::wait::poll_asleep(
+        std::time::Duration::from_micros(50),
+        || test(&mut req).map(|done| done.then_some(())),
+        |waited| {
+            if !reported && waited >= report_after {
+                reported = true;
+                said(waited);
+            }
+        },
+    )?;
+    Ok(all)
 }
 
 /// Waits for the request (it is then freed and set to `MPI_REQUEST_NULL`).

@@ -38,6 +38,7 @@ typedef struct fastbar_rs_req fastbar_rs_req; /* one split-phase barrier */
 struct fastbar_mca_values {
     const char *device_path, *backend, *timeout, *wait_policy, *stall_report;
     int verbose, node_block;
+    int disable, min_comm_size; /* agreed by the Rust side among the ranks (below 0: none) */
 };
 
 /* What the glue was built for, for the ABI guard on the Rust side (barrier-mpi's glue::BuiltFor
@@ -209,8 +210,9 @@ static void finish_earlier(fastbar_module_t *m);
 /* The first MPI_Barrier of a communicator builds its barrier on every rank (collective). */
 static void build(fastbar_module_t *m, struct ompi_communicator_t *comm)
 {
-    const struct fastbar_mca_values values = {param_device_path, param_backend,  param_timeout,   param_wait_policy,
-                                              param_stall_report, param_verbose, param_node_block};
+    const struct fastbar_mca_values values = {param_device_path, param_backend,    param_timeout,
+                                              param_wait_policy, param_stall_report, param_verbose,
+                                              param_node_block,  param_disable,      param_min_comm_size};
     building++;
     int served = fastbar_rs_create(comm, &values, &m->rs);
     building--;
@@ -524,9 +526,11 @@ static mca_coll_base_module_t *fastbar_comm_query(struct ompi_communicator_t *co
 {
     /* `building` is not asked here: Open MPI may select for a communicator from inside another
      * thread's (or another communicator's) progress, so the answer would differ between ranks;
-     * the module checks it when called instead. */
-    if (refused || param_disable || param_priority <= 0 || OMPI_COMM_IS_INTER(comm)
-        || ompi_comm_size(comm) < param_min_comm_size) {
+     * the module checks it when called instead. Neither are `disable` and `min_comm_size`: one
+     * rank's could differ from another's, and a rank whose module is not here runs another
+     * barrier while the others wait in ours; the first barrier agrees them instead (issue 50
+     * item 2). A communicator of one rank has nobody to disagree with. */
+    if (refused || param_priority <= 0 || OMPI_COMM_IS_INTER(comm) || ompi_comm_size(comm) < 2) {
         return NULL;
     }
     fastbar_module_t *m = OBJ_NEW(fastbar_module_t);

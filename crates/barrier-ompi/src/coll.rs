@@ -131,6 +131,19 @@ pub unsafe extern "C" fn fastbar_rs_create(comm: MPI_Comm, values: *const McaVal
         let verbose = params.flag("BARRIER_VERBOSE").unwrap_or(false);
         let rank = raw::rank(comm).unwrap_or(0);
         let size = raw::size(comm).unwrap_or(0);
+        // Whether every rank's component serves it (disable, min_comm_size), agreed; a rank
+        // that never joins is reported by the others (within JOIN_REPORT, or the stall report's
+        // delay if shorter).
+        let report_after = params.stall_report().map_or(glue::JOIN_REPORT, |s| s.min(glue::JOIN_REPORT));
+        // SAFETY: the caller's contract.
+        match unsafe { glue::join("coll", comm, &*values, report_after) } {
+            Ok(None) => {}
+            Ok(Some(_)) => return 0,
+            Err(e) => {
+                say(&format!("MPI_Barrier on a communicator of {size} ranks stays Open MPI's own: {e}"));
+                return 0;
+            }
+        }
         glue::hook_finalize(&FINALIZE_HOOK, at_finalize);
         // SAFETY: MPI is initialized (this is an MPI_Barrier) and every rank of `comm` makes
         // this call in its first MPI_Barrier on it.

@@ -34,6 +34,7 @@ typedef struct fastbar_set fastbar_set; /* the barrier of one set of PEs */
 struct fastbar_mca_values {
     const char *device_path, *backend, *timeout, *wait_policy, *stall_report;
     int verbose, node_block;
+    int disable, min_comm_size; /* agreed by the Rust side among the ranks (below 0: none) */
 };
 
 /* What the glue was built for, for the ABI guard on the Rust side (barrier-mpi's glue::BuiltFor
@@ -180,8 +181,8 @@ static int fastbar_barrier(struct oshmem_group_t *group, long *pSync, int alg)
         int on_stack[1024];
         int *pes = group->proc_count <= 1024 ? on_stack : malloc(sizeof(int) * (size_t) group->proc_count);
         /* scoll has no device path or stall report of its own (the environment's hold). */
-        const struct fastbar_mca_values values = {NULL, param_backend, param_timeout, param_wait_policy,
-                                                  NULL, param_verbose, param_node_block};
+        const struct fastbar_mca_values values = {NULL, param_backend, param_timeout, param_wait_policy, NULL,
+                                                  param_verbose, param_node_block, param_disable, -1};
         int served = 0;
         if (pes) {
             for (int i = 0; i < group->proc_count; i++) {
