@@ -252,6 +252,11 @@ for block in 0 1 2; do
     expect_text "scoll threads" "two sets in two threads, passed 200 iterations each"
     expect_text "scoll threads" "scoll/fastbar: shmem barriers of an active set of 3 PEs: "
 done
+# Issue 50 item 2: scoll's disable on one PE only is agreed (every PE declines, said once).
+run "scoll disable on one PE" ok "${OSHRUN[@]}" -np 1 -x OMPI_MCA_scoll_fastbar_disable=1 "$BIN/shmem_check" 100 : \
+    -np 2 "$BIN/shmem_check" 100
+expect_text "scoll disable on one PE" "scoll/fastbar: barriers of .* stay the next component's on every rank: scoll_fastbar_disable is set on ranks \[0\] of it only"
+expect_text "scoll disable on one PE" "3 PEs passed 100 iterations"
 run "scoll abi mismatch" ok "${OSHRUN[@]}" --mca scoll_fastbar_test_abi_mismatch 1 -np 3 "$BIN/shmem_check" 100
 expect_text "scoll abi mismatch" "scoll/fastbar: not opened: scoll_fastbar_test_abi_mismatch is set"
 [ "$(grep -c 'not opened' "$out")" = 1 ] || { cat "$out"; fail "scoll abi mismatch: not said exactly once"; }

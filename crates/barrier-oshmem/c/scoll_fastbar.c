@@ -244,7 +244,9 @@ static int fastbar_module_enable(mca_scoll_base_module_t *module, struct oshmem_
 
 static mca_scoll_base_module_t *fastbar_query(struct oshmem_group_t *group, int *priority)
 {
-    if (refused || param_disable || param_priority <= 0 || group->proc_count < 2) {
+    /* `disable` is agreed by the set's first barrier instead (issue 50 item 2): a PE whose
+     * module is not here would run another barrier while the others wait in ours. */
+    if (refused || param_priority <= 0 || group->proc_count < 2) {
         return NULL;
     }
     fastbar_module_t *m = OBJ_NEW(fastbar_module_t);

@@ -227,11 +227,21 @@ unsafe fn build(key: &[c_int], values: *const McaValues) -> Option<&'static Set>
         } else {
             format!("an active set of {} PEs", key.len())
         };
+        let report_after = params.stall_report().map_or(glue::JOIN_REPORT, |s| s.min(glue::JOIN_REPORT));
         let made = communicator_of(key).and_then(|comm| {
             let on = comm.unwrap_or_else(raw::comm_world);
-            // SAFETY: `on` is a valid intracommunicator of exactly the set's members, every one
-            // of which makes this call now.
-            let built = unsafe { BarrierComm::from_raw_in_component(on, params) };
+            // Whether every member's component serves the set (`disable`), agreed (issue 50
+            // item 2); then the barrier.
+            // SAFETY: `values` is the component's; `on` is a valid intracommunicator of exactly
+            // the set's members, every one of which makes this call now.
+            let built = match unsafe { glue::join("scoll", on, &*values, report_after) } {
+                Ok(None) => {
+                    // SAFETY: as above.
+                    unsafe { BarrierComm::from_raw_in_component(on, params) }.map(Some)
+                }
+                Ok(Some(_)) => Ok(None),
+                Err(e) => Err(e),
+            };
             if let Some(mut own) = comm {
                 // The barrier keeps its own duplicate.
                 // SAFETY: made above, freed once.
@@ -242,7 +252,9 @@ unsafe fn build(key: &[c_int], values: *const McaValues) -> Option<&'static Set>
         // The set's first PE speaks for it.
         let first = raw::rank(raw::comm_world()).ok() == key.first().map(|&p| p as usize);
         let set = match made {
-            Ok(c) if c.backend() == barrier_mpi::MPI_BACKEND => {
+            // Every member declined (said where the members' settings differ).
+            Ok(None) => None,
+            Ok(Some(c)) if c.backend() == barrier_mpi::MPI_BACKEND => {
                 if c.fell_back() && (first || c.failed_here()) {
                     say(&format!("shmem barriers of {what} stay OSHMEM's own on every PE: {}", c.describe()));
                 } else if verbose && first {
@@ -250,7 +262,7 @@ unsafe fn build(key: &[c_int], values: *const McaValues) -> Option<&'static Set>
                 }
                 None
             }
-            Ok(c) => {
+            Ok(Some(c)) => {
                 if verbose && first {
                     say(&format!("shmem barriers of {what}: {}", c.summary()));
                 }
