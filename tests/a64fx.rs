@@ -281,3 +281,62 @@ fn hybrid_processes_each_get_a_cmg_under_the_launcher() {
         assert!(line.contains(&format!("on CPUs {cpus} passed 300 barriers on a64fx (blade)")), "{line}");
     }
 }
+
+/// Issue 49 item 4: a program's own threads, bound one per PE of a CMG, form a group
+/// (`threads::Group`) whose barrier is the A64FX hardware barrier, chosen by the selector and
+/// checked barrier by barrier; unbound threads get the software barrier and the selection says
+/// why. Blades and windows are released when the members' communicators go.
+#[test]
+fn a_group_of_the_programs_own_threads_gets_the_hardware_barrier() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let node = node();
+    let info = NodeInfo::read(node.sysfs()).unwrap();
+    for n in [2, 5, 12] {
+        let cpus = info.compact_cpus(n).unwrap();
+        let group = barrier::threads::Group::with_params(n, params(&node)).unwrap();
+        let arrived = AtomicU64::new(0);
+        let outcomes: Vec<(String, String)> = std::thread::scope(|s| {
+            let handles: Vec<_> = cpus
+                .iter()
+                .map(|&cpu| {
+                    let (group, arrived) = (&group, &arrived);
+                    s.spawn(move || {
+                        barrier::sys::bind_thread_to_cpu(cpu).unwrap();
+                        let comm = group.join().unwrap();
+                        for k in 1..=300u64 {
+                            arrived.fetch_add(1, Ordering::AcqRel);
+                            comm.barrier().unwrap();
+                            // Every member arrived k times before anyone left barrier k.
+                            let seen = arrived.load(Ordering::Acquire);
+                            assert!(seen >= k * n as u64, "left barrier {k} early: {seen} arrivals of {n} members");
+                            comm.barrier().unwrap();
+                        }
+                        (comm.backend().to_string(), comm.algorithm())
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert!(outcomes.iter().all(|(b, a)| b == "a64fx" && a == "blade"), "n={n}: {outcomes:?}");
+        assert_eq!((node.blades_in_use(), node.windows_in_use()), (0, 0), "n={n}: released");
+    }
+    // Unbound threads: software, and the selection says why.
+    let group = barrier::threads::Group::with_params(3, params(&node)).unwrap();
+    let why: Vec<(String, String)> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..3)
+            .map(|_| {
+                s.spawn(|| {
+                    let comm = group.join().unwrap();
+                    comm.barrier().unwrap();
+                    (comm.backend().to_string(), a64fx_outcome(&comm))
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert!(why.iter().all(|(b, o)| b != "a64fx" && o.contains("not bound to one CPU")), "{why:?}");
+    // A join past the group's size fails with a reason.
+    let full = barrier::threads::Group::with_params(1, params(&node)).unwrap();
+    let _only = full.join().unwrap();
+    assert!(full.join().unwrap_err().to_string().contains("join once per thread"));
+}

@@ -377,6 +377,73 @@ pub mod threads {
         }
     }
 
+    /// A group of the program's own threads, joined as the ranks of one communicator: where a
+    /// [`Job`] starts its threads, a group takes the threads a program already has (a
+    /// `std::thread::scope`, a pool's workers). Each thread calls [`Group::join`] once and gets
+    /// its rank's [`Communicator`], ranks in the order the threads join.
+    ///
+    /// The selector picks the group's barrier as it does any communicator's. On an A64FX node
+    /// (or an emulated one: `BARRIER_A64FX_DEVICE_PATH`), members bound one per PE
+    /// ([`crate::sys::bind_thread_to_cpu`]) get a barrier blade per CMG and a window register
+    /// each, and wait through BST and LBSY: the hardware barrier Fujitsu's `fhwb_sync` gives a
+    /// team of threads. Unbound threads get the software barrier, and
+    /// [`Communicator::selection`] says why (`a64fx: … is not bound to one CPU`).
+    ///
+    /// ```
+    /// let group = barrier::threads::Group::new(3).unwrap();
+    /// std::thread::scope(|s| {
+    ///     for _ in 0..3 {
+    ///         s.spawn(|| {
+    ///             let comm = group.join().unwrap();
+    ///             comm.barrier().unwrap();
+    ///         });
+    ///     }
+    /// });
+    /// ```
+    #[derive(Debug)]
+    pub struct Group {
+        seg: Arc<Segment>,
+        params: Params,
+        size: usize,
+        joined: std::sync::atomic::AtomicUsize,
+    }
+
+    impl Group {
+        /// A group of `n` threads, with parameters from the environment.
+        pub fn new(n: usize) -> Result<Group> {
+            Group::with_params(n, Params::from_env())
+        }
+
+        /// A group of `n` threads with these parameters.
+        pub fn with_params(n: usize, params: Params) -> Result<Group> {
+            if n == 0 {
+                return Err(Error::InvalidArgument("a group needs at least one thread".into()));
+            }
+            let seg = Segment::anonymous(JobShape::local(n, 1), pool_bytes(&params)?)?;
+            Ok(Group { seg, params, size: n, joined: std::sync::atomic::AtomicUsize::new(0) })
+        }
+
+        /// The threads the group holds.
+        pub fn size(&self) -> usize {
+            self.size
+        }
+
+        /// Joins the calling thread as the next rank and returns its communicator. Collective:
+        /// it returns once all `n` threads have joined (a thread that never joins is named by
+        /// the others' stall report and timeout, as any absent rank). A join past the `n`-th
+        /// fails.
+        pub fn join(&self) -> Result<Communicator> {
+            let rank = self.joined.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+            if rank >= self.size {
+                return Err(Error::InvalidArgument(format!(
+                    "a group of {} threads already has them all: join once per thread",
+                    self.size
+                )));
+            }
+            Universe::join(self.seg.clone(), rank, self.params.clone()).map(Universe::into_world)
+        }
+    }
+
     /// Runs `f` on `ranks` threads with the environment's parameters: `Job::new(ranks).run(f)`.
     pub fn run<T, F>(ranks: usize, f: F) -> Result<Vec<T>>
     where
