@@ -60,6 +60,10 @@ mod ompi {
             .flag_if_supported("-Wno-unused-parameter")
             .flag_if_supported("-Wno-sign-compare")
             .cargo_metadata(false);
+        // fastbar_glue.h, from barrier-mpi (its `links` metadata).
+        let glue = std::env::var("DEP_FASTBAR_GLUE_INCLUDE").expect("barrier-mpi publishes fastbar_glue.h's directory");
+        println!("cargo:rerun-if-changed={glue}/fastbar_glue.h");
+        cc.include(&glue);
         for dir in &incdirs {
             cc.include(dir);
         }

@@ -63,6 +63,10 @@ mod oshmem {
         for dir in &incdirs {
             cc.include(dir);
         }
+        // fastbar_glue.h, from barrier-mpi (its `links` metadata).
+        let glue = std::env::var("DEP_FASTBAR_GLUE_INCLUDE").expect("barrier-mpi publishes fastbar_glue.h's directory");
+        println!("cargo:rerun-if-changed={glue}/fastbar_glue.h");
+        cc.include(&glue);
         cc.include(base.join("openshmem")).include(&shim);
         cc.compile("scoll_fastbar");
         println!("cargo:rustc-link-search=native={}", out.display());

@@ -19,6 +19,7 @@
 #include <time.h>
 
 #include "mpi.h"
+#include "fastbar_glue.h"
 #include "ompi/communicator/communicator.h"
 #include "ompi/mca/coll/base/base.h"
 #include "ompi/mca/coll/coll.h"
@@ -32,27 +33,6 @@
 typedef struct fastbar_rs fastbar_rs;         /* one communicator's barrier */
 typedef struct fastbar_rs_req fastbar_rs_req; /* one split-phase barrier */
 
-/* The component's MCA values, handed to the Rust side as they are: it names, formats and checks
- * them (barrier-mpi's glue::McaValues, field for field). A string null or empty, or a number
- * below 0, is unset. */
-struct fastbar_mca_values {
-    const char *device_path, *backend, *timeout, *wait_policy, *stall_report;
-    int verbose, node_block;
-    int disable, min_comm_size; /* agreed by the Rust side among the ranks (below 0: none) */
-};
-
-/* What the glue was built for, for the ABI guard on the Rust side (barrier-mpi's glue::BuiltFor
- * and glue::StructSize, field for field): it compares the running library with them. */
-struct fastbar_struct_size {
-    const char *name;
-    size_t running, built;
-};
-struct fastbar_built_for {
-    int major, minor, release;
-    const struct fastbar_struct_size *sizes;
-    size_t count;
-    bool test_mismatch;
-};
 /* Called by the Rust side at MPI_Finalize (defined below). */
 void fastbar_drain_in_flight(void);
 /* 1: the component may open; 0: refused (said once per node). */

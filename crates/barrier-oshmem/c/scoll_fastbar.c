@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "mpi.h"
+#include "fastbar_glue.h"
 #include "ompi/version.h"
 #include "oshmem/mca/scoll/scoll.h"
 #include "oshmem/proc/proc.h"
@@ -28,27 +29,6 @@
 
 typedef struct fastbar_set fastbar_set; /* the barrier of one set of PEs */
 
-/* The component's MCA values, handed to the Rust side as they are: it names, formats and checks
- * them (barrier-mpi's glue::McaValues, field for field). A string null or empty, or a number
- * below 0, is unset. */
-struct fastbar_mca_values {
-    const char *device_path, *backend, *timeout, *wait_policy, *stall_report;
-    int verbose, node_block;
-    int disable, min_comm_size; /* agreed by the Rust side among the ranks (below 0: none) */
-};
-
-/* What the glue was built for, for the ABI guard on the Rust side (barrier-mpi's glue::BuiltFor
- * and glue::StructSize, field for field): it compares the running library with them. */
-struct fastbar_struct_size {
-    const char *name;
-    size_t running, built;
-};
-struct fastbar_built_for {
-    int major, minor, release;
-    const struct fastbar_struct_size *sizes;
-    size_t count;
-    bool test_mismatch;
-};
 /* 1: the component may open; 0: refused (said once per node). */
 extern int fastbar_scoll_rs_open(const struct fastbar_built_for *built);
 /* Collective over the PEs in `pes` (world ranks, in the set's order) the first time a set is

@@ -361,18 +361,7 @@ pub fn run(opts: &BenchOptions) -> Result<Vec<Row>, String> {
             ] {
                 progress.step(&format!("{} n={n}{of}", if name == "std" { "std::sync::Barrier" } else { name }));
                 let (stats, switches) = run(n, round_iters, opts.batch);
-                this_round.push(Row {
-                    backend: name.into(),
-                    algorithm: "-".into(),
-                    ranks: n,
-                    iters: round_iters,
-                    measurements: 1,
-                    stats,
-                    emulator_ns: None,
-                    network_ops: None,
-                    switches: Some(switches),
-                    label: name.into(),
-                });
+                this_round.push(Row::of_threads(name, "-", n, round_iters, stats, switches));
                 if barrier_launch::signals::peek().is_some() {
                     this_round.pop();
                     interrupted = true;
@@ -385,18 +374,9 @@ pub fn run(opts: &BenchOptions) -> Result<Vec<Row>, String> {
                 }
                 progress.step(&format!("{} n={n}{of}", omp.label()));
                 match omp.measure(n, round_iters, opts.batch) {
-                    Ok((stats, switches)) => this_round.push(Row {
-                        backend: "openmp".into(),
-                        algorithm: omp.runtime.into(),
-                        ranks: n,
-                        iters: round_iters,
-                        measurements: 1,
-                        stats,
-                        emulator_ns: None,
-                        network_ops: None,
-                        switches: Some(switches),
-                        label: omp.label(),
-                    }),
+                    Ok((stats, switches)) => {
+                        this_round.push(Row::of_threads("openmp", omp.runtime, n, round_iters, stats, switches))
+                    }
                     Err(why) => omp_notes.push(format!("not measured: {} at {n} threads: {why}", omp.label())),
                 }
                 interrupted = barrier_launch::signals::peek().is_some();

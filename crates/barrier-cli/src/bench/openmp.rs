@@ -55,7 +55,7 @@ pub fn build_all(dir: &Path) -> (Vec<OpenMp>, Vec<(&'static str, String)>) {
 }
 
 impl OpenMp {
-    /// The row's name.
+    /// The row's name (as [`Row::of_threads`](crate::record::Row::of_threads) labels it).
     pub fn label(&self) -> String {
         format!("openmp ({})", self.runtime)
     }

@@ -67,6 +67,24 @@ pub struct Row {
 }
 
 impl Row {
+    /// A row of threads measured in this process (the thread rows, OpenMP's): one
+    /// measurement, no device or network; labelled `backend`, or `backend (algorithm)`.
+    pub fn of_threads(backend: &str, algorithm: &str, ranks: usize, iters: u64, stats: Stats, switches: f64) -> Row {
+        let label = if algorithm == "-" { backend.to_string() } else { format!("{backend} ({algorithm})") };
+        Row {
+            backend: backend.into(),
+            algorithm: algorithm.into(),
+            ranks,
+            iters,
+            measurements: 1,
+            stats,
+            emulator_ns: None,
+            network_ops: None,
+            switches: Some(switches),
+            label,
+        }
+    }
+
     /// This row as a multiple of `floor`, the floor at its rank count: `None` where there is
     /// none (one rank waits for nobody; with more ranks than cores the floor is a count of
     /// context switches, not a latency) and on the floor rows themselves.
