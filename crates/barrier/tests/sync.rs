@@ -158,6 +158,74 @@ fn a_team_releases_nobody_early_at_odd_sizes() {
     }
 }
 
+/// `wait_then` (issue 49 item 5): member 0 runs the work once every member has arrived and
+/// nobody leaves before it returned; mixed with plain waits, at odd sizes, both policies.
+#[test]
+fn wait_then_runs_the_work_between_everyone_arriving_and_anyone_leaving() {
+    const BARRIERS: usize = 150;
+    for (policy, n) in [WaitPolicy::Spin, WaitPolicy::Park].into_iter().flat_map(|p| SIZES.map(|n| (p, n))) {
+        let arrived: Vec<AtomicUsize> = (0..BARRIERS).map(|_| AtomicUsize::new(0)).collect();
+        let worked: Vec<AtomicUsize> = (0..BARRIERS).map(|_| AtomicUsize::new(0)).collect();
+        let team = Team::with(n, policy, None, None);
+        std::thread::scope(|s| {
+            for mut member in (0..n).map(|_| team.join().unwrap()) {
+                let (arrived, worked) = (&arrived, &worked);
+                s.spawn(move || {
+                    let mut seed = member.index() as u64 * 17 + 3;
+                    for b in 0..BARRIERS {
+                        jitter(&mut seed);
+                        arrived[b].fetch_add(1, Ordering::Relaxed);
+                        if b % 3 == 2 {
+                            // A plain barrier between, as a program may mix them.
+                            member.wait().unwrap();
+                        } else {
+                            member
+                                .wait_then(|| {
+                                    assert_eq!(arrived[b].load(Ordering::Relaxed), n, "work ran before all arrived");
+                                    std::thread::yield_now();
+                                    worked[b].fetch_add(1, Ordering::Relaxed);
+                                    Ok(())
+                                })
+                                .unwrap();
+                            assert_eq!(worked[b].load(Ordering::Relaxed), 1, "left barrier {b} before the work");
+                        }
+                        assert_eq!(arrived[b].load(Ordering::Relaxed), n, "member {} left {b} early", member.index());
+                    }
+                });
+            }
+        });
+    }
+}
+
+/// Work that fails on member 0 fails every member's barrier, and the team's later ones.
+#[test]
+fn failed_work_breaks_every_members_barrier() {
+    let team = Team::with(3, WaitPolicy::Spin, None, None);
+    let results: Vec<(usize, String, bool)> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..3)
+            .map(|_| {
+                let mut member = team.join().unwrap();
+                s.spawn(move || {
+                    let first = member
+                        .wait_then(|| Err(Error::InvalidArgument("the rank's barrier failed".into())))
+                        .unwrap_err();
+                    let later = matches!(member.wait(), Err(Error::TeamBroken(_)));
+                    (member.index(), first.to_string(), later)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for (index, first, later) in results {
+        if index == 0 {
+            assert!(first.contains("the rank's barrier failed"), "{first}");
+        } else {
+            assert!(first.contains("member 0") && first.contains("failed"), "{first}");
+        }
+        assert!(later, "member {index}'s later barrier must fail");
+    }
+}
+
 #[test]
 fn a_team_hands_out_exactly_its_members() {
     let team = Team::new(2);

@@ -10,6 +10,12 @@
 //! own word and adds one to a shared count; the arrival that makes the count `n * e` releases
 //! barrier `e` through one flag (one switch per member, as the drop-in).
 //!
+//! [`Member::wait_then`] is a barrier in two halves around a piece of work: every member arrives
+//! (each stores the barrier's number into a flag of its own), member 0 waits for them all, runs
+//! the work (the MPI barrier of its rank, in a hybrid program: threads, then ranks, in one
+//! barrier), and releases them through one flag. One gather and one release, where "team
+//! barrier, the work on one thread, team barrier" costs two whole barriers.
+//!
 //! A member dropped (its thread ended, or unwound from a panic) records how many barriers it
 //! completed. A member waiting for a barrier that a dropped member never made learns it when
 //! its wait next looks at the clock (a parked wait within a park slice, 50 ms at most; a
@@ -49,6 +55,11 @@ struct Shared {
     count: crate::pad::CachePadded<AtomicU64>,
     release: Slot,
     at: Box<[crate::pad::CachePadded<AtomicU64>]>,
+    /// `wait_then`: each member's arrival flag, member 0's release flag, and the last barrier
+    /// whose work failed on member 0 (0: none).
+    arrived: Box<[Slot]>,
+    released: Slot,
+    failed: crate::pad::CachePadded<AtomicU64>,
     wait: WaitConfig,
     stall: Option<Duration>,
 }
@@ -76,6 +87,8 @@ pub struct Member {
     /// Barriers this member has entered, and completed (one fewer after a failed wait).
     epoch: u64,
     completed: u64,
+    /// Barriers of the central form this member has entered (`wait`'s, not `wait_then`'s).
+    central_epoch: u64,
     /// Why its waits fail, once one failed.
     broken: Option<String>,
 }
@@ -115,6 +128,9 @@ impl Team {
                 count: crate::pad::CachePadded(AtomicU64::new(0)),
                 release: Slot::default(),
                 at: padded(),
+                arrived: (0..n).map(|_| Slot::default()).collect(),
+                released: Slot::default(),
+                failed: crate::pad::CachePadded(AtomicU64::new(0)),
                 wait: WaitConfig { policy, spin, yields, timeout, progress: None },
                 stall,
             }),
@@ -133,7 +149,7 @@ impl Team {
                 self.shared.n
             )));
         }
-        Ok(Member { shared: self.shared.clone(), index, epoch: 0, completed: 0, broken: None })
+        Ok(Member { shared: self.shared.clone(), index, epoch: 0, completed: 0, central_epoch: 0, broken: None })
     }
 
     /// Every member of a team of `n`, in order: hand one to each thread.
@@ -168,6 +184,49 @@ impl Member {
         }
         self.epoch += 1;
         let done = self.step();
+        self.finish(done)
+    }
+
+    /// A barrier in two halves around `work`: every member arrives; member 0, once all have,
+    /// runs `work` (the other members' `work` is dropped unrun) and then releases them. Every
+    /// member returns after `work` has returned, and sees what it wrote; if `work` failed,
+    /// member 0 returns its error and the others [`Error::TeamBroken`] naming it, and the
+    /// team's later barriers fail. Every member calls `wait` and `wait_then` in the same order.
+    ///
+    /// In a hybrid program whose rank has a team of threads, member 0 (the thread that calls
+    /// MPI, so `MPI_THREAD_FUNNELED` is enough) passes its rank's barrier: every thread of every
+    /// rank then meets in one barrier of three levels.
+    ///
+    /// ```
+    /// use std::sync::atomic::{AtomicUsize, Ordering};
+    /// let team = barrier::sync::Team::new(3);
+    /// let ran = AtomicUsize::new(0);
+    /// std::thread::scope(|s| {
+    ///     for _ in 0..3 {
+    ///         let mut m = team.join().unwrap();
+    ///         let ran = &ran;
+    ///         s.spawn(move || {
+    ///             m.wait_then(|| {
+    ///                 ran.fetch_add(1, Ordering::Relaxed);
+    ///                 Ok(())
+    ///             })
+    ///             .unwrap();
+    ///             assert_eq!(ran.load(Ordering::Relaxed), 1); // run once, before anyone left
+    ///         });
+    ///     }
+    /// });
+    /// ```
+    pub fn wait_then(&mut self, work: impl FnOnce() -> Result<()>) -> Result<()> {
+        if let Some(why) = &self.broken {
+            return Err(Error::TeamBroken(why.clone()));
+        }
+        self.epoch += 1;
+        let done = self.gather_then(work);
+        self.finish(done)
+    }
+
+    /// Records the outcome of this member's barrier `self.epoch`.
+    fn finish(&mut self, done: Result<()>) -> Result<()> {
         match &done {
             Ok(()) => self.completed = self.epoch,
             // Its rounds are out of step from here on.
@@ -178,43 +237,69 @@ impl Member {
 
     /// Barrier `self.epoch`, this member's part.
     #[inline]
-    fn step(&self) -> Result<()> {
+    fn step(&mut self) -> Result<()> {
         let s = &*self.shared;
         let wake = s.wait.policy.wakes();
         if s.central {
             s.at[self.index].store(self.epoch, Ordering::Relaxed);
+            self.central_epoch += 1;
             // Every member arrives once per barrier, and none at barrier e + 1 before e's
-            // release: the arrival that makes the count n * e is barrier e's last.
-            if s.count.fetch_add(1, Ordering::AcqRel) + 1 == s.n as u64 * self.epoch {
+            // release: the arrival that makes the count n * e (e counting the central
+            // barriers only: `wait_then`'s do not add to the count) is barrier e's last.
+            if s.count.fetch_add(1, Ordering::AcqRel) + 1 == s.n as u64 * self.central_epoch {
                 s.release.0.signal(self.epoch, wake);
                 return Ok(());
             }
-            return self.wait_for(&s.release.0, None);
+            return self.wait_for(&s.release.0, Awaited::Central);
         }
         for round in 0..s.rounds {
             let partner = (self.index + (1 << round)) % s.n;
             s.flags[partner * s.rounds + round].0.signal(self.epoch, wake);
-            self.wait_for(&s.flags[self.index * s.rounds + round].0, Some(round))?;
+            let sender = (self.index + s.n - (1 << round) % s.n) % s.n;
+            self.wait_for(&s.flags[self.index * s.rounds + round].0, Awaited::Round { round, sender })?;
         }
         Ok(())
     }
 
+    /// `wait_then`'s barrier `self.epoch`, this member's part.
+    fn gather_then(&self, work: impl FnOnce() -> Result<()>) -> Result<()> {
+        let s = &*self.shared;
+        let wake = s.wait.policy.wakes();
+        s.at[self.index].store(self.epoch, Ordering::Relaxed);
+        if self.index != 0 {
+            s.arrived[self.index].0.signal(self.epoch, wake);
+            self.wait_for(&s.released.0, Awaited::Leader)?;
+            if s.failed.load(Ordering::Acquire) == self.epoch {
+                return Err(Error::TeamBroken(format!(
+                    "what member 0 ran between the halves of barrier {} failed (member 0 returned its error)",
+                    self.epoch
+                )));
+            }
+            return Ok(());
+        }
+        for j in 1..s.n {
+            self.wait_for(&s.arrived[j].0, Awaited::Member(j))?;
+        }
+        let done = work();
+        if done.is_err() {
+            s.failed.store(self.epoch, Ordering::Release);
+        }
+        s.released.0.signal(self.epoch, wake);
+        done
+    }
+
     /// Waits for `flag` to reach this member's barrier (in `round`, or the central release).
     #[inline]
-    fn wait_for(&self, flag: &Flag, round: Option<usize>) -> Result<()> {
+    fn wait_for(&self, flag: &Flag, awaited: Awaited) -> Result<()> {
         if self.shared.wait.reached_soon(flag, self.epoch) {
             return Ok(());
         }
-        self.wait_round(flag, round)
+        self.wait_round(flag, awaited)
     }
 
     #[cold]
-    fn wait_round(&self, flag: &Flag, round: Option<usize>) -> Result<()> {
+    fn wait_round(&self, flag: &Flag, awaited: Awaited) -> Result<()> {
         let s = &*self.shared;
-        let awaited = match round {
-            Some(round) => Awaited::Round { round, sender: (self.index + s.n - (1 << round) % s.n) % s.n },
-            None => Awaited::Central,
-        };
         let watch = TeamWatch { member: self, awaited, reported: std::cell::Cell::new(false) };
         let result = s.wait.wait(flag, self.epoch, &watch);
         Err(match result {
@@ -233,6 +318,8 @@ impl Member {
                 waited,
                 waiting_for: match awaited {
                     Awaited::Round { sender, .. } => sender,
+                    Awaited::Member(j) => j,
+                    Awaited::Leader => 0,
                     Awaited::Central => self.missing().first().copied().unwrap_or(self.index),
                 },
             },
@@ -264,6 +351,10 @@ enum Awaited {
     Round { round: usize, sender: usize },
     /// The central barrier's release: every member that has not arrived.
     Central,
+    /// `wait_then`'s gather, on member 0: this member's arrival.
+    Member(usize),
+    /// `wait_then`'s release, by member 0 once every member arrived and its work ran.
+    Leader,
 }
 
 /// What a member's slow wait consults: a member that left, and the stall report.
@@ -294,6 +385,12 @@ impl Watch for TeamWatch<'_> {
                     format!("(round {round}): member {sender} has not arrived (or it waits for another member in turn)")
                 }
                 Awaited::Central => format!("(central): members {:?} have not arrived", m.missing()),
+                Awaited::Member(j) => format!("(gather): member {j} has not arrived"),
+                Awaited::Leader => format!(
+                    "(release): member 0 has not released it (members {:?} have not arrived, or member 0's work between \
+                     the halves has not returned)",
+                    m.missing()
+                ),
             };
             crate::text::say(&format!(
                 "barrier::sync::Team: member {} of a team of {} has waited {waited:.1?} in barrier {} {whom}; still \
