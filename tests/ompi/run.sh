@@ -173,7 +173,7 @@ timeout 30 "${MPIRUN[@]}" -x BARRIER_STALL_REPORT=3s -np 1 "$BIN/barrier_check" 
     -np 1 -x OMPI_MCA_coll_fastbar_priority=0 "$BIN/barrier_check" 200 : -np 1 "$BIN/barrier_check" 200 \
     >"$out" 2>&1 || rc=$?
 [ "$rc" = 124 ] || { cat "$out"; fail "priority 0 on one rank: expected the job to wait (and be ended by timeout), got $rc"; }
-expect_text "priority 0 on one rank" "coll/fastbar: world rank 0 has waited 3\.[0-9]s in the first barrier of .* for every rank to set up this component's barrier"
+expect_text "priority 0 on one rank" "coll/fastbar: world rank 0 has waited 3\.[0-9]s in the first barrier of .* for every one to set up this component's barrier"
 expect_text "priority 0 on one rank" "coll_fastbar_priority there"
 echo "ok: priority 0 on one rank: the others said so"
 
@@ -255,7 +255,7 @@ done
 # Issue 50 item 2: scoll's disable on one PE only is agreed (every PE declines, said once).
 run "scoll disable on one PE" ok "${OSHRUN[@]}" -np 1 -x OMPI_MCA_scoll_fastbar_disable=1 "$BIN/shmem_check" 100 : \
     -np 2 "$BIN/shmem_check" 100
-expect_text "scoll disable on one PE" "scoll/fastbar: barriers of .* stay the next component's on every rank: scoll_fastbar_disable is set on ranks \[0\] of it only"
+expect_text "scoll disable on one PE" "scoll/fastbar: barriers of .* stay the next component's on every PE: scoll_fastbar_disable is set on PEs \[0\] of it only"
 expect_text "scoll disable on one PE" "3 PEs passed 100 iterations"
 run "scoll abi mismatch" ok "${OSHRUN[@]}" --mca scoll_fastbar_test_abi_mismatch 1 -np 3 "$BIN/shmem_check" 100
 expect_text "scoll abi mismatch" "scoll/fastbar: not opened: scoll_fastbar_test_abi_mismatch is set"

@@ -31,4 +31,11 @@ struct fastbar_built_for {
     bool test_mismatch;
 };
 
+/* glue.rs asserts the same sizes. */
+#if defined(__LP64__)
+_Static_assert(sizeof(struct fastbar_mca_values) == 56, "fastbar_mca_values differs from glue.rs's McaValues");
+_Static_assert(sizeof(struct fastbar_struct_size) == 24, "fastbar_struct_size differs from glue.rs's StructSize");
+_Static_assert(sizeof(struct fastbar_built_for) == 40, "fastbar_built_for differs from glue.rs's BuiltFor");
+#endif
+
 #endif

@@ -67,8 +67,9 @@ pub fn guarded<T>(component: &str, what: &str, f: impl FnOnce() -> T) -> T {
 
 /// A component's MCA values as its C glue registered them, handed over as they are: the C side
 /// formats nothing, this side names each after the `BARRIER_*` setting it stands for. A string
-/// that is null or empty is unset, a number below 0 is unset. Each C glue declares the same
-/// structure (`struct fastbar_mca_values`); a component that has no such parameter passes it
+/// that is null or empty is unset, a number below 0 is unset. The C side is
+/// `struct fastbar_mca_values` in this crate's `c/fastbar_glue.h`, which both C glues include
+/// (the sizes are checked on both sides); a component that has no such parameter passes it
 /// unset.
 #[repr(C)]
 #[derive(Debug)]
@@ -92,6 +93,14 @@ pub struct McaValues {
     /// `min_comm_size`: the smallest communicator this rank's component serves (below 0: any).
     pub min_comm_size: c_int,
 }
+
+// The C side (c/fastbar_glue.h) asserts the same sizes on LP64.
+#[cfg(target_pointer_width = "64")]
+const _: () = {
+    assert!(std::mem::size_of::<McaValues>() == 56);
+    assert!(std::mem::size_of::<StructSize>() == 24);
+    assert!(std::mem::size_of::<BuiltFor>() == 40);
+};
 
 impl McaValues {
     /// The values that are set, laid over the environment; an error names each as the MCA
@@ -272,16 +281,18 @@ pub unsafe fn join(
         here |= TOO_SMALL_HERE;
     }
     let component = format!("{framework}/fastbar");
+    // OSHMEM's PEs are the ranks of MPI_COMM_WORLD: its reports speak of PEs.
+    let (one, ranks) = if framework == "scoll" { ("PE", "PEs") } else { ("rank", "ranks") };
     let world_rank = raw::rank(raw::comm_world()).unwrap_or(0);
     let name = raw::name(comm);
     let all = raw::sleeping_allgather(comm, here, report_after, |waited| {
         say(
             &component,
             &format!(
-                "world rank {world_rank} has waited {waited:.1?} in the first barrier of {name} ({size} ranks) for \
-                 every rank to set up this component's barrier on it; a rank whose component never does runs \
+                "world rank {world_rank} has waited {waited:.1?} in the first barrier of {name} ({size} {ranks}) for \
+                 every one to set up this component's barrier on it; one whose component never does runs \
                  another barrier there and never comes (the component not loaded there, or a lower or 0 \
-                 {framework}_fastbar_priority there): give every rank the same component and settings \
+                 {framework}_fastbar_priority there): give every {one} the same component and settings \
                  (ompi_info --param {framework} fastbar --level 9 on each node). Still waiting."
             ),
         )
@@ -295,11 +306,11 @@ pub unsafe fn join(
         (DISABLED_HERE, format!("{framework}_fastbar_disable is set")),
         (TOO_SMALL_HERE, format!("{framework}_fastbar_min_comm_size is above {size}")),
     ] {
-        let ranks = ranks_with(bit);
-        match ranks.len() {
+        let these = ranks_with(bit);
+        match these.len() {
             0 => {}
-            n if n == all.len() => reasons.push(format!("{what} on every rank")),
-            _ => reasons.push(format!("{what} on ranks {ranks:?} of it only")),
+            n if n == all.len() => reasons.push(format!("{what} on every {one}")),
+            _ => reasons.push(format!("{what} on {ranks} {these:?} of it only")),
         }
     }
     let differ = all.iter().any(|&w| w != all[0]);
@@ -310,8 +321,8 @@ pub unsafe fn join(
         say(
             &component,
             &format!(
-                "barriers of {name} ({size} ranks) stay the next component's on every rank: {why} (the \
-                 component's settings differ between ranks: give every rank the same)"
+                "barriers of {name} ({size} {ranks}) stay the next component's on every {one}: {why} (the \
+                 component's settings differ between {ranks}: give every {one} the same)"
             ),
         );
     }

@@ -370,12 +370,13 @@ pub(crate) fn sleeping_allgather(
     mut said: impl FnMut(std::time::Duration),
 ) -> Result<Vec<u64>> {
     let n = size(comm)?;
-    let send = [word];
+    // On the heap, and leaked if the wait fails: MPI may still write into them then.
+    let send = Box::new([word]);
     let mut all = vec![0u64; n];
     let mut req = request_null();
     check(
         // SAFETY: `send` holds one u64 and `all` n, as the counts and datatype say; both outlive
-        // the request (it is waited for below before they are dropped, or MPI aborts).
+        // the request (it is waited for below before they are dropped, or they are leaked).
         unsafe {
             ffi::PMPI_Iallgather(
                 send.as_ptr().cast(),
@@ -391,7 +392,7 @@ pub(crate) fn sleeping_allgather(
         "MPI_Iallgather",
     )?;
     let mut reported = false;
-    barrier::wait::poll_asleep(
+    let waited = barrier::wait::poll_asleep(
         std::time::Duration::from_micros(50),
         || test(&mut req).map(|done| done.then_some(())),
         |waited| {
@@ -400,7 +401,13 @@ pub(crate) fn sleeping_allgather(
                 said(waited);
             }
         },
-    )?;
+    );
+    if let Err(e) = waited {
+        // The request may still be active: its buffers must outlive it.
+        Box::leak(send);
+        std::mem::forget(all);
+        return Err(e);
+    }
     Ok(all)
 }
 

@@ -377,7 +377,7 @@ void fastbar_drain_in_flight(void)
     while (atomic_load_explicit(&in_flight_count, memory_order_acquire) > 0) {
         opal_progress();
         clock_gettime(CLOCK_MONOTONIC, &now);
-        if (now.tv_sec - start.tv_sec > 1) {
+        if ((now.tv_sec - start.tv_sec) * 1000000000L + (now.tv_nsec - start.tv_nsec) > 1000000000L) {
             break;
         }
         sched_yield();

@@ -125,11 +125,19 @@ pub extern "C" fn fastbar_scoll_rs_close() {
     })
 }
 
-/// A tag for `MPI_Comm_create_group` of the set `pes`: the same on every member, below 2^15
-/// (MPI guarantees tags up to 32767).
+/// A tag for `MPI_Comm_create_group` of the set `pes`: the same on every member, hashed into
+/// MPI's whole tag range (1 to `MPI_TAG_UB`, about 2^31 in Open MPI; 32767, the least MPI
+/// allows, where it cannot be read), so that two sets built at once by threads of one PE
+/// almost never share one (MPI asks concurrent calls to differ in their tags).
 fn tag_of(pes: &[c_int]) -> c_int {
+    static UB: OnceLock<u64> = OnceLock::new();
+    let ub = *UB.get_or_init(|| {
+        let value = raw::get_attr(raw::comm_world(), ffi::MPI_TAG_UB as c_int).ok().flatten();
+        // SAFETY: MPI_TAG_UB's value is a pointer to an int that lives as long as MPI.
+        value.map_or(32_767, |p| unsafe { *(p as *const c_int) }).max(32_767) as u64
+    });
     let hash = pes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &p| (h ^ p as u64).wrapping_mul(0x0100_0000_01b3));
-    (hash % 32_000) as c_int + 1
+    (hash % ub) as c_int + 1
 }
 
 /// An MPI communicator of exactly `pes` (world ranks, in order), made collectively by them;

@@ -136,10 +136,11 @@ pub fn register_backend(backend: impl Backend + 'static) -> Result<(), Error> {
 
 /// Registers the settings of a layer above the core, named `layer` (barrier-mpi registers
 /// `"mpi"`, barrier-openshmem `"openshmem"`): from then on every communicator checks them and
-/// [`all_params`] (and with it `barrier info`) lists them, after the built-in backends'. A layer
-/// registers its settings itself, before it reads them or makes a communicator; a second
-/// registration of the same name does nothing. Every process of a job registers the same layers
-/// in the same order (it runs the same code), so a parameter has the same index everywhere.
+/// [`all_params`] (and with it `barrier info`) lists them, after the built-in backends', the
+/// layers in name order. A layer registers its settings itself, before it reads them or makes a
+/// communicator; a second registration of the same name does nothing (the first catalogue
+/// stays). Every process of a job registers the same layers (it runs the same code), so a
+/// parameter has the same index everywhere.
 ///
 /// ```
 /// use barrier::ParamInfo;
@@ -153,8 +154,10 @@ pub fn register_backend(backend: impl Backend + 'static) -> Result<(), Error> {
 /// ```
 pub fn register_layer(layer: &'static str, params: Catalogue) {
     let mut layers = LAYERS.write().unwrap_or_else(|p| p.into_inner());
-    if !layers.iter().any(|(name, _)| *name == layer) {
-        layers.push((layer, params));
+    // Kept in name order, whatever the order of registration: a parameter's index must be the
+    // same in every process of a job.
+    if let Err(at) = layers.binary_search_by(|(name, _)| (*name).cmp(layer)) {
+        layers.insert(at, (layer, params));
     }
 }
 

@@ -319,7 +319,8 @@ pub fn run(opts: &BenchOptions) -> Result<Vec<Row>, String> {
         tty: std::io::stderr().is_terminal(),
     };
     // The OpenMP harnesses, built once (a runtime this machine lacks is said under the table).
-    let omp_dir = std::env::temp_dir().join(format!("barrier-bench-omp-{}", std::process::id()));
+    let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    let omp_dir = std::env::temp_dir().join(format!("barrier-bench-omp-{}-{stamp}", std::process::id()));
     let (omps, omp_missing) = openmp::build_all(&omp_dir);
     let mut omp_notes: Vec<String> =
         omp_missing.iter().map(|(runtime, why)| format!("not measured: openmp ({runtime}): {why}")).collect();

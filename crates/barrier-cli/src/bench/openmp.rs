@@ -16,9 +16,12 @@ use super::stats::Stats;
 /// The harness's source.
 const SOURCE: &str = include_str!("../../c/omp_bench.c");
 
-/// The OpenMP runtimes measured: (runtime, compiler, what to install).
-const RUNTIMES: [(&str, &str, &str); 2] =
-    [("libgomp", "gcc", "gcc (GCC's libgomp comes with it)"), ("libomp", "clang", "clang and libomp-dev")];
+/// The OpenMP runtimes measured: (runtime, compiler, its flag that names the runtime, what to
+/// install).
+const RUNTIMES: [(&str, &str, &str, &str); 2] = [
+    ("libgomp", "gcc", "-fopenmp", "gcc (GCC's libgomp comes with it)"),
+    ("libomp", "clang", "-fopenmp=libomp", "clang and libomp-dev"),
+];
 
 /// One OpenMP runtime's harness, built.
 #[derive(Debug)]
@@ -28,25 +31,31 @@ pub struct OpenMp {
     program: PathBuf,
 }
 
-/// The harnesses built in `dir` for every runtime this machine has, and for each one that
-/// could not be built, its runtime and why.
+/// The harnesses built in `dir` (made here, mode 0700; it must not exist yet) for every runtime
+/// this machine has, and for each one that could not be built, its runtime and why.
 pub fn build_all(dir: &Path) -> (Vec<OpenMp>, Vec<(&'static str, String)>) {
     let mut built = Vec::new();
     let mut missing = Vec::new();
     let src = dir.join("omp_bench.c");
-    if let Err(e) = std::fs::create_dir_all(dir).and_then(|()| std::fs::write(&src, SOURCE)) {
+    // A directory of this user's alone, new: a program built and run from a directory another
+    // user made first could be theirs.
+    let made = {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new().mode(0o700).create(dir)
+    };
+    if let Err(e) = made.and_then(|()| std::fs::write(&src, SOURCE)) {
         let why = format!("cannot write {}: {e}", src.display());
         return (built, RUNTIMES.iter().map(|r| (r.0, why.clone())).collect());
     }
-    for (runtime, cc, install) in RUNTIMES {
+    for (runtime, cc, flag, install) in RUNTIMES {
         let program = dir.join(format!("omp_bench_{runtime}"));
-        let out = Command::new(cc).args(["-O2", "-fopenmp", "-o"]).arg(&program).arg(&src).output();
+        let out = Command::new(cc).args(["-O2", flag, "-o"]).arg(&program).arg(&src).output();
         match out {
             Ok(o) if o.status.success() => built.push(OpenMp { runtime, program }),
             Ok(o) => {
                 let text = String::from_utf8_lossy(&o.stderr);
                 let first = text.lines().find(|l| l.contains("error")).unwrap_or("").trim().to_string();
-                missing.push((runtime, format!("`{cc} -fopenmp` failed ({first}); install {install}")));
+                missing.push((runtime, format!("`{cc} {flag}` failed ({first}); install {install}")));
             }
             Err(e) => missing.push((runtime, format!("cannot run {cc} ({e}); install {install}"))),
         }
@@ -114,7 +123,8 @@ mod tests {
     /// harnesses), its runtime's row measures a real barrier.
     #[test]
     fn libgomp_is_measured_where_gcc_is() {
-        let dir = std::env::temp_dir().join(format!("barrier-omp-test-{}", std::process::id()));
+        let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+        let dir = std::env::temp_dir().join(format!("barrier-omp-test-{}-{stamp}", std::process::id()));
         let (built, missing) = build_all(&dir);
         if let Some(gomp) = built.iter().find(|b| b.runtime == "libgomp") {
             let (stats, _) = gomp.measure(2, 2_000, 100).expect("measured");

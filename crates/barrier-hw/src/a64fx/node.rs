@@ -17,8 +17,9 @@ use crate::layout::FLAG_BYTES;
 
 /// MAGIC of an emulated node ("A64FXHWB").
 pub const MAGIC: u64 = u64::from_le_bytes(*b"A64FXHWB");
-/// Layout version (2: the caller's pid in every request, the SERVING and ABANDONED states).
-pub const VERSION: u64 = 2;
+/// Layout version (2: the caller's pid in every request, the SERVING and ABANDONED states; 3: a
+/// flag parks on a futex word of its own, `barrier::wait::Flag`).
+pub const VERSION: u64 = 3;
 /// Header words.
 pub const H_MAGIC: u64 = 0;
 /// Layout version word.
