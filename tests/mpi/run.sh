@@ -81,6 +81,7 @@ done
 "$MPIFORT" -O2 -o "$TARGET/mpi/barrier_check_f" examples/mpi/barrier_check.f90
 RUST_EXAMPLE=$TARGET/release/examples/mpi_barrier
 HALO=$TARGET/release/examples/halo
+HYBRID=$TARGET/release/examples/hybrid
 # A user's rsmpi program outside the workspace, depending on barrier-mpi by path (its own
 # workspace and lock file; built into this MPI's target dir, so shared dependencies are reused).
 (cd tests/mpi/outside && CARGO_TARGET_DIR="$OLDPWD/$TARGET" cargo build --release --locked)
@@ -105,6 +106,9 @@ for np in 2 3 4; do
         # rsmpi programs: the FastBarrier trait on any communicator, blocking and split phase.
         run "halo exchange (FastBarrier), np=$np block=$block" ok launch "${env[@]}" -- -np "$np" "$HALO" 300
         expect_text "halo" "field exact; $want"
+        # Every thread of every rank in one barrier (MPI_THREAD_FUNNELED; issue 49 item 5).
+        run "hybrid, np=$np x 2 threads, block=$block" ok launch "${env[@]}" -- -np "$np" "$HYBRID" 2 200
+        expect_text "hybrid" "$np ranks x 2 threads, 300 hybrid barriers checked: no thread left early"
         run "a program outside the workspace, np=$np block=$block" ok launch "${env[@]}" -- -np "$np" "$OUTSIDE"
         expect_text "outside" "$np ranks passed; $want"
         if [ "$block" = 0 ]; then
