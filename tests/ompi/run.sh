@@ -54,6 +54,7 @@ mpicc.openmpi -O2 -Wall -Werror -pthread -o "$BIN/heap_holes" examples/mpi/heap_
 mpicc.openmpi -O2 -Wall -Werror -o "$BIN/info_keys" tests/ompi/info_keys.c
 mpicc.openmpi -O2 -Wall -Werror -o "$BIN/attr_callbacks" tests/ompi/attr_callbacks.c
 mpicc.openmpi -O2 -Wall -Werror -o "$BIN/ibarrier_freed" tests/ompi/ibarrier_freed.c
+mpicc.openmpi -O2 -Wall -Werror -o "$BIN/many_comms" tests/ompi/many_comms.c
 mpicc.openmpi -O2 -Wall -Werror -o "$BIN/ibarrier_errors" tests/ompi/ibarrier_errors.c
 mpicc.openmpi -O2 -Wall -Werror -shared -fPIC -o "$BIN/libpmpi_count.so" tests/ompi/pmpi_count.c
 
@@ -127,6 +128,12 @@ for block in 0 1; do
     [ "$(grep -c 'ibarrier_freed: rank [0-9] finished' "$out")" = 3 ] || { cat "$out"; fail "ibarrier freed: not every rank finished"; }
     expect_no_text "ibarrier freed block=$block" "pending"
 done
+
+step "1,100 communicators, each served, under ulimit -n 1024: no descriptor kept per communicator (issue 50 item 3)"
+run "many communicators" ok bash -c "ulimit -n 1024 && exec ${MPIRUN[*]} -np 2 $BIN/many_comms 1100"
+[ "$(grep -c 'many_comms: rank [0-9] passed' "$out")" = 2 ] || { cat "$out"; fail "many communicators: not every rank passed"; }
+expect_no_text "many communicators" "could not make the node's shared segment"
+grep "first barrier" "$out"
 
 step "the program's attribute callbacks run only for its own calls (issue 50 item 5)"
 for block in 0 1; do

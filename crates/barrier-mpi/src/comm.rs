@@ -302,6 +302,9 @@ impl BarrierComm {
             None => Err(Error::Setup("the node's first rank could not make the node's shared segment".into())),
         };
         let seg = self.agree(seg, world_rank, "map the node's shared segment")?;
+        // Every rank of the node has mapped it: its first rank's descriptor is no longer needed
+        // (a program of thousands of communicators would otherwise keep one for each).
+        seg.release_fd();
         // Waits keep MPI progressing (MPI's progress rule), by probing this communicator's
         // private duplicate, which outlives the node's communicators (see `Drop`).
         // (A bad value was refused with every setting.)

@@ -259,6 +259,8 @@ pub fn run(real: &Real, params: &Params) -> (Outcome, Symmetric) {
         return (Outcome::Decline(why), symmetric);
     }
     let seg = seg.expect("agreed");
+    // Every PE of the node has mapped it: its first PE's descriptor is no longer needed.
+    seg.release_fd();
     // Waits let the implementation progress (see the crate docs), unless turned off.
     if params.flag_or(PROGRESS, true).unwrap_or(true) {
         if let Some(progress) = real.progress {

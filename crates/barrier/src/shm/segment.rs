@@ -126,8 +126,9 @@ impl Layout {
 pub struct Segment {
     pub(super) map: Mapping,
     pub(super) layout: Layout,
-    // Keeps the descriptor open in the launcher so that it can be passed to children.
-    pub(super) fd: Option<OwnedFd>,
+    // Keeps the descriptor open in the launcher so that it can be passed to children, and in a
+    // node's first rank until the node's others have mapped it ([`Segment::release_fd`]).
+    pub(super) fd: std::sync::Mutex<Option<OwnedFd>>,
     /// This process's outside progress engine (MPI's, set by `barrier-mpi`): every communicator
     /// made on this segment in this process calls it while it waits (see `wait`'s module docs).
     pub(super) progress: std::sync::OnceLock<crate::wait::Progress>,
@@ -164,7 +165,7 @@ impl Segment {
         Segment {
             map,
             layout,
-            fd,
+            fd: std::sync::Mutex::new(fd),
             progress: std::sync::OnceLock::new(),
             names: std::sync::OnceLock::new(),
             live: std::sync::OnceLock::new(),
@@ -367,12 +368,25 @@ impl Segment {
     /// The device and inode of a segment made by [`Segment::create_for_job`] (see
     /// [`Segment::open_from_process`]).
     pub fn identity(&self) -> Option<(u64, u64)> {
-        self.fd.as_ref().and_then(|f| sys::fd_identity(f.as_raw_fd()).ok())
+        self.fd_lock().as_ref().and_then(|f| sys::fd_identity(f.as_raw_fd()).ok())
     }
 
-    /// The descriptor of a segment made by [`Segment::create_for_job`].
+    /// The descriptor of a segment made by [`Segment::create_for_job`] (until
+    /// [`release_fd`](Self::release_fd)).
     pub fn raw_fd(&self) -> Option<RawFd> {
-        self.fd.as_ref().map(|f| f.as_raw_fd())
+        self.fd_lock().as_ref().map(|f| f.as_raw_fd())
+    }
+
+    /// Closes the descriptor behind the segment; the mapping stays. For a segment another
+    /// process opened through this one's descriptor ([`Segment::open_from_process`]), once every
+    /// one has: a program that makes thousands of communicators must not keep a descriptor for
+    /// each (`ulimit -n`; issue 50 item 3).
+    pub fn release_fd(&self) {
+        drop(self.fd_lock().take());
+    }
+
+    fn fd_lock(&self) -> std::sync::MutexGuard<'_, Option<OwnedFd>> {
+        self.fd.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Makes every communicator created on this segment from now on, in this process, call

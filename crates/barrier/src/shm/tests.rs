@@ -123,3 +123,20 @@ fn the_job_segment_cannot_be_resized_by_a_rank() {
     }
     assert_eq!(crate::sys::fd_len(fd).unwrap(), seg.len());
 }
+
+/// A node's first rank closes the segment's descriptor once the others have mapped it (issue
+/// 50 item 3): the segment and a second process's mapping of it go on working.
+#[test]
+fn a_released_descriptor_leaves_the_mappings_working() {
+    let seg = Segment::create_for_job(JobShape::local(2, 1), 1 << 20).unwrap();
+    let (fd, identity) = (seg.raw_fd().unwrap(), seg.identity().unwrap());
+    let other = Segment::open_from_process(std::process::id(), fd, identity).unwrap();
+    seg.release_fd();
+    assert_eq!((seg.raw_fd(), seg.identity()), (None, None));
+    // The descriptor is closed: its number no longer names the segment's file.
+    assert!(crate::sys::fd_identity(fd).map_or(true, |id| id != identity));
+    let word = &seg.slice::<AtomicU64>(seg.len() - 8, 1)[0];
+    word.store(42, Ordering::Release);
+    assert_eq!(other.slice::<AtomicU64>(other.len() - 8, 1)[0].load(Ordering::Acquire), 42);
+    seg.release_fd(); // twice: nothing more
+}
