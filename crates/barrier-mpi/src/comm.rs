@@ -2,7 +2,8 @@
 
 use std::fmt;
 
-use barrier::shm::{JobShape, Segment};
+use barrier::hierarchy::NodeExchange as _;
+use barrier::shm::JobShape;
 use barrier::{Error, Params, Result, Universe};
 
 use crate::census;
@@ -102,6 +103,50 @@ type Step<T> = std::result::Result<T, Box<Failure>>;
 struct Failure {
     world_rank: usize,
     error: Error,
+}
+
+/// A failed step of the core's set-up as one of this crate's.
+fn failure(f: barrier::hierarchy::NodeFailure) -> Box<Failure> {
+    Box::new(Failure { world_rank: f.rank, error: f.error })
+}
+
+/// The set-up's collectives for the core's node set-up: the node's communicator hands the
+/// first rank's words on; the communicator's allgather agrees on a step.
+struct NodeExchange {
+    comm: Comm,
+    node_comm: Comm,
+    world_rank: usize,
+    /// `BARRIER_MPI_FAULT`'s stage and world rank (agreed).
+    fault: Option<(String, usize)>,
+}
+
+impl barrier::hierarchy::NodeExchange for NodeExchange {
+    fn me(&self) -> usize {
+        self.world_rank
+    }
+
+    fn name(&self, id: usize) -> String {
+        format!("world rank {id}")
+    }
+
+    fn share_from_node_first(&self, words: &mut [u64; 5]) -> Result<()> {
+        raw::broadcast(self.node_comm, 0, words)
+    }
+
+    fn first_failed(&self, ok: bool) -> Result<Option<usize>> {
+        let mine = if ok { u64::MAX } else { self.world_rank as u64 };
+        let first = raw::allgather(self.comm, &[mine])?.iter().map(|w| w[0]).min().unwrap_or(u64::MAX);
+        Ok((first != u64::MAX).then_some(first as usize))
+    }
+
+    fn fault(&self, stage: &str) -> Result<()> {
+        match &self.fault {
+            Some((s, rank)) if s == stage && *rank == self.world_rank => {
+                Err(Error::Setup(format!("fault injected by BARRIER_MPI_FAULT={stage}:{}", self.world_rank)))
+            }
+            _ => Ok(()),
+        }
+    }
 }
 
 impl BarrierComm {
@@ -242,13 +287,6 @@ impl BarrierComm {
         job: census::MachineJob,
     ) -> Step<()> {
         let local = |error: Error| Box::new(Failure { world_rank, error });
-        let fault = |stage: &str| {
-            if agreed.fault == Some((stage.to_string(), world_rank)) {
-                Err(Error::Setup(format!("fault injected by BARRIER_MPI_FAULT={stage}:{world_rank}")))
-            } else {
-                Ok(())
-            }
-        };
         self.local_rank = raw::rank(node_comm).map_err(local)?;
         self.local_size = raw::size(node_comm).map_err(local)?;
         let leader = self.local_rank == 0;
@@ -276,83 +314,36 @@ impl BarrierComm {
         raw::broadcast(node_comm, 0, &mut place).map_err(local)?;
         (self.nodes, self.node) = (place[0] as usize, place[1] as usize);
 
-        // The node's segment: made (and unlinked at once) by the node's first rank, mapped by
-        // the others through that process's descriptor, checked to be the same file.
-        let shape = JobShape { world_size: self.local_size, nodes: 1, ranks_on_machine: job.ranks, cores: job.cores };
-        let pool = params
-            .parse("BARRIER_SHM_POOL_BYTES", barrier::shm::DEFAULT_POOL_BYTES, "")
-            .unwrap_or(barrier::shm::DEFAULT_POOL_BYTES);
-        let mut offer = [0u64; 5];
-        let mut made = None;
-        if leader {
-            let seg = Segment::create_for_job(shape, pool).and_then(|seg| match (seg.raw_fd(), seg.identity()) {
-                (Some(fd), Some((dev, ino))) => Ok((seg, [1, u64::from(std::process::id()), fd as u64, dev, ino])),
-                _ => Err(Error::Setup("the node's new segment has no descriptor to share".into())),
-            });
-            made = Some(seg.map(|(seg, words)| {
-                offer = words;
-                seg
-            }));
-        }
-        raw::broadcast(node_comm, 0, &mut offer).map_err(local)?;
-        let seg = match made {
-            Some(m) => m,
-            None if offer[0] == 1 => fault("open")
-                .and_then(|()| Segment::open_from_process(offer[1] as u32, offer[2] as i32, (offer[3], offer[4]))),
-            None => Err(Error::Setup("the node's first rank could not make the node's shared segment".into())),
+        // The node: its segment, its universe and, across nodes, its part of the hierarchy
+        // (the core's set-up, over this communicator's collectives). Waits keep MPI
+        // progressing (MPI's progress rule) by probing this communicator's private duplicate,
+        // which outlives the node's communicators (see `Drop`); a bad value of the setting was
+        // refused with every setting. Every node waits as long as the internode phase: the
+        // timeout is the communicator's agreed one (its rank 0's), not each node root's own.
+        let progress = params.flag_or(crate::catalogue::PROGRESS, true).unwrap_or(true);
+        let spec = barrier::hierarchy::NodeSpec {
+            local_rank: self.local_rank,
+            shape: JobShape { world_size: self.local_size, nodes: 1, ranks_on_machine: job.ranks, cores: job.cores },
+            params: node_params_without(params, &agreed.not_everywhere).derive(
+                "BARRIER_TIMEOUT",
+                agreed.timeout.map_or_else(|| "none".to_string(), |t| format!("{}us", t.as_micros())),
+            ),
+            progress: progress.then(|| barrier::wait::Progress::new(raw::progress, raw::to_word(self.comm))),
+            names: barrier::shm::RankNames {
+                world: self.node_ranks.iter().map(|n| n.0).collect(),
+                comm: self.node_ranks.iter().map(|n| n.1).collect(),
+                comm_size: self.size,
+                hierarchical: self.nodes > 1,
+            },
+            across_nodes: self.nodes > 1,
         };
-        let seg = self.agree(seg, world_rank, "map the node's shared segment")?;
-        // Every rank of the node has mapped it: its first rank's descriptor is no longer needed
-        // (a program of thousands of communicators would otherwise keep one for each).
-        seg.release_fd();
-        // Waits keep MPI progressing (MPI's progress rule), by probing this communicator's
-        // private duplicate, which outlives the node's communicators (see `Drop`).
-        // (A bad value was refused with every setting.)
-        if params.flag_or(crate::catalogue::PROGRESS, true).unwrap_or(true) {
-            seg.set_progress(barrier::wait::Progress::new(raw::progress, raw::to_word(self.comm)));
-        }
-        // Stall reports and errors of the node's waits name MPI ranks (and count user barriers).
-        seg.set_rank_names(barrier::shm::RankNames {
-            world: self.node_ranks.iter().map(|n| n.0).collect(),
-            comm: self.node_ranks.iter().map(|n| n.1).collect(),
-            comm_size: self.size,
-            hierarchical: self.nodes > 1,
-        });
-
-        // Every node waits as long as the internode phase: the timeout is the communicator's
-        // agreed one (its rank 0's), not each node root's own.
-        let node_settings = node_params_without(params, &agreed.not_everywhere);
-        let forced_node = node_settings.get("BARRIER_BACKEND").is_some();
-        let node_settings = node_settings.derive(
-            "BARRIER_TIMEOUT",
-            agreed.timeout.map_or_else(|| "none".to_string(), |t| format!("{}us", t.as_micros())),
-        );
-        let joined = match fault("join") {
-            Ok(()) => Universe::join(seg.clone(), self.local_rank, node_settings),
-            Err(e) => {
-                // As a failed join does: the node's others must not wait for this rank.
-                seg.set_abort(self.local_rank);
-                Err(e)
-            }
-        };
-        let node = self.agree(joined, world_rank, "join the node")?;
+        let exchange = NodeExchange { comm: self.comm, node_comm, world_rank, fault: agreed.fault.clone() };
+        let set_up = barrier::hierarchy::set_up_node(&exchange, spec);
+        let barrier::hierarchy::Node { seg, universe: node, halves, forced: forced_node } = set_up.map_err(failure)?;
         self.test_yields = node.world().wait_policy() == barrier::wait::WaitPolicy::Park;
-        // Across nodes the node's part is a gather and a release around the roots' phase.
-        let halves = match self.nodes > 1 {
-            // A backend named in BARRIER_BACKEND serves the node's part too (issue 41 item 2:
-            // it was replaced by the gather/release halves without a word): two whole barriers
-            // of the forced backend around the roots' phase (the first tells the root that its
-            // node arrived; the second holds the node until the root is back). Otherwise the
-            // halves: one gather and one release.
-            true if forced_node => {
-                Some(self.agree(node.world().dup(), world_rank, "make the node's forced barrier")?)
-            }
-            true => Some(self.agree(node.world().halves(), world_rank, "make the node's gather and release")?),
-            false => None,
-        };
         let internode = match roots {
             Some(r) if self.nodes > 1 => {
-                let injected = fault("internode");
+                let injected = exchange.fault("internode");
                 let waits = barrier::hierarchy::RootsWaits {
                     pace: barrier::wait::Pace::for_machine(job.ranks, job.cores),
                     timeout: agreed.timeout,
@@ -364,12 +355,14 @@ impl BarrierComm {
             _ => None,
         };
         let internode_runs = roots.is_some() && self.nodes > 1;
-        let mut internode = self.agree(internode.transpose(), world_rank, "set up the internode phase over MPI")?;
+        let mut internode =
+            barrier::hierarchy::agree(&exchange, internode.transpose(), "set up the internode phase over MPI")
+                .map_err(failure)?;
         // How the roots meet (timed, if so, once every root's set-up has succeeded), agreed;
         // then on every rank (for `describe`): rank 0 is a root.
         let share = |words: &mut [u64; 3]| raw::broadcast(roots.expect("a root has the roots' communicator"), 0, words);
         let chose = internode.as_mut().map_or(Ok(()), |i| i.choose(agreed.internode, share).map(|_| ()));
-        self.agree(chose, world_rank, "choose how the node roots meet")?;
+        barrier::hierarchy::agree(&exchange, chose, "choose how the node roots meet").map_err(failure)?;
         let mut chosen = internode.as_ref().map_or([0; 3], |i| i.chosen().to_words());
         if self.nodes > 1 {
             raw::broadcast(self.comm, 0, &mut chosen).map_err(local)?;
@@ -452,26 +445,6 @@ impl BarrierComm {
             self.path = Path::Node(node);
         }
         Ok(())
-    }
-
-    /// Agrees on a local outcome: every rank gets `Ok` only if every rank had it; otherwise
-    /// every rank gets the failure of the lowest failing world rank.
-    fn agree<T>(&self, outcome: Result<T>, world_rank: usize, what: &str) -> Step<T> {
-        let mine = if outcome.is_ok() { u64::MAX } else { world_rank as u64 };
-        let first = raw::allgather(self.comm, &[mine])
-            .map_err(|error| Box::new(Failure { world_rank, error }))?
-            .iter()
-            .map(|w| w[0])
-            .min()
-            .unwrap_or(u64::MAX);
-        match outcome {
-            Ok(v) if first == u64::MAX => Ok(v),
-            Ok(_) => Err(Box::new(Failure {
-                world_rank: first as usize,
-                error: Error::Setup(format!("world rank {first} could not {what} (its own error says why)")),
-            })),
-            Err(error) => Err(Box::new(Failure { world_rank, error })),
-        }
     }
 
     /// Waits until every rank of the communicator has called it (MPI_Barrier).

@@ -5,11 +5,10 @@
 
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 
-use barrier::hierarchy::{Choice, Hierarchy, OwnBarrier, Roots, RootsWaits, Way};
-use barrier::shm::{JobShape, RankNames, Segment};
-use barrier::{Error, Params, Universe};
+use barrier::hierarchy::{set_up_node, Choice, Hierarchy, Node, NodeSpec, OwnBarrier, Roots, RootsWaits, Way};
+use barrier::shm::{JobShape, RankNames};
+use barrier::{Params, Result};
 
 use crate::real::{host_hash, Real};
 
@@ -91,6 +90,32 @@ impl Exchange<'_> {
     /// The first PE whose word `at` is zero (a failure), if any.
     fn first_failed(&self, ok: bool) -> Option<usize> {
         self.all(&[u64::from(ok)]).iter().position(|w| w[0] == 0)
+    }
+}
+
+/// The exchange as the core's node set-up needs it: PE `first`'s words are its node's.
+struct NodeWords<'a, 'b> {
+    x: &'a Exchange<'b>,
+    first: usize,
+}
+
+impl barrier::hierarchy::NodeExchange for NodeWords<'_, '_> {
+    fn me(&self) -> usize {
+        self.x.me
+    }
+
+    fn name(&self, id: usize) -> String {
+        format!("PE {id}")
+    }
+
+    fn share_from_node_first(&self, words: &mut [u64; 5]) -> Result<()> {
+        let all = self.x.all(&words[..]);
+        words.copy_from_slice(&all[self.first][..5]);
+        Ok(())
+    }
+
+    fn first_failed(&self, ok: bool) -> Result<Option<usize>> {
+        Ok(self.x.first_failed(ok))
     }
 }
 
@@ -222,8 +247,10 @@ pub fn run(real: &Real, params: &Params) -> (Outcome, Symmetric) {
     let roots: Vec<usize> =
         (0..node_count).map(|node| (0..n).find(|&pe| topo.node_of[pe] == node).expect("a node has a PE")).collect();
 
-    // 2. The node's segment: made (a memfd) by its first PE, opened by the others through that
-    // process's descriptor, checked to be the same file; agreed.
+    // 2. The node (the core's set-up over the exchange): its segment, made by its first PE;
+    // its universe, which every PE joins (the core selector picks the node's backend); across
+    // nodes, its gather and release (or a forced backend's barrier). Waits let the
+    // implementation progress (see the crate docs), unless turned off.
     let union = (0..n).filter(|&pe| hashes[pe] == hashes[me]).fold([0u64; 4], |mut u, pe| {
         for (w, word) in u.iter_mut().enumerate() {
             *word |= verdicts[pe][3 + w];
@@ -232,60 +259,27 @@ pub fn run(real: &Real, params: &Params) -> (Outcome, Symmetric) {
     });
     let cores = union.iter().map(|w| w.count_ones() as usize).sum::<usize>().max(1);
     let shape = JobShape { world_size: members.len(), nodes: 1, ranks_on_machine: topo.on_machine, cores };
-    let pool = params.parse("BARRIER_SHM_POOL_BYTES", barrier::shm::DEFAULT_POOL_BYTES, "").unwrap_or_default();
-    let mut made: Option<Result<Arc<Segment>, Error>> = None;
-    let mut offer = [0u64; 5];
-    if local_rank == 0 {
-        let seg = Segment::create_for_job(shape, pool);
-        if let Ok(s) = &seg {
-            if let (Some(fd), Some((dev, ino))) = (s.raw_fd(), s.identity()) {
-                offer = [1, u64::from(std::process::id()), fd as u64, dev, ino];
-            }
-        }
-        made = Some(seg);
-    }
-    let offers = x.all(&offer);
-    let leader = members[0];
-    let seg = match made {
-        Some(seg) => seg,
-        None if offers[leader][0] == 1 => {
-            let o = offers[leader];
-            Segment::open_from_process(o[1] as u32, o[2] as i32, (o[3], o[4]))
-        }
-        None => Err(Error::Setup(format!("PE {leader} could not make its node's shared segment"))),
-    };
-    if let Some(pe) = x.first_failed(seg.is_ok()) {
-        let why = seg.err().map_or_else(|| format!("PE {pe} could not map its node's segment"), |e| e.to_string());
-        return (Outcome::Decline(why), symmetric);
-    }
-    let seg = seg.expect("agreed");
-    // Every PE of the node has mapped it: its first PE's descriptor is no longer needed.
-    seg.release_fd();
-    // Waits let the implementation progress (see the crate docs), unless turned off.
-    if params.flag_or(PROGRESS, true).unwrap_or(true) {
-        if let Some(progress) = real.progress {
+    let progress = match real.progress {
+        Some(progress) if params.flag_or(PROGRESS, true).unwrap_or(true) => {
             crate::progress::set_progress(progress);
-            seg.set_progress(barrier::wait::Progress::new(crate::progress::call_progress, 0));
+            Some(barrier::wait::Progress::new(crate::progress::call_progress, 0))
         }
-    }
-    seg.set_rank_names(RankNames {
-        world: members.clone(),
-        comm: members.clone(),
-        comm_size: n,
-        hierarchical: node_count > 1,
-    });
-
-    // 3. Every PE joins its node as a core universe (the core selector picks the node's backend).
-    let node_params = params.clone();
-    let joined = Universe::join(seg.clone(), local_rank, node_params);
-    if joined.is_err() {
-        seg.set_abort(local_rank);
-    }
-    if let Some(pe) = x.first_failed(joined.is_ok()) {
-        let why = joined.err().map_or_else(|| format!("PE {pe} could not join its node"), |e| e.to_string());
-        return (Outcome::Decline(why), symmetric);
-    }
-    let node = joined.expect("agreed");
+        _ => None,
+    };
+    let spec = NodeSpec {
+        local_rank,
+        shape,
+        params: params.clone(),
+        progress,
+        names: RankNames { world: members.clone(), comm: members.clone(), comm_size: n, hierarchical: node_count > 1 },
+        across_nodes: node_count > 1,
+    };
+    let node = match set_up_node(&NodeWords { x: &x, first: members[0] }, spec) {
+        Ok(node) => node,
+        Err(failed) => return (Outcome::Decline(failed.error.to_string()), symmetric),
+    };
+    let alone = node.alone() && node_count > 1;
+    let Node { seg, universe: node, halves, .. } = node;
     // The node's table of active sets (collective over the node's PEs; agreed across nodes).
     let table = node.world().shared_window(crate::sets::table_words(members.len()));
     if let Some(pe) = x.first_failed(table.is_ok()) {
@@ -293,17 +287,6 @@ pub fn run(real: &Real, params: &Params) -> (Outcome, Symmetric) {
         return (Outcome::Decline(why), symmetric);
     }
     let table = table.expect("agreed");
-    // Across nodes the node's part is a gather and a release around the roots' phase.
-    let halves = if node_count > 1 {
-        let made = node.world().halves();
-        if let Some(pe) = x.first_failed(made.is_ok()) {
-            let why = made.err().map_or_else(|| format!("PE {pe} could not make its node's gather"), |e| e.to_string());
-            return (Outcome::Decline(why), symmetric);
-        }
-        made.ok()
-    } else {
-        None
-    };
 
     let waits = Waits { yields: shape.ranks_on_machine > shape.cores, timeout, stall };
     // 4. Between nodes: the roots' link, OpenSHMEM atomics into a symmetric inbox.
@@ -374,7 +357,6 @@ pub fn run(real: &Real, params: &Params) -> (Outcome, Symmetric) {
         // the job as a failed barrier does.
         Err(e) => crate::waits::end_job(real, "timing our barrier in shmem_init", &e.into()),
     };
-    let alone = members.len() == 1 && node_count > 1;
     let hier = halves.map(|h| Hierarchy::new(h, roots_phase, seg.clone(), alone, me, "BARRIER_TIMEOUT".into()));
     let place = crate::serve::Place { node_of: topo.node_of.clone(), me, waits };
     let mut serving = Serving::new(node, hier, seg, place, crate::sets::Sets::new(table, members), describe);

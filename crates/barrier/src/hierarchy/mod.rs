@@ -1,7 +1,8 @@
 //! One hierarchy, composed once: the barrier across nodes that the layers above the core
 //! (`barrier-mpi`, `barrier-shmem`) serve. A layer brings two things:
 //!
-//! * **the node's communicator**: a core [`Communicator`] over the node's shared segment, split
+//! * **the node's communicator**: a core [`Communicator`] over the node's shared segment (set up
+//!   once for every layer by [`set_up_node`] over the layer's exchange: [`node`]), split
 //!   into its two halves ([`Communicator::halves`]: a gather, after which the node's root knows
 //!   every rank of the node arrived, and a release), or, where a backend is forced on the
 //!   node, a whole barrier of that backend in each place;
@@ -41,6 +42,7 @@
 //! ranks through before the others arrived. Every later call fails with the first error.
 
 pub mod flights;
+pub mod node;
 mod report;
 mod roots;
 #[cfg(test)]
@@ -54,6 +56,7 @@ use crate::comm::Communicator;
 use crate::error::{Error, Result};
 use crate::shm::Segment;
 
+pub use node::{agree, set_up_node, Node, NodeExchange, NodeFailure, NodeSpec};
 pub use report::Names;
 pub use roots::{Choice, Chosen, Flight, OwnBarrier, OwnPending, Roots, RootsLink, RootsWaits, Way};
 
