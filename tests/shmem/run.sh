@@ -85,6 +85,15 @@ run "a bad setting on PE 1" ok "${OSHRUN[@]}" -np 3 -x LD_PRELOAD="$LIB" -x BARR
 expect_text "bad setting" "every PE passes its barriers through"
 expect_text "bad setting" "3 PEs passed 100 iterations"
 expect_text "bad setting" "PE 0 at finalize (declined)"
+expect_text "bad setting" "world rank 1 rejected its value of BARRIER_TIMEOUT"
+# BARRIER_BACKEND differs between PEs: agreed as under MPI (the core's agreement), so every PE
+# declines together (each PE judged its own list before, and the PEs could pick different
+# barriers).
+DIFFER='if [ "${OMPI_COMM_WORLD_RANK:-0}" = 2 ]; then export BARRIER_BACKEND=dissemination; fi; exec "$@"'
+run "BARRIER_BACKEND on PE 2 only" ok "${OSHRUN[@]}" -np 3 -x LD_PRELOAD="$LIB" -x BARRIER_VERBOSE=1 \
+    sh -c "$DIFFER" sh "$CHECK" 100
+expect_text "backend on one PE" "BARRIER_BACKEND is not the same on every rank: world ranks \[2\]"
+expect_text "backend on one PE" "3 PEs passed 100 iterations"
 
 # Faults the interposer must name (issue 40 items 3 and 7) and a threaded program it must not
 # deadlock (item 4); tests/shmem/shmem_faults.c says what each mode does. Each run that must fail

@@ -9,7 +9,7 @@ use barrier::{Error, Params, Result, Universe};
 use crate::census;
 use crate::internode::{MpiRoots, RootPlace};
 use crate::raw::{self, Comm, OwnedComm};
-use crate::settings::{agree_settings, node_params_without, Agreed, FAULT, HIERARCHICAL, MPI_BACKEND};
+use crate::settings::{agree_settings, Agreed, FAULT, HIERARCHICAL, LAYER, MPI_BACKEND};
 
 /// What runs a communicator's barriers.
 pub(crate) enum Path {
@@ -229,15 +229,15 @@ impl BarrierComm {
         };
         let mut agreed = agree_settings(me.comm, &params, world_rank)?;
         if !meet_asleep {
-            agreed.internode = barrier::hierarchy::Choice::Fixed(barrier::hierarchy::Way::Ours);
+            agreed.core.internode = barrier::hierarchy::Choice::Fixed(barrier::hierarchy::Way::Ours);
         }
-        if agreed.mpi_only {
+        if agreed.core.own_only {
             me.detail = format!("{} names mpi first", params.source("BARRIER_BACKEND"));
             return Ok(me);
         }
         match me.build(&params, &agreed, world_rank) {
             Ok(()) => Ok(me),
-            Err(f) if agreed.may_fall_back => {
+            Err(f) if agreed.core.may_fall_back => {
                 me.path = Path::Mpi;
                 me.fell_back = Some(f.world_rank == world_rank);
                 me.detail = if f.world_rank == world_rank {
@@ -260,7 +260,7 @@ impl BarrierComm {
         let machine_comm = machine.0;
         self.made_on_the_way.push(machine);
         // Without blocks the machine is the node; with them, a block of it.
-        let node_comm = match world_rank.checked_div(agreed.node_block) {
+        let node_comm = match world_rank.checked_div(agreed.core.node_block) {
             None => machine_comm,
             Some(color) => {
                 let block = raw::split(machine_comm, Some(color as u32), self.rank).map_err(local)?;
@@ -324,10 +324,7 @@ impl BarrierComm {
         let spec = barrier::hierarchy::NodeSpec {
             local_rank: self.local_rank,
             shape: JobShape { world_size: self.local_size, nodes: 1, ranks_on_machine: job.ranks, cores: job.cores },
-            params: node_params_without(params, &agreed.not_everywhere).derive(
-                "BARRIER_TIMEOUT",
-                agreed.timeout.map_or_else(|| "none".to_string(), |t| format!("{}us", t.as_micros())),
-            ),
+            params: agreed.core.node_params(params, &LAYER),
             progress: progress.then(|| barrier::wait::Progress::new(raw::progress, raw::to_word(self.comm))),
             names: barrier::shm::RankNames {
                 world: self.node_ranks.iter().map(|n| n.0).collect(),
@@ -346,11 +343,11 @@ impl BarrierComm {
                 let injected = exchange.fault("internode");
                 let waits = barrier::hierarchy::RootsWaits {
                     pace: barrier::wait::Pace::for_machine(job.ranks, job.cores),
-                    timeout: agreed.timeout,
-                    stall: params.stall_report(),
+                    timeout: agreed.core.timeout,
+                    stall: agreed.core.stall,
                 };
                 let place = RootPlace { rank: self.rank, size: self.size, limit: params.source("BARRIER_TIMEOUT") };
-                Some(crate::internode::set_up(r, place, waits, agreed.internode, injected))
+                Some(crate::internode::set_up(r, place, waits, agreed.core.internode, injected))
             }
             _ => None,
         };
@@ -361,7 +358,7 @@ impl BarrierComm {
         // How the roots meet (timed, if so, once every root's set-up has succeeded), agreed;
         // then on every rank (for `describe`): rank 0 is a root.
         let share = |words: &mut [u64; 3]| raw::broadcast(roots.expect("a root has the roots' communicator"), 0, words);
-        let chose = internode.as_mut().map_or(Ok(()), |i| i.choose(agreed.internode, share).map(|_| ()));
+        let chose = internode.as_mut().map_or(Ok(()), |i| i.choose(agreed.core.internode, share).map(|_| ()));
         barrier::hierarchy::agree(&exchange, chose, "choose how the node roots meet").map_err(failure)?;
         let mut chosen = internode.as_ref().map_or([0; 3], |i| i.chosen().to_words());
         if self.nodes > 1 {

@@ -32,10 +32,12 @@
 //!
 //! ## Making a communicator (collective over the MPI communicator's ranks)
 //!
-//! 1. **Settings, agreed.** Every rank checks every `BARRIER_*` setting it has; the verdicts
-//!    and rank 0's values of the settings that must match (`BARRIER_MPI_NODE_BLOCK`,
-//!    `BARRIER_BACKEND`, `BARRIER_TIMEOUT`) are exchanged in one `MPI_Allgather`. A bad value
-//!    anywhere fails the call on every rank, naming the rank and the setting.
+//! 1. **Settings, agreed** (the core's agreement, `barrier::hierarchy::settings`, as under
+//!    OpenSHMEM). Every rank checks every `BARRIER_*` setting it has; the verdicts and rank 0's
+//!    values of the settings that must match (`BARRIER_MPI_NODE_BLOCK`, `BARRIER_BACKEND`,
+//!    `BARRIER_TIMEOUT`, `BARRIER_STALL_REPORT`, `BARRIER_MPI_INTERNODE`) are exchanged in one
+//!    `MPI_Allgather`. A bad value anywhere fails the call on every rank, naming the rank and the
+//!    setting.
 //! 2. **Nodes.** `MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)` finds the ranks of each machine;
 //!    with `BARRIER_MPI_NODE_BLOCK=K` every K consecutive world ranks of a machine are one node,
 //!    so the internode path runs on one machine. The first rank of each node is its root.

@@ -13,14 +13,16 @@
 //! own barrier), and a failure anywhere travels as a word of the next one, so every PE serves
 //! or every PE declines:
 //!
-//! 1. **Settings**: every `BARRIER_*` value checked on every PE, agreed; rank 0's
-//!    `BARRIER_SHMEM_NODE_BLOCK` (or barrier-mpi's `BARRIER_MPI_NODE_BLOCK`).
+//! 1. **Settings**: the core's agreement (`barrier::hierarchy::settings`, as under MPI): every
+//!    `BARRIER_*` value checked on every PE, `BARRIER_BACKEND`'s names agreed, rank 0's
+//!    `BARRIER_SHMEM_NODE_BLOCK` (or barrier-mpi's `BARRIER_MPI_NODE_BLOCK`), timeout, stall
+//!    report and `BARRIER_SHMEM_INTERNODE`.
 //! 2. **Nodes**, from the PEs themselves: each PE's host name (hashed) is exchanged (the
 //!    implementation's "shared" team is not a node everywhere); with a node block, every K PEs
 //!    of a machine are one simulated node. A node's first PE is its root.
-//! 3. **The node's segment**, made the way barrier-mpi makes its own: a memfd of the node's
-//!    first PE, opened by the others through `/proc/<pid>/fd/<n>` and checked to be the same
-//!    file; agreed.
+//! 3. **The node's segment**, made by the core's node set-up (`barrier::hierarchy::node`, as
+//!    under MPI): a memfd of the node's first PE, opened by the others through
+//!    `/proc/<pid>/fd/<n>` and checked to be the same file; agreed.
 //! 4. **The node's barrier**: every PE joins the segment as a core `Universe`, whose selector
 //!    picks the node's backend (and wait policy, from the job's PEs on the machine); agreed.
 //! 5. **Between nodes**: the roots' dissemination over `shmem_ulong_atomic_add` into a

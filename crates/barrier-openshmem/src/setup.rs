@@ -6,7 +6,7 @@
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use barrier::hierarchy::{set_up_node, Choice, Hierarchy, Node, NodeSpec, OwnBarrier, Roots, RootsWaits, Way};
+use barrier::hierarchy::{set_up_node, Choice, Hierarchy, Layer, Node, NodeSpec, OwnBarrier, Roots, RootsWaits, Way};
 use barrier::shm::{JobShape, RankNames};
 use barrier::{Params, Result};
 
@@ -19,15 +19,6 @@ use crate::waits::Waits;
 const WORDS: usize = 10;
 
 use crate::settings::{INTERNODE, MPI_NODE_BLOCK, NODE_BLOCK, PROGRESS};
-
-/// `BARRIER_SHMEM_INTERNODE` as an exchange word.
-fn internode_code(params: &Params) -> u64 {
-    match params.get(INTERNODE).map(|v| v.trim().to_ascii_lowercase()).as_deref() {
-        Some("dissemination") => 1,
-        Some("shmem") => 2,
-        _ => 0,
-    }
-}
 
 /// Symmetric memory this library allocated, freed at finalize: every allocation every PE made
 /// (collectively), null ones included, so that every PE makes the same collective frees.
@@ -99,6 +90,20 @@ struct NodeWords<'a, 'b> {
     first: usize,
 }
 
+impl barrier::hierarchy::Allgather for Exchange<'_> {
+    fn me(&self) -> usize {
+        self.me
+    }
+
+    fn allgather(&self, words: &[u64]) -> Result<Vec<Vec<u64>>> {
+        if words.len() > WORDS {
+            // Every PE asks the same (the core's layout): every PE declines alike.
+            return Err(barrier::Error::Setup(format!("a set-up exchange of {} words (at most {WORDS})", words.len())));
+        }
+        Ok(self.all(words).into_iter().map(|row| row.to_vec()).collect())
+    }
+}
+
 impl barrier::hierarchy::NodeExchange for NodeWords<'_, '_> {
     fn me(&self) -> usize {
         self.x.me
@@ -117,16 +122,6 @@ impl barrier::hierarchy::NodeExchange for NodeWords<'_, '_> {
     fn first_failed(&self, ok: bool) -> Result<Option<usize>> {
         Ok(self.x.first_failed(ok))
     }
-}
-
-/// A duration as an exchange word: nanoseconds, 0 for none.
-fn nanos(d: Option<std::time::Duration>) -> u64 {
-    d.map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX).max(1))
-}
-
-/// An exchange word back into a duration.
-fn duration(word: u64) -> Option<std::time::Duration> {
-    (word != 0).then(|| std::time::Duration::from_nanos(word))
 }
 
 /// What the set-up decided on every PE alike.
@@ -192,52 +187,37 @@ pub fn run(real: &Real, params: &Params) -> (Outcome, Symmetric) {
     }
     let x = Exchange { real, buf, me, n };
 
-    // 1. Settings, checked on every PE and agreed; rank 0's node block.
+    // 1. Settings, checked on every PE and agreed (the core's agreement: PE 0's node block,
+    // timeout, stall report and way among the roots; `BARRIER_BACKEND`'s names).
     crate::settings::register();
-    let known = barrier::registry::all_params();
-    let mut bad = barrier::registry::check_all_but_backend_names(params).err().map(|b| (b.0, b.1.to_string()));
     // BARRIER_SHMEM_NODE_BLOCK, or barrier-mpi's BARRIER_MPI_NODE_BLOCK when only that is set.
     let block_var = if params.get(NODE_BLOCK).is_some() { NODE_BLOCK } else { MPI_NODE_BLOCK };
-    let block = params.parse(block_var, 0usize, "a number of PEs").unwrap_or_else(|e| {
-        bad.get_or_insert((known.len(), e.to_string()));
-        0
-    });
-    // The CPUs this PE may use (the first 256): the job's PEs on a machine wait by the cores
-    // they may use together, not by one PE's mask (a launcher binds each PE to one core).
+    let layer = Layer {
+        own_backend: None,
+        node_block: block_var,
+        internode: INTERNODE,
+        internode_own: "shmem",
+        extra_check: None,
+    };
+    let agreed = match barrier::hierarchy::agree_settings(&x, params, &layer) {
+        Ok(agreed) => agreed,
+        Err(e @ barrier::Error::PeerInvalidParam { .. }) => return (Outcome::Decline(e.to_string()), symmetric),
+        Err(e) => return (Outcome::Decline(format!("PE {me}: {e}")), symmetric),
+    };
+    // The machines: each PE's host and the CPUs it may use (the first 256): the job's PEs on a
+    // machine wait by the cores they may use together, not by one PE's mask (a launcher binds
+    // each PE to one core).
     let mut mask = [0u64; 4];
     for cpu in barrier::sys::affinity_cores().into_iter().filter(|&c| c < 256) {
         mask[cpu / 64] |= 1 << (cpu % 64);
     }
-    let verdicts = x.all(&[
-        bad.as_ref().map_or(0, |b| b.0 as u64 + 1),
-        host_hash(),
-        block as u64,
-        mask[0],
-        mask[1],
-        mask[2],
-        mask[3],
-        nanos(params.duration("BARRIER_TIMEOUT").ok().flatten()),
-        nanos(params.stall_report()),
-        // With whether a stall report was asked for (it is on by default, and only a report
-        // someone asked for keeps `auto` on our rounds).
-        internode_code(params) | u64::from(params.get("BARRIER_STALL_REPORT").is_some()) << 8,
-    ]);
-    if let Some((i, why)) = bad {
-        let _ = i;
-        return (Outcome::Decline(format!("PE {me}: {why}")), symmetric);
-    }
-    if let Some(pe) = verdicts.iter().position(|w| w[0] != 0) {
-        let name = known.get(verdicts[pe][0] as usize - 1).map_or(block_var, |p| p.name.as_str());
-        return (Outcome::Decline(format!("PE {pe} rejected its value of {name}")), symmetric);
-    }
-    let hashes: Vec<u64> = verdicts.iter().map(|w| w[1]).collect();
-    let block = verdicts[0][2] as usize;
+    let verdicts = x.all(&[host_hash(), mask[0], mask[1], mask[2], mask[3]]);
+    let hashes: Vec<u64> = verdicts.iter().map(|w| w[0]).collect();
+    let block = agreed.node_block;
     // PE 0's timeout and stall report are every PE's (one PE's own short BARRIER_TIMEOUT ended
     // a job across nodes: issue 40 item 7), on its node's universe too.
-    let (timeout, stall) = (duration(verdicts[0][7]), duration(verdicts[0][8]));
-    let agreed = |d: Option<std::time::Duration>| d.map_or_else(|| "0".to_string(), |d| format!("{}ns", d.as_nanos()));
-    let params =
-        &params.clone().derive("BARRIER_TIMEOUT", agreed(timeout)).derive("BARRIER_STALL_REPORT", agreed(stall));
+    let (timeout, stall) = (agreed.timeout, agreed.stall);
+    let params = &agreed.node_params(params, &layer);
     let mut topo = nodes(&hashes, block);
     topo.on_machine = hashes.iter().filter(|&&h| h == hashes[me]).count();
     let my_node = topo.node_of[me];
@@ -253,7 +233,7 @@ pub fn run(real: &Real, params: &Params) -> (Outcome, Symmetric) {
     // implementation progress (see the crate docs), unless turned off.
     let union = (0..n).filter(|&pe| hashes[pe] == hashes[me]).fold([0u64; 4], |mut u, pe| {
         for (w, word) in u.iter_mut().enumerate() {
-            *word |= verdicts[pe][3 + w];
+            *word |= verdicts[pe][1 + w];
         }
         u
     });
@@ -330,13 +310,7 @@ pub fn run(real: &Real, params: &Params) -> (Outcome, Symmetric) {
     // BARRIER_SHMEM_INTERNODE decides, `auto` by timing both (unless a timeout or stall report
     // asks for ours, whose reports name the PE waited for); the composer times them.
     let one_each = node_count == n && n > 1;
-    let choice = match verdicts[0][9] & 0xff {
-        _ if !one_each => Choice::Fixed(Way::Ours),
-        1 => Choice::Fixed(Way::Ours),
-        2 => Choice::Fixed(Way::Own),
-        _ if timeout.is_some() || verdicts[0][9] >> 8 == 1 => Choice::OursForReports,
-        _ => Choice::Measure,
-    };
+    let choice = if one_each { agreed.internode } else { Choice::Fixed(Way::Ours) };
     let pace = barrier::wait::Pace::for_machine(shape.ranks_on_machine, shape.cores);
     let mut roots_phase = link.map(|link| {
         let names = link.names(n);

@@ -45,6 +45,7 @@ pub mod flights;
 pub mod node;
 mod report;
 mod roots;
+pub mod settings;
 #[cfg(test)]
 mod tests;
 
@@ -59,6 +60,7 @@ use crate::shm::Segment;
 pub use node::{agree, set_up_node, Node, NodeExchange, NodeFailure, NodeSpec};
 pub use report::Names;
 pub use roots::{Choice, Chosen, Flight, OwnBarrier, OwnPending, Roots, RootsLink, RootsWaits, Way};
+pub use settings::{agree_settings, Agreed, Allgather, Layer};
 
 use flights::{Flights, Leg};
 
