@@ -53,6 +53,7 @@ mpicc.openmpi -O2 -Wall -Werror -o "$BIN/ibarrier_check" tests/ompi/ibarrier_che
 mpicc.openmpi -O2 -Wall -Werror -pthread -o "$BIN/heap_holes" examples/mpi/heap_holes.c
 mpicc.openmpi -O2 -Wall -Werror -o "$BIN/info_keys" tests/ompi/info_keys.c
 mpicc.openmpi -O2 -Wall -Werror -o "$BIN/attr_callbacks" tests/ompi/attr_callbacks.c
+mpicc.openmpi -O2 -Wall -Werror -o "$BIN/self_hook" tests/ompi/self_hook.c
 mpicc.openmpi -O2 -Wall -Werror -o "$BIN/ibarrier_freed" tests/ompi/ibarrier_freed.c
 mpicc.openmpi -O2 -Wall -Werror -o "$BIN/many_comms" tests/ompi/many_comms.c
 mpicc.openmpi -O2 -Wall -Werror -o "$BIN/ibarrier_errors" tests/ompi/ibarrier_errors.c
@@ -143,6 +144,15 @@ for block in 0 1; do
     expect_text "attr callbacks" "coll/fastbar: MPI_Barrier on a communicator of 3 ranks: "
 done
 
+step "a library's MPI_COMM_SELF callback that runs a barrier at MPI_Finalize, set before our first barrier on some ranks and after it on others (issue 50 item 9)"
+for block in 0 1; do
+    run "self hook block=$block" ok launch -- --mca coll_fastbar_timeout 20s --mca coll_fastbar_node_block "$block" \
+        -np 3 "$BIN/self_hook"
+    [ "$(grep -c 'self_hook: rank [0-9]: the library.s finalize barrier passed' "$out")" = 3 ] \
+        || { cat "$out"; fail "self hook: the library's finalize barrier did not pass on every rank"; }
+    [ "$(grep -c 'self_hook: rank [0-9] finished' "$out")" = 3 ] || { cat "$out"; fail "self hook: not every rank finished"; }
+done
+
 step "a failed MPI_Ibarrier goes to its communicator's error handler (MPI_ERRORS_RETURN), not MPI_COMM_WORLD's (issue 50 item 4)"
 run "ibarrier errors" ok launch -- --mca coll_fastbar_timeout 1s -np 2 "$BIN/ibarrier_errors"
 expect_text "ibarrier errors" "rank 0's MPI_Wait returned MPI_ERR_OTHER to the program"
@@ -208,6 +218,11 @@ run "attr callbacks, interposer" ok launch LD_PRELOAD="$PWD/target/release/libba
     --mca coll ^fastbar -np 3 "$BIN/attr_callbacks"
 [ "$(grep -c 'attr_callbacks: rank [0-9] passed' "$out")" = 3 ] || { cat "$out"; fail "attr callbacks, interposer: not every rank passed"; }
 expect_text "attr callbacks, interposer" "barrier: MPI_Barrier on a communicator of 3 ranks: "
+# The interposer frees its barriers as MPI_Finalize is entered, on every rank alike: a library's
+# MPI_COMM_SELF callback then runs MPI's barrier everywhere.
+run "self hook, interposer" ok launch LD_PRELOAD="$PWD/target/release/libbarrier_pmpi.so" -- --mca coll ^fastbar \
+    -np 3 "$BIN/self_hook"
+[ "$(grep -c 'self_hook: rank [0-9] finished' "$out")" = 3 ] || { cat "$out"; fail "self hook, interposer: not every rank finished"; }
 run "bench --mpi with the component" ok env MPIRUN=mpirun.openmpi MPICC=mpicc.openmpi \
     ./target/release/barrier bench --mpi -n 2 --iters 21000 --mpi-component "$BIN/components/mca_coll_fastbar.so"
 expect_text "bench" "coll/fastbar (the component)"

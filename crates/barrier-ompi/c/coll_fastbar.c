@@ -20,6 +20,7 @@
 
 #include "mpi.h"
 #include "fastbar_glue.h"
+#include "ompi/attribute/attribute.h"
 #include "ompi/communicator/communicator.h"
 #include "ompi/mca/coll/base/base.h"
 #include "ompi/mca/coll/coll.h"
@@ -49,6 +50,8 @@ extern int fastbar_rs_ibarrier(fastbar_rs *b, fastbar_rs_req **out);
 extern int fastbar_rs_test(fastbar_rs *b, fastbar_rs_req *r);
 extern void fastbar_rs_request_free(fastbar_rs_req *r);
 extern void fastbar_rs_free(fastbar_rs *b);
+/* MPI_Finalize: drains the split-phase barriers in flight, then frees every barrier. */
+extern void fastbar_rs_at_finalize(void);
 /* The component structure's storage: a Rust static, so that the cdylib exports it (rustc
  * exports only Rust items); filled from `fastbar_component_template` when the library loads. */
 extern char mca_coll_fastbar_component[];
@@ -502,6 +505,42 @@ static int fastbar_module_enable(mca_coll_base_module_t *module, struct ompi_com
     return OMPI_SUCCESS;
 }
 
+/* The finalize hook: an MPI_COMM_SELF attribute, deleted first thing in MPI_Finalize while MPI
+ * still works. MPI deletes MPI_COMM_SELF's attributes in the reverse order of their setting, so
+ * ours is set at the first comm_query that offers a module: MPI_COMM_WORLD's, inside MPI_Init,
+ * before the program (or a library) can set one. Their callbacks then run first, with ours
+ * still serving on every rank; set at a rank's first barrier, as it was, it ran before the
+ * callbacks set earlier on that rank only, and a callback's barrier met ours on some ranks and
+ * Open MPI's on others (issue 50 item 9). Through Open MPI's attribute functions: the MPI_
+ * ones refuse to run before MPI_Init has returned. */
+static int at_finalize(MPI_Comm comm, int key, void *value, void *extra)
+{
+    (void) comm;
+    (void) key;
+    (void) value;
+    (void) extra;
+    fastbar_rs_at_finalize();
+    return MPI_SUCCESS;
+}
+
+static void hook_finalize(void)
+{
+    static atomic_int hooked;
+    if (atomic_exchange(&hooked, 1)) {
+        return;
+    }
+    ompi_attribute_fn_ptr_union_t copy, delete;
+    copy.attr_communicator_copy_fn = (MPI_Comm_internal_copy_attr_function *) MPI_COMM_NULL_COPY_FN;
+    delete.attr_communicator_delete_fn = at_finalize;
+    int key = MPI_KEYVAL_INVALID;
+    if (OMPI_SUCCESS != ompi_attr_create_keyval(COMM_ATTR, copy, delete, &key, NULL, 0, NULL)
+        || OMPI_SUCCESS != ompi_attr_set_c(COMM_ATTR, &ompi_mpi_comm_self.comm,
+                                           &ompi_mpi_comm_self.comm.c_keyhash, key, NULL, false)) {
+        fprintf(stderr, "coll/fastbar: could not set the MPI_COMM_SELF attribute that frees the barriers at "
+                        "MPI_Finalize; they are freed with their communicators\n");
+    }
+}
+
 static mca_coll_base_module_t *fastbar_comm_query(struct ompi_communicator_t *comm, int *priority)
 {
     /* `building` is not asked here: Open MPI may select for a communicator from inside another
@@ -517,6 +556,7 @@ static mca_coll_base_module_t *fastbar_comm_query(struct ompi_communicator_t *co
     if (NULL == m) {
         return NULL;
     }
+    hook_finalize();
     m->super.coll_module_enable = fastbar_module_enable;
     m->super.coll_barrier = fastbar_barrier;
     m->super.coll_ibarrier = fastbar_ibarrier;

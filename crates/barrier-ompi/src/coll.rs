@@ -1,8 +1,8 @@
 //! The Rust side of the component: the functions `c/coll_fastbar.c` calls, and the storage of
 //! the component structure it exports. See the crate docs for the protocol.
 
-use std::ffi::{c_char, c_int, c_void, CStr};
-use std::sync::{Mutex, MutexGuard, OnceLock, TryLockError};
+use std::ffi::{c_char, c_int, CStr};
+use std::sync::{Mutex, MutexGuard, TryLockError};
 
 use barrier::Error;
 use barrier_mpi::glue::{self, BuiltFor, ComponentStorage, McaValues, DONE, FAILED, GONE, PENDING};
@@ -28,8 +28,6 @@ pub struct Started(Option<Detached>);
 
 /// Every barrier not yet freed, for the finalize hook (addresses of `Served`).
 static LIVE: Mutex<Vec<usize>> = Mutex::new(Vec::new());
-/// The `MPI_COMM_SELF` key whose deletion frees them all at `MPI_Finalize`.
-static FINALIZE_HOOK: OnceLock<Option<c_int>> = OnceLock::new();
 
 fn live() -> MutexGuard<'static, Vec<usize>> {
     LIVE.lock().unwrap_or_else(|p| p.into_inner())
@@ -67,9 +65,11 @@ extern "C" {
     fn fastbar_drain_in_flight();
 }
 
-/// Deleted first thing in `MPI_Finalize`: completes what it can of the split-phase barriers
-/// in flight, then frees every barrier while MPI still works.
-unsafe extern "C" fn at_finalize(_comm: MPI_Comm, _key: c_int, _value: *mut c_void, _extra: *mut c_void) -> c_int {
+/// The C glue's `MPI_COMM_SELF` attribute is deleted in `MPI_Finalize` (after the program's
+/// own, which were set later: it is set inside `MPI_Init`): completes what it can of the
+/// split-phase barriers in flight, then frees every barrier while MPI still works.
+#[no_mangle]
+pub extern "C" fn fastbar_rs_at_finalize() {
     // SAFETY: the C glue's function; MPI still works (the first thing in MPI_Finalize).
     guarded("MPI_Finalize", || unsafe { fastbar_drain_in_flight() });
     guarded("MPI_Finalize", || loop {
@@ -83,7 +83,6 @@ unsafe extern "C" fn at_finalize(_comm: MPI_Comm, _key: c_int, _value: *mut c_vo
         let taken = lock(unsafe { &*(address as *const Served) }).take();
         drop(taken);
     });
-    0
 }
 
 /// The info key with which a program keeps one communicator on Open MPI's own barrier
@@ -144,7 +143,6 @@ pub unsafe extern "C" fn fastbar_rs_create(comm: MPI_Comm, values: *const McaVal
                 return 0;
             }
         }
-        glue::hook_finalize(&FINALIZE_HOOK, at_finalize);
         // SAFETY: MPI is initialized (this is an MPI_Barrier) and every rank of `comm` makes
         // this call in its first MPI_Barrier on it.
         match unsafe { BarrierComm::from_raw_in_component(comm, params) } {

@@ -42,7 +42,10 @@
 //!   advances it without blocking. Before the first `MPI_Barrier` it is the previous
 //!   module's: `MPI_Ibarrier` must not block, and building is collective.
 //! * **Finalize**: an `MPI_COMM_SELF` attribute (deleted first thing in `MPI_Finalize`, while
-//!   MPI still works) frees every barrier; later calls go to the previous module.
+//!   MPI still works) frees every barrier; later calls go to the previous module. It is set
+//!   inside `MPI_Init` (at `MPI_COMM_WORLD`'s `comm_query`), before any of the program's: MPI
+//!   deletes them in the reverse order, so a library's own callback that runs a barrier finds
+//!   ours serving on every rank.
 
 /// Every block this library allocates lives in mappings of its own, never in the heap of the
 /// program that loaded it: a block freed there would leave a hole that the program's next
