@@ -51,20 +51,15 @@ impl Barrier {
     /// A barrier that releases its threads `n` at a time. The waits follow the environment's
     /// `BARRIER_WAIT_POLICY`, `BARRIER_SPIN_COUNT`, `BARRIER_YIELD_COUNT` and
     /// `BARRIER_STALL_REPORT` (read here, once); `auto` parks when `n` exceeds this process's
-    /// cores. Unlike std's, it is not a `const fn` (it reads those settings).
+    /// cores. A value that does not parse is said on stderr (once per process) with the value
+    /// used instead. Unlike std's, it is not a `const fn` (it reads those settings).
     #[cfg(not(loom))]
     pub fn new(n: usize) -> Barrier {
-        let params = crate::params::Params::from_env();
-        let policy = match params.get("BARRIER_WAIT_POLICY").map(|v| v.trim().to_ascii_lowercase()).as_deref() {
-            Some("spin") => WaitPolicy::Spin,
-            Some("park") => WaitPolicy::Park,
-            _ => WaitPolicy::auto(n, crate::sys::available_cores()),
-        };
-        let mut barrier = Barrier::with_policy(n, policy);
-        barrier.wait.spin = params.parse("BARRIER_SPIN_COUNT", barrier.wait.spin, "").unwrap_or(barrier.wait.spin);
-        barrier.wait.yields =
-            params.parse("BARRIER_YIELD_COUNT", barrier.wait.yields, "").unwrap_or(barrier.wait.yields);
-        barrier.stall = params.stall_report();
+        let env = super::env::EnvWaits::read(n);
+        let mut barrier = Barrier::with_policy(n, env.policy);
+        barrier.wait.spin = env.spin.unwrap_or(barrier.wait.spin);
+        barrier.wait.yields = env.yields.unwrap_or(barrier.wait.yields);
+        barrier.stall = env.stall;
         barrier
     }
 

@@ -47,6 +47,8 @@
 
 mod barrier;
 #[cfg(not(loom))]
+mod env;
+#[cfg(not(loom))]
 mod team;
 
 pub use barrier::{Barrier, BarrierWaitResult};

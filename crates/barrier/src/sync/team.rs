@@ -31,7 +31,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
-use crate::params::Params;
 use crate::wait::{Flag, WaitConfig, WaitError, WaitPolicy, Watch};
 
 /// What the members share.
@@ -96,16 +95,11 @@ pub struct Member {
 impl Team {
     /// A team of `n` members (at least 1), waiting as the environment's
     /// `BARRIER_WAIT_POLICY`, `BARRIER_TIMEOUT` and `BARRIER_STALL_REPORT` say (`auto`: park
-    /// when `n` exceeds this process's cores).
+    /// when `n` exceeds this process's cores). A value that does not parse is said on stderr
+    /// (once per process) with the value used instead.
     pub fn new(n: usize) -> Team {
-        let params = Params::from_env();
-        let policy = match params.get("BARRIER_WAIT_POLICY").map(|v| v.trim().to_ascii_lowercase()).as_deref() {
-            Some("spin") => WaitPolicy::Spin,
-            Some("park") => WaitPolicy::Park,
-            _ => WaitPolicy::auto(n, crate::sys::available_cores()),
-        };
-        let timeout = params.duration("BARRIER_TIMEOUT").unwrap_or(None);
-        Team::with(n, policy, timeout, params.stall_report())
+        let env = super::env::EnvWaits::read(n);
+        Team::with(n, env.policy, env.timeout, env.stall)
     }
 
     /// A team of `n` members that waits by `policy`, gives up after `timeout` and reports a
