@@ -67,20 +67,16 @@ use std::time::{Duration, Instant};
 use crate::pad::CachePadded;
 use crate::region::Region;
 use crate::shm::Shared;
+pub use crate::wait::tail::{DEFAULT_TAIL_SPIN, SCAN_LIMIT};
 
-/// The default bound of one tail spin (`BARRIER_SW_TAIL_SPIN`): a few context switches on the
-/// other CPUs, which is what a rank that spins waits for.
-pub const DEFAULT_TAIL_SPIN: Duration = Duration::from_micros(50);
 /// The longest tail spin a setting can ask for: the spin checks neither the timeout nor aborts.
 pub const MAX_TAIL_SPIN: Duration = Duration::from_millis(1);
 /// Largest communicator with an arrival mask (one bit per rank, beside a 16-bit epoch tag).
-pub const MAX_RANKS: usize = 48;
+pub const MAX_RANKS: usize = crate::wait::tail::MAX_HINTS;
 /// The mask's epoch tag: the low 16 bits of the epoch, above the rank bits.
 const TAG_MASK: u64 = 0xffff;
 /// Tags less than this far ahead (modulo 2^16) are newer, the rest older.
 const TAG_HALF: u64 = 0x8000;
-/// More missing ranks than this: no scan, no spin.
-pub const SCAN_LIMIT: u32 = 16;
 /// Arrivals in a row beside a missing rank on this CPU before an escape (and between looks at
 /// the clock while escapes pause).
 pub const ESCAPE_AFTER: u32 = 32;

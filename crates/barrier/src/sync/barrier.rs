@@ -22,6 +22,93 @@ pub struct Barrier {
     /// The latest generation (plus one) whose stall was reported: one report per generation.
     #[cfg(not(loom))]
     reported: AtomicU64,
+    /// The tail spin's hints, where threads outnumber this process's cores (made by `new`).
+    #[cfg(not(loom))]
+    tail: Option<Box<Tail>>,
+}
+
+/// The tail spin of the drop-in (as the central algorithm's among processes, `algo::tail`): a
+/// thread that waits while every thread still missing from its generation last ran on another
+/// CPU spins for the release (at most [`crate::wait::tail::DEFAULT_TAIL_SPIN`]) instead of
+/// yielding its core to a thread that has nothing left to do, a context switch on the
+/// barrier's path. The drop-in's threads have no ranks, so each thread takes a slot the first
+/// time it waits here (a thread-local cache remembers it, by the barrier's serial number) and
+/// records, at each arrival, its generation and its CPU there. A slot whose thread stopped
+/// coming looks missing for good: a waiter on its CPU never spins (as before), one elsewhere
+/// spins once per generation at most. Past [`crate::wait::tail::MAX_HINTS`] slots, later
+/// threads take none and never spin. Hints only: nothing completes on them.
+#[cfg(not(loom))]
+#[derive(Debug)]
+struct Tail {
+    serial: u64,
+    slots: std::sync::atomic::AtomicUsize,
+    /// Per slot: the generation (plus one) of its thread's last arrival.
+    at: Box<[crate::pad::CachePadded<std::sync::atomic::AtomicU64>]>,
+    /// Per slot: its thread's CPU at that arrival, plus one (0: not known).
+    cpus: Box<[crate::pad::CachePadded<std::sync::atomic::AtomicU64>]>,
+}
+
+#[cfg(not(loom))]
+impl Tail {
+    fn new() -> Box<Tail> {
+        static SERIALS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        let words = || (0..crate::wait::tail::MAX_HINTS).map(|_| Default::default()).collect();
+        Box::new(Tail {
+            serial: SERIALS.fetch_add(1, Ordering::Relaxed),
+            slots: Default::default(),
+            at: words(),
+            cpus: words(),
+        })
+    }
+
+    /// This thread's slot here, taken at its first wait (`None` once all are taken).
+    fn slot(&self) -> Option<usize> {
+        use std::cell::Cell;
+        thread_local! {
+            /// The last few barriers this thread waited at: (serial, slot + 1; 0: none).
+            static SLOTS: Cell<[(u64, usize); 4]> = const { Cell::new([(0, 0); 4]) };
+        }
+        SLOTS.with(|cache| {
+            let mut entries = cache.get();
+            if let Some(&(_, slot)) = entries.iter().find(|e| e.0 == self.serial) {
+                return slot.checked_sub(1);
+            }
+            let taken = self.slots.fetch_add(1, Ordering::Relaxed);
+            let slot = if taken < self.at.len() { taken + 1 } else { 0 };
+            entries.rotate_right(1);
+            entries[0] = (self.serial, slot);
+            cache.set(entries);
+            slot.checked_sub(1)
+        })
+    }
+
+    /// Records this thread's arrival at `generation` in `slot`; returns its CPU (plus one).
+    fn arrived(&self, slot: usize, generation: u64) -> u64 {
+        let cpu = crate::sys::current_cpu().map_or(0, |c| u64::from(c) + 1);
+        self.at[slot].store(generation + 1, Ordering::Relaxed);
+        if self.cpus[slot].load(Ordering::Relaxed) != cpu {
+            self.cpus[slot].store(cpu, Ordering::Relaxed);
+        }
+        cpu
+    }
+
+    /// Whether every slot still missing from `generation` last ran on a CPU other than `cpu`
+    /// (and there are few enough to look at).
+    fn missing_all_elsewhere(&self, me: usize, generation: u64, cpu: u64) -> bool {
+        let taken = self.slots.load(Ordering::Relaxed).min(self.at.len());
+        let mut missing = 0;
+        for j in (0..taken).filter(|&j| j != me) {
+            if self.at[j].load(Ordering::Relaxed) > generation {
+                continue;
+            }
+            missing += 1;
+            let theirs = self.cpus[j].load(Ordering::Relaxed);
+            if cpu == 0 || theirs == 0 || theirs == cpu || missing > crate::wait::tail::SCAN_LIMIT {
+                return false;
+            }
+        }
+        true
+    }
 }
 
 /// What [`Barrier::wait`] returns: whether this thread is its generation's leader.
@@ -60,6 +147,10 @@ impl Barrier {
         barrier.wait.spin = env.spin.unwrap_or(barrier.wait.spin);
         barrier.wait.yields = env.yields.unwrap_or(barrier.wait.yields);
         barrier.stall = env.stall;
+        // Threads outnumber cores: the tail spin (see `Tail`).
+        if n > crate::sys::available_cores() {
+            barrier.tail = Some(Tail::new());
+        }
         barrier
     }
 
@@ -83,6 +174,8 @@ impl Barrier {
             stall: None,
             #[cfg(not(loom))]
             reported: AtomicU64::new(0),
+            #[cfg(not(loom))]
+            tail: None,
         }
     }
 
@@ -92,9 +185,19 @@ impl Barrier {
     pub fn wait(&self) -> BarrierWaitResult {
         let ticket = self.tickets.fetch_add(1, Ordering::AcqRel);
         let generation = ticket / self.n;
+        #[cfg(not(loom))]
+        let spin = self.tail.as_ref().and_then(|tail| {
+            let slot = tail.slot()?;
+            let cpu = tail.arrived(slot, generation);
+            Some(tail).filter(|t| ticket % self.n != self.n - 1 && t.missing_all_elsewhere(slot, generation, cpu))
+        });
         if ticket % self.n == self.n - 1 {
             self.released.raise(generation + 1, self.wait.policy.wakes());
             return BarrierWaitResult(true);
+        }
+        #[cfg(not(loom))]
+        if spin.is_some() && self.wait.spin_for(&self.released, generation + 1, crate::wait::tail::DEFAULT_TAIL_SPIN) {
+            return BarrierWaitResult(false);
         }
         let watch = Stalled { barrier: self, generation };
         // Without a timeout, and with a watch that never ends it, the wait ends only when the
@@ -132,5 +235,29 @@ impl Watch for Stalled<'_> {
     fn check(&self, _waited: std::time::Duration) -> Result<(), WaitError> {
         let _ = (self.barrier, self.generation);
         Ok(())
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_thread_keeps_its_tail_slot_and_the_spin_needs_every_missing_thread_elsewhere() {
+        let tail = Tail::new();
+        let mine = tail.slot().expect("a slot");
+        assert_eq!(tail.slot(), Some(mine), "the same slot at the next wait");
+        let other = std::thread::scope(|s| s.spawn(|| tail.slot()).join().expect("no panic")).expect("a slot");
+        assert_ne!(other, mine);
+        // This thread arrives at generation 3 on CPU 0 (1); the other thread last ran on CPU 1
+        // (2) and has not arrived.
+        tail.at[mine].store(4, Ordering::Relaxed);
+        tail.cpus[other].store(2, Ordering::Relaxed);
+        assert!(tail.missing_all_elsewhere(mine, 3, 1));
+        assert!(!tail.missing_all_elsewhere(mine, 3, 2), "it shares this CPU: yield to it");
+        tail.at[other].store(4, Ordering::Relaxed);
+        assert!(tail.missing_all_elsewhere(mine, 3, 2), "nobody missing");
+        // Another barrier: another serial, another slot table.
+        assert_eq!(Tail::new().slot(), Some(0));
     }
 }

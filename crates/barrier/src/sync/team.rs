@@ -8,7 +8,10 @@
 //! cores (the wait policy parks) and are more than 2, the rounds would cost a context switch
 //! each, so the team runs a central barrier instead: a member stores its barrier number in its
 //! own word and adds one to a shared count; the arrival that makes the count `n * e` releases
-//! barrier `e` through one flag (one switch per member, as the drop-in).
+//! barrier `e` through one flag (one switch per member, as the drop-in). A member that waits
+//! there while every member still missing last ran on another CPU spins for the release (at
+//! most `BARRIER_SW_TAIL_SPIN`'s default, 50 µs) instead of yielding its core to a member that
+//! has nothing left to do: the central algorithm's tail spin among processes (`algo::tail`).
 //!
 //! [`Member::wait_then`] is a barrier in two halves around a piece of work: every member arrives
 //! (each stores the barrier's number into a flag of its own), member 0 waits for them all, runs
@@ -54,6 +57,11 @@ struct Shared {
     count: crate::pad::CachePadded<AtomicU64>,
     release: Slot,
     at: Box<[crate::pad::CachePadded<AtomicU64>]>,
+    /// The central barrier's tail spin (threads outnumber this process's cores): each member's
+    /// CPU at its last arrival, plus one (0: not known), and how long a waiter whose missing
+    /// members all last ran on other CPUs spins for the release instead of yielding its core.
+    cpus: Box<[crate::pad::CachePadded<AtomicU64>]>,
+    tail_spin: Option<Duration>,
     /// `wait_then`: each member's arrival flag, member 0's release flag, and the last barrier
     /// whose work failed on member 0 (0: none).
     arrived: Box<[Slot]>,
@@ -122,6 +130,9 @@ impl Team {
                 count: crate::pad::CachePadded(AtomicU64::new(0)),
                 release: Slot::default(),
                 at: padded(),
+                cpus: padded(),
+                tail_spin: (n > crate::sys::available_cores() && n <= crate::wait::tail::MAX_HINTS)
+                    .then_some(crate::wait::tail::DEFAULT_TAIL_SPIN),
                 arrived: (0..n).map(|_| Slot::default()).collect(),
                 released: Slot::default(),
                 failed: crate::pad::CachePadded(AtomicU64::new(0)),
@@ -240,9 +251,15 @@ impl Member {
             // Every member arrives once per barrier, and none at barrier e + 1 before e's
             // release: the arrival that makes the count n * e (e counting the central
             // barriers only: `wait_then`'s do not add to the count) is barrier e's last.
+            let cpu = s.tail_spin.map_or(0, |_| self.record_cpu());
             if s.count.fetch_add(1, Ordering::AcqRel) + 1 == s.n as u64 * self.central_epoch {
                 s.release.0.signal(self.epoch, wake);
                 return Ok(());
+            }
+            if let Some(limit) = s.tail_spin.filter(|_| self.no_missing_member_on(cpu)) {
+                if s.wait.spin_for(&s.release.0, self.epoch, limit) {
+                    return Ok(());
+                }
             }
             return self.wait_for(&s.release.0, Awaited::Central);
         }
@@ -323,6 +340,39 @@ impl Member {
 }
 
 impl Member {
+    /// Stores this member's CPU (plus one; 0: not known) where it changed, and returns it.
+    fn record_cpu(&self) -> u64 {
+        let cpu = crate::sys::current_cpu().map_or(0, |c| u64::from(c) + 1);
+        let mine = &self.shared.cpus[self.index];
+        if mine.load(Ordering::Relaxed) != cpu {
+            mine.store(cpu, Ordering::Relaxed);
+        }
+        cpu
+    }
+
+    /// The central barrier's tail spin (as the central algorithm's among processes,
+    /// `algo::tail`): whether every member still missing from this member's barrier last ran
+    /// on a CPU other than `cpu`. Then none of them needs this core before the release, and a
+    /// yield would only hand it to a member that finds nothing to do: a context switch on the
+    /// barrier's path. Hints only (a member may have moved): a wrong one costs one bounded spin.
+    /// Not known, or more than a few missing (early arrivers almost always share a CPU with
+    /// one of them): no spin.
+    fn no_missing_member_on(&self, cpu: u64) -> bool {
+        let s = &*self.shared;
+        let mut missing = 0;
+        for j in (0..s.n).filter(|&j| j != self.index) {
+            if s.at[j].load(Ordering::Relaxed) >= self.epoch {
+                continue;
+            }
+            missing += 1;
+            let theirs = s.cpus[j].load(Ordering::Relaxed);
+            if cpu == 0 || theirs == 0 || theirs == cpu || missing > crate::wait::tail::SCAN_LIMIT {
+                return false;
+            }
+        }
+        true
+    }
+
     /// The members that have not arrived at this member's barrier (the central barrier's).
     fn missing(&self) -> Vec<usize> {
         let s = &*self.shared;
@@ -393,5 +443,33 @@ impl Watch for TeamWatch<'_> {
             ));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_tail_spin_waits_only_when_every_missing_member_ran_elsewhere() {
+        let team = Team::with(4, WaitPolicy::Park, None, None);
+        let mut me = team.join().expect("member 0");
+        me.epoch = 5;
+        let s = team.shared.clone();
+        // Members 1 and 2 arrived at barrier 5; member 3 is missing.
+        for (j, at) in [(1, 5), (2, 5), (3, 4)] {
+            s.at[j].store(at, Ordering::Relaxed);
+        }
+        // CPUs plus one: member 3 last ran on CPU 1 (2), this member on CPU 0 (1).
+        for (j, cpu) in [(1, 1), (2, 1), (3, 2)] {
+            s.cpus[j].store(cpu, Ordering::Relaxed);
+        }
+        assert!(me.no_missing_member_on(1), "the missing member runs elsewhere: spin");
+        assert!(!me.no_missing_member_on(2), "the missing member shares this CPU: yield to it");
+        assert!(!me.no_missing_member_on(0), "this CPU not known: no spin");
+        s.cpus[3].store(0, Ordering::Relaxed);
+        assert!(!me.no_missing_member_on(1), "the missing member's CPU not known: no spin");
+        s.at[3].store(5, Ordering::Relaxed);
+        assert!(me.no_missing_member_on(1), "nobody missing");
     }
 }

@@ -73,6 +73,8 @@ mod flag;
 mod policy;
 pub mod poll;
 pub(crate) mod primitive;
+#[cfg_attr(loom, allow(dead_code))]
+pub(crate) mod tail;
 mod timing;
 
 pub use flag::Flag;
