@@ -94,6 +94,12 @@ run "BARRIER_BACKEND on PE 2 only" ok "${OSHRUN[@]}" -np 3 -x LD_PRELOAD="$LIB" 
     sh -c "$DIFFER" sh "$CHECK" 100
 expect_text "backend on one PE" "BARRIER_BACKEND is not the same on every rank: world ranks \[2\]"
 expect_text "backend on one PE" "3 PEs passed 100 iterations"
+# A backend forced across nodes serves each node's part too (two whole barriers of it around the
+# roots' phase), as under MPI: the node's set-up is the core's for both layers.
+run "forced backend across nodes" ok "${OSHRUN[@]}" -np 4 -x LD_PRELOAD="$LIB" -x BARRIER_VERBOSE=1 \
+    -x BARRIER_SHMEM_NODE_BLOCK=2 -x BARRIER_BACKEND=dissemination "$CHECK" 200
+expect_text "forced backend across nodes" "intranode dissemination (.*forced by BARRIER_BACKEND: two node barriers around the roots' phase)"
+expect_text "forced backend across nodes" "4 PEs passed 200 iterations"
 
 # Faults the interposer must name (issue 40 items 3 and 7) and a threaded program it must not
 # deadlock (item 4); tests/shmem/shmem_faults.c says what each mode does. Each run that must fail

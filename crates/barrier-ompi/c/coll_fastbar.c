@@ -507,7 +507,7 @@ static int fastbar_module_enable(mca_coll_base_module_t *module, struct ompi_com
 
 /* The finalize hook: an MPI_COMM_SELF attribute, deleted first thing in MPI_Finalize while MPI
  * still works. MPI deletes MPI_COMM_SELF's attributes in the reverse order of their setting, so
- * ours is set at the first comm_query that offers a module: MPI_COMM_WORLD's, inside MPI_Init,
+ * ours is set at the first comm_query of an open component: MPI_COMM_WORLD's, inside MPI_Init,
  * before the program (or a library) can set one. Their callbacks then run first, with ours
  * still serving on every rank; set at a rank's first barrier, as it was, it ran before the
  * callbacks set earlier on that rank only, and a callback's barrier met ours on some ranks and
@@ -549,14 +549,19 @@ static mca_coll_base_module_t *fastbar_comm_query(struct ompi_communicator_t *co
      * rank's could differ from another's, and a rank whose module is not here runs another
      * barrier while the others wait in ours; the first barrier agrees them instead (issue 50
      * item 2). A communicator of one rank has nobody to disagree with. */
-    if (refused || param_priority <= 0 || OMPI_COMM_IS_INTER(comm) || ompi_comm_size(comm) < 2) {
+    if (refused || param_priority <= 0) {
+        return NULL;
+    }
+    /* Before the size test: MPI_COMM_SELF's query inside MPI_Init hooks a process whose world
+     * has one rank too (its later communicators, after a spawn, are served). */
+    hook_finalize();
+    if (OMPI_COMM_IS_INTER(comm) || ompi_comm_size(comm) < 2) {
         return NULL;
     }
     fastbar_module_t *m = OBJ_NEW(fastbar_module_t);
     if (NULL == m) {
         return NULL;
     }
-    hook_finalize();
     m->super.coll_module_enable = fastbar_module_enable;
     m->super.coll_barrier = fastbar_barrier;
     m->super.coll_ibarrier = fastbar_ibarrier;

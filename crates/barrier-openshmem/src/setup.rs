@@ -259,7 +259,7 @@ pub fn run(real: &Real, params: &Params) -> (Outcome, Symmetric) {
         Err(failed) => return (Outcome::Decline(failed.error.to_string()), symmetric),
     };
     let alone = node.alone() && node_count > 1;
-    let Node { seg, universe: node, halves, .. } = node;
+    let Node { seg, universe: node, halves, forced } = node;
     // The node's table of active sets (collective over the node's PEs; agreed across nodes).
     let table = node.world().shared_window(crate::sets::table_words(members.len()));
     if let Some(pe) = x.first_failed(table.is_ok()) {
@@ -293,10 +293,15 @@ pub fn run(real: &Real, params: &Params) -> (Outcome, Symmetric) {
         }
     }
     let describe = format!(
-        "{} PEs on {node_count} node(s): intranode {} ({}), {}{}",
+        "{} PEs on {node_count} node(s): intranode {} ({}{}), {}{}",
         n,
         halves.as_ref().map_or_else(|| node.world().backend(), |h| h.backend()),
         halves.as_ref().map_or_else(|| node.world().algorithm(), |h| h.algorithm()),
+        if forced && halves.is_some() {
+            "; forced by BARRIER_BACKEND: two node barriers around the roots' phase"
+        } else {
+            ""
+        },
         if node_count > 1 { "internode dissemination over OpenSHMEM puts among the node roots, " } else { "" },
         format_args!(
             "waits {} ({} PEs on {} cores here)",

@@ -104,7 +104,10 @@ pub fn set_up_node(x: &impl NodeExchange, spec: NodeSpec) -> std::result::Result
     let mine = |error: Error| NodeFailure { rank: x.me(), error };
     // 1. The node's segment.
     let first = spec.local_rank == 0;
-    let pool = spec.params.parse("BARRIER_SHM_POOL_BYTES", crate::shm::DEFAULT_POOL_BYTES, "").unwrap_or_default();
+    let pool = spec
+        .params
+        .parse("BARRIER_SHM_POOL_BYTES", crate::shm::DEFAULT_POOL_BYTES, "")
+        .unwrap_or(crate::shm::DEFAULT_POOL_BYTES);
     let mut offer = [0u64; 5];
     let mut made = None;
     if first {

@@ -33,7 +33,8 @@ impl EnvWaits {
             }
         };
         let count = |name: &'static str| match params.parse::<u32>(name, 0, "a count") {
-            Ok(v) => params.get(name).map(|_| v),
+            // `auto` (the registry's default) keeps the policy's own count.
+            Ok(v) => params.get(name).filter(|s| !s.trim().eq_ignore_ascii_case("auto")).map(|_| v),
             Err(_) => {
                 bad_once(name, &params.get(name).unwrap_or_default(), "a count (0 to 4294967295)", "the default");
                 None
@@ -72,12 +73,13 @@ mod tests {
 
     #[test]
     fn the_environment_s_wait_settings_are_read_and_bad_ones_fall_back() {
-        let set = |pairs: &[(&str, &str)]| pairs.iter().fold(Params::default(), |p, (k, v)| p.derive(*k, *v));
+        let set = |pairs: &[(&str, &str)]| pairs.iter().fold(Params::defaults_only(), |p, (k, v)| p.set(*k, *v));
         let w = EnvWaits::from(
             &set(&[
                 ("BARRIER_WAIT_POLICY", "park"),
                 ("BARRIER_TIMEOUT", "2s"),
                 ("BARRIER_SPIN_COUNT", "7"),
+                ("BARRIER_YIELD_COUNT", "auto"),
                 ("BARRIER_STALL_REPORT", "none"),
             ]),
             2,
