@@ -214,6 +214,7 @@ expect_text "bad setting" "checked barriers passed"
 
 step "barrier bench --mpi: Open MPI's barrier, the component and the interposer (smoke; times are printed)"
 cargo build --release -p barrier-pmpi --features mpi
+cargo build --release -p barrier-mpi --features mpi --example hybrid
 run "attr callbacks, interposer" ok launch LD_PRELOAD="$PWD/target/release/libbarrier_pmpi.so" BARRIER_VERBOSE=1 -- \
     --mca coll ^fastbar -np 3 "$BIN/attr_callbacks"
 [ "$(grep -c 'attr_callbacks: rank [0-9] passed' "$out")" = 3 ] || { cat "$out"; fail "attr callbacks, interposer: not every rank passed"; }
@@ -227,6 +228,8 @@ run "bench --mpi with the component" ok env MPIRUN=mpirun.openmpi MPICC=mpicc.op
     ./target/release/barrier bench --mpi -n 2 --iters 21000 --mpi-component "$BIN/components/mca_coll_fastbar.so"
 expect_text "bench" "coll/fastbar (the component)"
 expect_text "bench" "ratio coll/fastbar / PMPI_Barrier"
+# The hybrid row: barrier-mpi's example beside the command (built above).
+expect_text "bench" "hybrid: 2 ranks x 2 threads, 300 hybrid barriers checked: no thread left early"
 cat "$out"
 
 step "OSHMEM: the scoll component (shmem_barrier_all, shmem_sync_all, active sets), 1-4 PEs, simulated nodes"

@@ -273,7 +273,67 @@ pub fn run(opts: &MpiBenchOptions) -> Result<(), String> {
         }
     });
     let _ = std::fs::remove_dir_all(&stage);
-    result
+    result?;
+    hybrid_rows(&opts.ranks, opts.iters, &mpirun, open_mpi)
+}
+
+/// Threads per rank in the hybrid rows.
+pub const HYBRID_THREADS: usize = 2;
+
+/// Where this command looks for barrier-mpi's `hybrid` example: `examples/hybrid` in each of
+/// [`barrier_launch::artifact_dirs`].
+pub fn hybrid_candidates() -> Vec<PathBuf> {
+    barrier_launch::artifact_dirs().into_iter().map(|dir| dir.join("examples").join("hybrid")).collect()
+}
+
+/// The hybrid rows: every thread of every rank in one barrier (barrier-mpi's `hybrid` example:
+/// `Member::wait_then` around the rank's barrier) against the three-barrier pattern (team
+/// barrier; the rank's barrier on one thread; team barrier), [`HYBRID_THREADS`] threads per
+/// rank, timed by the example in alternating chunks in the same threads, after it checked 300
+/// barriers. Said and skipped, not failed, when the example was not built for this MPI.
+fn hybrid_rows(ranks: &[usize], iters: u64, mpirun: &str, open_mpi: bool) -> Result<(), String> {
+    let build = "MPI_PKG_CONFIG=ompi cargo build --release -p barrier-mpi --features mpi --example hybrid";
+    let Some(example) = hybrid_candidates().into_iter().find(|p| p.is_file() && barrier_launch::trusted(p)) else {
+        println!("hybrid rows (every thread of every rank): skipped, no examples/hybrid beside this command; build it with `{build}`");
+        return Ok(());
+    };
+    let bytes = std::fs::read(&example).map_err(|e| format!("reading {}: {e}", example.display()))?;
+    let ours = if open_mpi { Mpi::OpenMpi } else { Mpi::Mpich };
+    if linked_mpi(&bytes).is_some_and(|m| m != ours) {
+        println!(
+            "hybrid rows (every thread of every rank): skipped, {} was built for another MPI than {mpirun}'s",
+            example.display()
+        );
+        return Ok(());
+    }
+    println!(
+        "hybrid: every thread of every rank ({HYBRID_THREADS} threads per rank; {}), against team barrier, rank barrier, \
+         team barrier",
+        example.display()
+    );
+    for &n in ranks {
+        let mut cmd = Command::new(mpirun);
+        if open_mpi {
+            cmd.env("OMPI_ALLOW_RUN_AS_ROOT", "1").env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1").arg("--oversubscribe");
+        }
+        cmd.arg("-np").arg(n.to_string()).arg(&example).arg(HYBRID_THREADS.to_string()).arg(iters.to_string());
+        let out = cmd.output().map_err(|e| format!("cannot run {mpirun} ({e})"))?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        let line = text.lines().find(|l| l.starts_with("hybrid: "));
+        match (out.status.success(), line) {
+            // (Without the list of backends not chosen.)
+            (true, Some(line)) => println!("  {}", line.split("; declined or not needed:").next().unwrap_or(line)),
+            _ => {
+                return Err(format!(
+                    "the hybrid example at {n} ranks failed ({}): {}{}",
+                    out.status,
+                    text.trim(),
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ))
+            }
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

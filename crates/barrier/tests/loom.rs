@@ -175,13 +175,23 @@ mod hier {
 /// was lost").
 #[test]
 fn the_drop_in_hands_generations_over_with_one_leader_each_and_visible_writes() {
+    drop_in_hand_over(WaitPolicy::Park);
+}
+
+/// The same with spinning waiters, which watch the tickets before the release flag.
+#[test]
+fn the_drop_in_s_spinning_waiters_see_the_tickets_and_the_writes() {
+    drop_in_hand_over(WaitPolicy::Spin);
+}
+
+fn drop_in_hand_over(policy: WaitPolicy) {
     use barrier::sync::Barrier;
     use loom::sync::atomic::{AtomicUsize, Ordering};
     // Four preemptions keep the model to seconds (unbounded it runs for over ten minutes).
     let mut model = loom::model::Builder::new();
     model.preemption_bound = Some(4);
-    model.check(|| {
-        let barrier = Arc::new(Barrier::with_policy(2, WaitPolicy::Park));
+    model.check(move || {
+        let barrier = Arc::new(Barrier::with_policy(2, policy));
         let data = Arc::new([AtomicUsize::new(0), AtomicUsize::new(0)]);
         let leaders = Arc::new([AtomicUsize::new(0), AtomicUsize::new(0)]);
         let run = |me: usize| {

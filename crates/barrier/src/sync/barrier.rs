@@ -199,12 +199,40 @@ impl Barrier {
         if spin.is_some() && self.wait.spin_for(&self.released, generation + 1, crate::wait::tail::DEFAULT_TAIL_SPIN) {
             return BarrierWaitResult(false);
         }
+        // Spinning waiters watch the tickets themselves first: the generation is complete once
+        // its n tickets are taken, and the leader's ticket reaches a waiter one cache-line
+        // transfer sooner than its store of `released`, which needs the line again.
+        if self.wait.policy == WaitPolicy::Spin && self.tickets_reach(generation) {
+            return BarrierWaitResult(false);
+        }
         let watch = Stalled { barrier: self, generation };
         // Without a timeout, and with a watch that never ends it, the wait ends only when the
         // generation is released.
         let waited = self.wait.wait(&self.released, generation + 1, &watch);
         debug_assert!(waited.is_ok(), "{waited:?}");
         BarrierWaitResult(false)
+    }
+}
+
+/// Checks of the tickets before a spinning waiter turns to `released` (about the flag's own
+/// spin phase).
+const TICKET_SPINS: u32 = 2000;
+
+impl Barrier {
+    /// Whether every ticket of `generation` is taken within [`TICKET_SPINS`] checks (one under
+    /// loom). The acquire load that sees it synchronizes with every arrival of the generation:
+    /// each took its ticket with a read-modify-write, and those form one release sequence.
+    #[inline]
+    fn tickets_reach(&self, generation: u64) -> bool {
+        let target = (generation + 1) * self.n;
+        let checks = if cfg!(loom) { 1 } else { TICKET_SPINS };
+        for _ in 0..checks {
+            if self.tickets.load(Ordering::Acquire) >= target {
+                return true;
+            }
+            std::hint::spin_loop();
+        }
+        false
     }
 }
 
