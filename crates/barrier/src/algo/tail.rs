@@ -67,6 +67,7 @@ use std::time::{Duration, Instant};
 use crate::pad::CachePadded;
 use crate::region::Region;
 use crate::shm::Shared;
+use crate::wait::tail::{where_missing, Missing};
 pub use crate::wait::tail::{DEFAULT_TAIL_SPIN, SCAN_LIMIT};
 
 /// The longest tail spin a setting can ask for: the spin checks neither the timeout nor aborts.
@@ -234,38 +235,6 @@ impl TailSpin {
     fn where_missing(&self, missing: u64, cpu: u64) -> Missing {
         where_missing(missing, cpu, |r| self.cpus[r].load(Ordering::Relaxed))
     }
-}
-
-/// Where the missing ranks last ran, seen from a rank's CPU.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Missing {
-    /// Every one on another CPU: spin for the release.
-    Elsewhere,
-    /// One on this CPU: yield to it (and count towards an escape).
-    Here,
-    /// A CPU not known, or too many missing to look: neither.
-    Unknown,
-}
-
-/// Where the ranks in the bit set `missing` last ran (`cpu_of(r)`: rank `r`'s CPU plus one, 0
-/// if not known), seen from `cpu` (plus one). At most [`SCAN_LIMIT`] ranks are looked at; more
-/// missing than that is `Unknown`.
-fn where_missing(missing: u64, cpu: u64, cpu_of: impl Fn(usize) -> u64) -> Missing {
-    if missing.count_ones() > SCAN_LIMIT {
-        return Missing::Unknown;
-    }
-    let mut place = Missing::Elsewhere;
-    let mut left = missing;
-    while left != 0 {
-        let r = left.trailing_zeros() as usize;
-        left &= left - 1;
-        match cpu_of(r) {
-            theirs if theirs == cpu => return Missing::Here,
-            0 => place = Missing::Unknown,
-            _ => {}
-        }
-    }
-    place
 }
 
 #[cfg(all(test, not(loom)))]

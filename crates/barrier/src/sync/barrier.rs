@@ -96,18 +96,10 @@ impl Tail {
     /// (and there are few enough to look at).
     fn missing_all_elsewhere(&self, me: usize, generation: u64, cpu: u64) -> bool {
         let taken = self.slots.load(Ordering::Relaxed).min(self.at.len());
-        let mut missing = 0;
-        for j in (0..taken).filter(|&j| j != me) {
-            if self.at[j].load(Ordering::Relaxed) > generation {
-                continue;
-            }
-            missing += 1;
-            let theirs = self.cpus[j].load(Ordering::Relaxed);
-            if cpu == 0 || theirs == 0 || theirs == cpu || missing > crate::wait::tail::SCAN_LIMIT {
-                return false;
-            }
-        }
-        true
+        let missing = (0..taken)
+            .filter(|&j| j != me && self.at[j].load(Ordering::Relaxed) <= generation)
+            .fold(0u64, |mask, j| mask | 1 << j);
+        crate::wait::tail::spin_beside(missing, cpu, |j| self.cpus[j].load(Ordering::Relaxed))
     }
 }
 

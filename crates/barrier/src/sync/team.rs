@@ -359,18 +359,11 @@ impl Member {
     /// one of them): no spin.
     fn no_missing_member_on(&self, cpu: u64) -> bool {
         let s = &*self.shared;
-        let mut missing = 0;
-        for j in (0..s.n).filter(|&j| j != self.index) {
-            if s.at[j].load(Ordering::Relaxed) >= self.epoch {
-                continue;
-            }
-            missing += 1;
-            let theirs = s.cpus[j].load(Ordering::Relaxed);
-            if cpu == 0 || theirs == 0 || theirs == cpu || missing > crate::wait::tail::SCAN_LIMIT {
-                return false;
-            }
-        }
-        true
+        // (At most `wait::tail::MAX_HINTS` members: the tail spin is on only then.)
+        let missing = (0..s.n.min(64))
+            .filter(|&j| j != self.index && s.at[j].load(Ordering::Relaxed) < self.epoch)
+            .fold(0u64, |mask, j| mask | 1 << j);
+        crate::wait::tail::spin_beside(missing, cpu, |j| s.cpus[j].load(Ordering::Relaxed))
     }
 
     /// The members that have not arrived at this member's barrier (the central barrier's).
