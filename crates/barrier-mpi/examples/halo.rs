@@ -164,7 +164,7 @@ fn run(steps: usize) -> Result<String, String> {
 fn main() -> ExitCode {
     let steps = std::env::args().nth(1).map_or(Ok(200), |a| a.parse()).unwrap_or(0);
     if steps == 0 {
-        eprintln!("usage: halo [STEPS]   (STEPS at least 1)");
+        barrier::text::say("usage: halo [STEPS]   (STEPS at least 1)");
         return ExitCode::from(2);
     }
     match run(steps) {
@@ -175,7 +175,7 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("halo: FAILED: {e}");
+            barrier::text::say(&format!("halo: FAILED: {e}"));
             ExitCode::from(1)
         }
     }

@@ -167,7 +167,7 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("hybrid: FAILED: {e}");
+            barrier::text::say(&format!("hybrid: FAILED: {e}"));
             ExitCode::FAILURE
         }
     }

@@ -77,9 +77,9 @@ impl Counts {
             // SAFETY: as in `publish`.
             let seen = unsafe { (*w).load(Ordering::Acquire) };
             if seen < count || seen > count + 1 {
-                eprintln!(
+                barrier::text::say(&format!(
                     "mpi_barrier: FAILED on {what}: after barrier {count}, machine rank {r} has arrived {seen} times"
-                );
+                ));
                 std::process::exit(1);
             }
         }
@@ -108,7 +108,7 @@ fn run(comm: &BarrierComm, counts: &Counts, iters: u64, base: u64, what: &str) {
         }
         counts.publish(base + i);
         if let Err(e) = comm.barrier() {
-            eprintln!("mpi_barrier: rank {}: barrier {i} on {what} failed: {e}", comm.rank());
+            barrier::text::say(&format!("mpi_barrier: rank {}: barrier {i} on {what} failed: {e}", comm.rank()));
             std::process::exit(1);
         }
         counts.check(base + i, what);
@@ -124,7 +124,7 @@ fn setup_failed(
     world_rank: i32,
     e: &impl std::fmt::Display,
 ) -> ! {
-    eprintln!("mpi_barrier: rank {world_rank}: {e}");
+    barrier::text::say(&format!("mpi_barrier: rank {world_rank}: {e}"));
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
     let mut meeting = comm.immediate_barrier();
     loop {
@@ -155,7 +155,9 @@ fn late_retry(comm: &BarrierComm, counts: &Counts, world_rank: i32) {
                 println!("mpi_barrier: rank {world_rank}: barrier 1 completed on attempt {attempt}, after every rank arrived");
                 return;
             }
-            Err(e) => eprintln!("mpi_barrier: rank {world_rank}: attempt {attempt} of barrier 1 failed: {e}"),
+            Err(e) => barrier::text::say(&format!(
+                "mpi_barrier: rank {world_rank}: attempt {attempt} of barrier 1 failed: {e}"
+            )),
         }
     }
 }
@@ -246,7 +248,9 @@ fn main() {
                 println!("mpi_barrier: rank {rank}: a barrier after MPI_Finalize on one node: ok (no MPI needed)")
             }
             Ok(()) => {
-                eprintln!("mpi_barrier: FAILED: rank {rank}: a barrier after MPI_Finalize called MPI and returned Ok");
+                barrier::text::say(&format!(
+                    "mpi_barrier: FAILED: rank {rank}: a barrier after MPI_Finalize called MPI and returned Ok"
+                ));
                 std::process::exit(1);
             }
         }
