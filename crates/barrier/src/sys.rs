@@ -91,9 +91,49 @@ pub fn current_cpu() -> Option<u32> {
     u32::try_from(cpu).ok()
 }
 
-/// Number of cores this process may run on (its affinity mask), at least 1.
+/// Number of cores this process may run on (the calling thread's affinity mask, and the
+/// cgroup's CPU quota), at least 1.
+///
+/// `std::thread::available_parallelism` reads the cgroup's files on every call (three opens and
+/// reads: about 30 µs, a fifth of an MPI communicator's set-up was spent there). Its answer,
+/// the mask's count capped by the quota, depends on the count alone (the quota does not change
+/// while the process runs), so it is asked once per count; the mask, which the launcher and
+/// thread jobs change, is read on every call (one system call).
 pub fn available_cores() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
+    const COUNTS: usize = 1024;
+    static BY_MASK_COUNT: [std::sync::atomic::AtomicUsize; COUNTS] =
+        [const { std::sync::atomic::AtomicUsize::new(0) }; COUNTS];
+    let ask_std = || std::thread::available_parallelism().map_or(1, |n| n.get());
+    match affinity_count().filter(|&m| m < COUNTS) {
+        Some(m) => {
+            let known = &BY_MASK_COUNT[m];
+            match known.load(std::sync::atomic::Ordering::Relaxed) {
+                0 => {
+                    let cores = ask_std();
+                    // Kept only if the mask did not change meanwhile (another count's answer).
+                    if affinity_count() == Some(m) {
+                        known.store(cores, std::sync::atomic::Ordering::Relaxed);
+                    }
+                    cores
+                }
+                cores => cores,
+            }
+        }
+        None => ask_std(),
+    }
+}
+
+/// CPUs in the calling thread's affinity mask, where the kernel says.
+fn affinity_count() -> Option<usize> {
+    if cfg!(miri) {
+        return None;
+    }
+    // SAFETY: a zeroed cpu_set_t is a valid empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is a writable cpu_set_t of the size passed; pid 0 is the calling thread.
+    let rc = unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    // SAFETY: `set` was filled by the kernel.
+    (rc == 0).then(|| unsafe { libc::CPU_COUNT(&set) } as usize)
 }
 
 /// Restricts the calling thread to `cores`.
@@ -550,5 +590,38 @@ impl Drop for Mapping {
         unsafe {
             libc::munmap(self.ptr.as_ptr().cast(), self.len);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The cached answer is std's for the mask the thread has now, also after the mask changed
+    /// (a thread moved to one CPU, then back), and std's cgroup files are read once per count.
+    #[test]
+    #[cfg_attr(miri, ignore)]
+    fn available_cores_is_stds_answer_for_the_mask_now() {
+        let std_says = || std::thread::available_parallelism().map_or(1, |n| n.get());
+        assert_eq!(available_cores(), std_says());
+        assert_eq!(available_cores(), std_says(), "the cached answer");
+        std::thread::spawn(move || {
+            let Some(first) = (0..1024).find(|&c| {
+                // SAFETY: as in `affinity_count`.
+                let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+                // SAFETY: `set` is a writable cpu_set_t of the size passed.
+                (unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) } == 0)
+                    // SAFETY: `set` was filled by the kernel; `c` is below CPU_SETSIZE.
+                    && unsafe { libc::CPU_ISSET(c, &set) }
+            }) else {
+                return;
+            };
+            set_affinity(&[first]).expect("a thread may narrow its own mask");
+            assert_eq!(available_cores(), 1);
+            assert_eq!(available_cores(), std_says());
+        })
+        .join()
+        .unwrap();
+        assert_eq!(available_cores(), std_says(), "this thread's mask did not change");
     }
 }

@@ -48,7 +48,9 @@ const ORPHAN_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 pub struct Universe {
     // Field order is drop order: the world goes before the communicator that made it.
     world: Communicator,
-    base: Communicator,
+    /// Under the launcher, the communicator that made the world (see [`Universe::attach`]); a
+    /// joined universe's world is made on the world region at once.
+    _base: Option<Communicator>,
 }
 
 /// Joins the job the launcher started, or makes a world of one rank when started alone.
@@ -172,7 +174,7 @@ impl Universe {
         let abort = seg.clone();
         let size = seg.shape().world_size;
         let joined = if rank < size {
-            Universe::attach(seg, rank, params)
+            Universe::attach_lean(seg, rank, params)
         } else {
             Err(Error::InvalidArgument(format!("rank {rank} joins a job segment of {size} ranks")))
         };
@@ -195,7 +197,19 @@ impl Universe {
         // The world is made once, here: `world()` is then a cheap, infallible handle (as with
         // MPI_COMM_WORLD); `dup()` it for an independent communicator over every rank.
         let world = base.dup()?;
-        Ok(Universe { world, base })
+        Ok(Universe { world, _base: Some(base) })
+    }
+
+    /// A joined universe (an MPI or OpenSHMEM node's, a thread group's): the world is made on
+    /// the world region directly, one communicator creation where [`Universe::attach`] makes
+    /// two (a quarter of an MPI communicator's set-up was the second). Nothing else is made
+    /// from the world region there.
+    fn attach_lean(seg: Arc<Segment>, rank: usize, params: Params) -> Result<Self> {
+        seg.join(rank)?;
+        let size = seg.shape().world_size;
+        let region = Region::attach(&seg, seg.world_region(), size)?;
+        let world = Communicator::create(seg, region, rank, (0..size).collect(), params)?;
+        Ok(Universe { world, _base: None })
     }
 
     fn into_world(self) -> Communicator {
@@ -204,12 +218,12 @@ impl Universe {
 
     /// This rank's world rank.
     pub fn rank(&self) -> usize {
-        self.base.rank()
+        self.world.rank()
     }
 
     /// Ranks in the world.
     pub fn size(&self) -> usize {
-        self.base.size()
+        self.world.size()
     }
 
     /// The communicator over every rank of the job (MPI_COMM_WORLD): made by [`init`], so this
