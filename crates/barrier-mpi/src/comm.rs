@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use barrier::hierarchy::NodeExchange as _;
+use barrier::hierarchy::{NodeExchange as _, NodeFailure};
 use barrier::shm::JobShape;
 use barrier::{Error, Params, Result, Universe};
 
@@ -96,19 +96,10 @@ impl fmt::Debug for BarrierComm {
     }
 }
 
-/// A failed set-up step, and which world rank it failed on.
-/// A set-up step's outcome: boxed, the error is large and only the cold path carries it.
-type Step<T> = std::result::Result<T, Box<Failure>>;
-
-struct Failure {
-    world_rank: usize,
-    error: Error,
-}
-
-/// A failed step of the core's set-up as one of this crate's.
-fn failure(f: barrier::hierarchy::NodeFailure) -> Box<Failure> {
-    Box::new(Failure { world_rank: f.rank, error: f.error })
-}
+/// A set-up step's outcome: a failure names the world rank it failed on (the core's node
+/// set-up's, whose ranks are world ranks here); boxed, the error is large and only the cold
+/// path carries it.
+type Step<T> = std::result::Result<T, Box<NodeFailure>>;
 
 /// The set-up's collectives for the core's node set-up: the node's communicator hands the
 /// first rank's words on; the communicator's allgather agrees on a step.
@@ -239,11 +230,11 @@ impl BarrierComm {
             Ok(()) => Ok(me),
             Err(f) if agreed.core.may_fall_back => {
                 me.path = Path::Mpi;
-                me.fell_back = Some(f.world_rank == world_rank);
-                me.detail = if f.world_rank == world_rank {
+                me.fell_back = Some(f.rank == world_rank);
+                me.detail = if f.rank == world_rank {
                     format!("fell back to MPI_Barrier: {}", f.error)
                 } else {
-                    format!("fell back to MPI_Barrier: world rank {} failed: {}", f.world_rank, f.error)
+                    format!("fell back to MPI_Barrier: world rank {} failed: {}", f.rank, f.error)
                 };
                 Ok(me)
             }
@@ -254,7 +245,7 @@ impl BarrierComm {
     /// Every step that can fail on one rank is agreed before the next: a failure anywhere fails
     /// the build on every rank, with the first failing world rank named.
     fn build(&mut self, params: &Params, agreed: &Agreed, world_rank: usize) -> Step<()> {
-        let local = |error: Error| Box::new(Failure { world_rank, error });
+        let local = |error: Error| Box::new(NodeFailure { rank: world_rank, error });
         // Node topology: the machine's ranks, cut into blocks of BARRIER_MPI_NODE_BLOCK.
         let (machine, own) = census::machine_of(self.comm, self.rank).map_err(local)?;
         let machine_comm = machine.0;
@@ -286,7 +277,7 @@ impl BarrierComm {
         world_rank: usize,
         job: census::MachineJob,
     ) -> Step<()> {
-        let local = |error: Error| Box::new(Failure { world_rank, error });
+        let local = |error: Error| Box::new(NodeFailure { rank: world_rank, error });
         self.local_rank = raw::rank(node_comm).map_err(local)?;
         self.local_size = raw::size(node_comm).map_err(local)?;
         let leader = self.local_rank == 0;
@@ -336,7 +327,7 @@ impl BarrierComm {
         };
         let exchange = NodeExchange { comm: self.comm, node_comm, world_rank, fault: agreed.fault.clone() };
         let set_up = barrier::hierarchy::set_up_node(&exchange, spec);
-        let barrier::hierarchy::Node { seg, universe: node, halves, forced: forced_node } = set_up.map_err(failure)?;
+        let barrier::hierarchy::Node { seg, universe: node, halves, forced: forced_node } = set_up.map_err(Box::new)?;
         self.test_yields = node.world().wait_policy() == barrier::wait::WaitPolicy::Park;
         let internode = match roots {
             Some(r) if self.nodes > 1 => {
@@ -354,12 +345,12 @@ impl BarrierComm {
         let internode_runs = roots.is_some() && self.nodes > 1;
         let mut internode =
             barrier::hierarchy::agree(&exchange, internode.transpose(), "set up the internode phase over MPI")
-                .map_err(failure)?;
+                .map_err(Box::new)?;
         // How the roots meet (timed, if so, once every root's set-up has succeeded), agreed;
         // then on every rank (for `describe`): rank 0 is a root.
         let share = |words: &mut [u64; 3]| raw::broadcast(roots.expect("a root has the roots' communicator"), 0, words);
         let chose = internode.as_mut().map_or(Ok(()), |i| i.choose(agreed.core.internode, share).map(|_| ()));
-        barrier::hierarchy::agree(&exchange, chose, "choose how the node roots meet").map_err(failure)?;
+        barrier::hierarchy::agree(&exchange, chose, "choose how the node roots meet").map_err(Box::new)?;
         let mut chosen = internode.as_ref().map_or([0; 3], |i| i.chosen().to_words());
         if self.nodes > 1 {
             raw::broadcast(self.comm, 0, &mut chosen).map_err(local)?;

@@ -19,7 +19,7 @@
 
 use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Mutex, Once, OnceLock};
+use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use barrier::{Error, Params, Result, WaitPolicy};
@@ -330,11 +330,7 @@ static BUILDING: Mutex<Vec<usize>> = Mutex::new(Vec::new());
 /// Communicators that carry our attribute (as words), for the finalize hook.
 static CACHED: Mutex<Vec<usize>> = Mutex::new(Vec::new());
 /// The finalize hook on `MPI_COMM_SELF`, set once.
-static HOOK: Once = Once::new();
-
-fn cached_list() -> std::sync::MutexGuard<'static, Vec<usize>> {
-    CACHED.lock().unwrap_or_else(|p| p.into_inner())
-}
+static HOOK: OnceLock<Option<c_int>> = OnceLock::new();
 
 fn lock<T>(m: &'static Mutex<T>) -> std::sync::MutexGuard<'static, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -362,7 +358,7 @@ fn keyval() -> c_int {
 /// MPI deletes our attribute (the communicator is freed, or finalize runs): the entry goes
 /// once no use holds it.
 unsafe extern "C" fn delete_entry(comm: Comm, _key: c_int, value: *mut c_void, _extra: *mut c_void) -> c_int {
-    cached_list().retain(|&c| c != raw::to_word(comm));
+    lock(&CACHED).retain(|&c| c != raw::to_word(comm));
     let _lookup = lock(&LOOKUP);
     if !value.is_null() {
         // SAFETY: the value was made by Box::into_raw in `cached` and MPI deletes it once.
@@ -378,7 +374,7 @@ unsafe extern "C" fn delete_entry(comm: Comm, _key: c_int, value: *mut c_void, _
 /// `MPI_Finalize` deletes `MPI_COMM_SELF`'s attributes first: ours deletes every cached
 /// barrier while MPI still works, then the key.
 unsafe extern "C" fn at_finalize(_comm: Comm, _key: c_int, _value: *mut c_void, _extra: *mut c_void) -> c_int {
-    let comms: Vec<usize> = cached_list().clone();
+    let comms: Vec<usize> = lock(&CACHED).clone();
     if let Some(&key) = KEYVAL.get() {
         // MPI_COMM_SELF's own attributes are being deleted right now: MPI frees ours on it.
         let own = raw::to_word(raw::comm_self());
@@ -457,13 +453,8 @@ fn build<'a>(comm: Comm, key: c_int, params: Option<&Params>) -> Result<Use<'a>>
     let everyone = raw::all_agree(private, set.is_ok());
     match (set, everyone) {
         (Ok(()), Ok(true)) => {
-            cached_list().push(word);
-            HOOK.call_once(|| {
-                if let Ok(hook) = raw::create_keyval(at_finalize) {
-                    // SAFETY: `at_finalize` ignores its value.
-                    let _ = unsafe { raw::set_attr(raw::comm_self(), hook, std::ptr::null_mut()) };
-                }
-            });
+            lock(&CACHED).push(word);
+            raw::hook_finalize(&HOOK, at_finalize);
             // SAFETY: as above; this call's use is handed to the caller.
             Ok(Use { entry: unsafe { &*entry } })
         }

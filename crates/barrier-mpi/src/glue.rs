@@ -5,12 +5,11 @@
 
 use std::ffi::{c_char, c_int, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::OnceLock;
 
 use barrier::Params;
 
 use crate::mpi::ffi;
-use crate::raw::{self, DeleteAttr};
+use crate::raw;
 
 /// Bytes of a component's exported structure storage (each component's build.rs passes the
 /// same number to its C side, which checks that Open MPI's structure fits).
@@ -329,16 +328,7 @@ pub unsafe fn join(
     Ok(Some(why))
 }
 
-/// Sets, once, an `MPI_COMM_SELF` attribute whose deletion (first thing in `MPI_Finalize`,
-/// while MPI still works) runs `at_finalize`; `key` keeps its key (`None` if MPI refused).
-pub fn hook_finalize(key: &OnceLock<Option<c_int>>, at_finalize: DeleteAttr) {
-    key.get_or_init(|| {
-        let k = raw::create_keyval(at_finalize).ok()?;
-        // SAFETY: the value is null; the callback frees nothing it points to.
-        unsafe { raw::set_attr(raw::comm_self(), k, std::ptr::null_mut()) }.ok()?;
-        Some(k)
-    });
-}
+pub use raw::hook_finalize;
 
 #[cfg(test)]
 mod tests {

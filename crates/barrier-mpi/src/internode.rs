@@ -119,7 +119,7 @@ pub(crate) fn set_up(
     let world = raw::world_ranks(roots)?;
     let comm_ranks: Vec<usize> = raw::allgather(roots, &[place.rank as u64])?.iter().map(|w| w[0] as usize).collect();
     let rounds = barrier::rounds(nodes);
-    let transport = Arc::new(MpiTransport::new(roots, rounds, waits.timeout)?);
+    let transport = Arc::new(MpiTransport::new(roots, rounds)?);
     let me = Peer { world_rank: world[index], node: index };
     let fabric = Fabric::new(me, vec![transport.clone() as Arc<dyn Transport>]);
     let mine = injected.and_then(|()| fabric.register(transport.inbox()));

@@ -339,20 +339,33 @@ pub(crate) fn ibarrier(comm: Comm) -> Result<Request> {
 /// MPI's (its error handler is fatal by default) and, like one of `MPI_Comm_dup`, not agreed.
 pub(crate) fn sleeping_rendezvous(comm: Comm, stall: Option<std::time::Duration>) -> Result<()> {
     let mut req = ibarrier(comm)?;
-    let mut next_report = stall;
+    wait_asleep(&mut req, stall, |waited| {
+        let me = rank(comm_world()).unwrap_or(0);
+        let size = size(comm).unwrap_or(0);
+        barrier::text::say(&format!(
+            "barrier: world rank {me} has waited {waited:.1?} for the other ranks of a communicator of {size} to set \
+             up our barrier on it (its first barrier, or a dup, split or attach); still waiting, asleep (this \
+             report, once: BARRIER_STALL_REPORT)"
+        ))
+    })
+}
+
+/// Waits for `req` asleep (tested for 50 µs, then between growing sleeps: see
+/// [`sleeping_rendezvous`]); after `report_after`, `said(waited)` is called once.
+fn wait_asleep(
+    req: &mut Request,
+    report_after: Option<std::time::Duration>,
+    said: impl FnOnce(std::time::Duration),
+) -> Result<()> {
+    let mut said = Some(said);
     barrier::wait::poll_asleep(
         std::time::Duration::from_micros(50),
-        || test(&mut req).map(|done| done.then_some(())),
+        || test(req).map(|done| done.then_some(())),
         |waited| {
-            if next_report.is_some_and(|at| waited >= at) {
-                next_report = None;
-                let me = rank(comm_world()).unwrap_or(0);
-                let size = size(comm).unwrap_or(0);
-                barrier::text::say(&format!(
-                    "barrier: world rank {me} has waited {waited:.1?} for the other ranks of a communicator of {size} \
-                     to set up our barrier on it (its first barrier, or a dup, split or attach); still waiting, \
-                     asleep (this report, once: BARRIER_STALL_REPORT)"
-                ));
+            if report_after.is_some_and(|at| waited >= at) {
+                if let Some(said) = said.take() {
+                    said(waited);
+                }
             }
         },
     )
@@ -367,7 +380,7 @@ pub(crate) fn sleeping_allgather(
     comm: Comm,
     word: u64,
     report_after: std::time::Duration,
-    mut said: impl FnMut(std::time::Duration),
+    said: impl FnOnce(std::time::Duration),
 ) -> Result<Vec<u64>> {
     let n = size(comm)?;
     // On the heap, and leaked if the wait fails: MPI may still write into them then.
@@ -391,18 +404,7 @@ pub(crate) fn sleeping_allgather(
         },
         "MPI_Iallgather",
     )?;
-    let mut reported = false;
-    let waited = barrier::wait::poll_asleep(
-        std::time::Duration::from_micros(50),
-        || test(&mut req).map(|done| done.then_some(())),
-        |waited| {
-            if !reported && waited >= report_after {
-                reported = true;
-                said(waited);
-            }
-        },
-    );
-    if let Err(e) = waited {
+    if let Err(e) = wait_asleep(&mut req, Some(report_after), said) {
         // The request may still be active: its buffers must outlive it.
         Box::leak(send);
         std::mem::forget(all);
@@ -441,6 +443,17 @@ pub fn create_keyval(delete: DeleteAttr) -> Result<c_int> {
     // SAFETY: both callbacks have the signatures MPI expects; `key` receives the key.
     let rc = unsafe { ffi::PMPI_Comm_create_keyval(Some(never_copy), Some(delete), &mut key, std::ptr::null_mut()) };
     check(rc, "MPI_Comm_create_keyval").map(|()| key)
+}
+
+/// Sets, once, an `MPI_COMM_SELF` attribute whose deletion (first thing in `MPI_Finalize`,
+/// while MPI still works) runs `at_finalize`; `key` keeps its key (`None` if MPI refused).
+pub fn hook_finalize(key: &std::sync::OnceLock<Option<c_int>>, at_finalize: DeleteAttr) {
+    key.get_or_init(|| {
+        let k = create_keyval(at_finalize).ok()?;
+        // SAFETY: the value is null; the callback frees nothing it points to.
+        unsafe { set_attr(comm_self(), k, std::ptr::null_mut()) }.ok()?;
+        Some(k)
+    });
 }
 
 /// The value of attribute `key` on `comm`, if it has one.

@@ -12,8 +12,8 @@
 //!   owner's transport applies it (raising the slot to the value) when the owner calls
 //!   [`Transport::progress`], which every wait of the internode phase does: MPI gives no
 //!   progress of its own, so this transport [needs progress](Transport::needs_progress);
-//! * **atomics**: a request message that the owner's progress applies and answers; the
-//!   initiator makes progress until the answer comes (or `BARRIER_TIMEOUT` passes);
+//! * **atomics**: none (the roots' rounds only put): [`Transport::atomic_add`] and
+//!   [`Transport::compare_swap`] are refused with an error that says so;
 //! * **completion**: sends are small and eager in every MPI measured; their requests are
 //!   tested on each progress call and freed when done, and [`Transport::flush`] makes
 //!   progress until none is left.
@@ -28,10 +28,9 @@
 //! atomics, and a load from a window needs `MPI_Win_sync` besides), and a matched eager message
 //! costs one copy; measured on Open MPI 4.1 the message path was the faster one.
 
-use std::collections::HashMap;
 use std::ffi::c_int;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use barrier::transport::{Counters, MemHandle, Peer, RemoteSlot, Transport, TransportCounters, EXCLUSIVITY_NET};
 use barrier::wait::{poll_for, poll_until, Flag, Pace};
@@ -41,13 +40,11 @@ use crate::raw::{self, Comm, Request};
 
 /// The tag of every message of this transport (on its private communicator).
 const TAG: c_int = 0x6261;
-/// Words per message: kind, slot, a, b, sequence, sender.
-const WORDS: usize = 6;
+/// Words per message: kind, slot, value, sender.
+const WORDS: usize = 4;
 
+/// The one kind of message: raise a slot to a value.
 const PUT: u64 = 0;
-const ADD: u64 = 1;
-const CAS: u64 = 2;
-const REPLY: u64 = 3;
 
 /// A send in flight: the request and the buffer MPI reads from until it completes.
 struct Outgoing {
@@ -59,9 +56,6 @@ struct State {
     recv: Request,
     recv_buf: Box<[u64; WORDS]>,
     sends: Vec<Outgoing>,
-    /// Answers to this rank's atomics, by sequence number.
-    replies: HashMap<u64, u64>,
-    next_seq: u64,
 }
 
 /// Point-to-point MPI transport among the node roots. See the module docs.
@@ -72,7 +66,6 @@ pub struct MpiTransport {
     inbox: Box<[Flag]>,
     state: Mutex<State>,
     counters: Counters,
-    timeout: Option<Duration>,
 }
 
 // SAFETY: the MPI handles are only used under `state`'s lock or for calls MPI allows from any
@@ -91,7 +84,7 @@ impl std::fmt::Debug for MpiTransport {
 impl MpiTransport {
     /// A transport over a private copy of `roots` (collective over the roots), with `slots`
     /// inbox slots that peers can target.
-    pub(crate) fn new(roots: Comm, slots: usize, timeout: Option<Duration>) -> Result<Self> {
+    pub(crate) fn new(roots: Comm, slots: usize) -> Result<Self> {
         let comm = raw::dup(roots)?;
         let me = raw::rank(comm)?;
         let mut recv_buf = Box::new([0u64; WORDS]);
@@ -100,9 +93,8 @@ impl MpiTransport {
             comm,
             me,
             inbox: (0..slots).map(|_| Flag::default()).collect(),
-            state: Mutex::new(State { recv, recv_buf, sends: Vec::new(), replies: HashMap::new(), next_seq: 1 }),
+            state: Mutex::new(State { recv, recv_buf, sends: Vec::new() }),
             counters: Counters::default(),
-            timeout,
         })
     }
 
@@ -127,31 +119,16 @@ impl MpiTransport {
         Ok(())
     }
 
-    /// Applies one received message (a put, an atomic to answer, an answer).
-    fn apply(&self, st: &mut State, msg: [u64; WORDS]) -> Result<()> {
-        let [kind, slot, a, b, seq, from] = msg;
-        let flag = || {
-            self.inbox.get(slot as usize).ok_or_else(|| {
-                Error::Transport(format!("a message from node root {from} targets slot {slot} of {}", self.inbox.len()))
-            })
-        };
-        match kind {
-            PUT => {
-                flag()?.raise(a, false);
-            }
-            ADD => {
-                let old = flag()?.fetch_add(a, false);
-                self.send(st, from as usize, [REPLY, 0, old, 0, seq, self.me as u64])?;
-            }
-            CAS => {
-                let old = flag()?.compare_swap(a, b, false);
-                self.send(st, from as usize, [REPLY, 0, old, 0, seq, self.me as u64])?;
-            }
-            REPLY => {
-                st.replies.insert(seq, a);
-            }
-            other => return Err(Error::Transport(format!("unknown message kind {other} from node root {from}"))),
+    /// Applies one received message: a put.
+    fn apply(&self, msg: [u64; WORDS]) -> Result<()> {
+        let [kind, slot, value, from] = msg;
+        let flag = self.inbox.get(slot as usize).ok_or_else(|| {
+            Error::Transport(format!("a message from node root {from} targets slot {slot} of {}", self.inbox.len()))
+        })?;
+        if kind != PUT {
+            return Err(Error::Transport(format!("unknown message kind {kind} from node root {from}")));
         }
+        flag.raise(value, false);
         Ok(())
     }
 
@@ -159,7 +136,7 @@ impl MpiTransport {
         while raw::test(&mut st.recv)? {
             let msg = *st.recv_buf;
             st.recv = raw::irecv_any(self.comm, &mut st.recv_buf[..], TAG)?;
-            self.apply(st, msg)?;
+            self.apply(msg)?;
         }
         let mut i = 0;
         while i < st.sends.len() {
@@ -176,33 +153,6 @@ impl MpiTransport {
     pub(crate) fn try_progress(&self) -> Result<()> {
         let mut st = self.lock();
         self.progress_locked(&mut st)
-    }
-
-    /// Sends an atomic request and makes progress until its answer comes.
-    fn atomic(&self, to: &RemoteSlot, kind: u64, a: u64, b: u64) -> Result<u64> {
-        self.counters.atomic();
-        let start = Instant::now();
-        let seq = {
-            let mut st = self.lock();
-            let seq = st.next_seq;
-            st.next_seq += 1;
-            let slot = (to.handle.offset + to.slot as u64, to.peer.node);
-            self.send(&mut st, slot.1, [kind, slot.0, a, b, seq, self.me as u64])?;
-            seq
-        };
-        let answer = poll_for(Pace::Yield, self.timeout, || {
-            let mut st = self.lock();
-            self.progress_locked(&mut st)?;
-            Ok(st.replies.remove(&seq))
-        })?;
-        answer.ok_or_else(|| {
-            Error::Transport(format!(
-                "an atomic on a slot of world rank {} got no answer within the barrier's timeout ({:?}): that node \
-                 root is not making MPI progress",
-                to.peer.world_rank,
-                start.elapsed()
-            ))
-        })
     }
 }
 
@@ -276,15 +226,15 @@ impl Transport for MpiTransport {
     fn put(&self, to: &RemoteSlot, value: u64) -> Result<()> {
         self.counters.put();
         let mut st = self.lock();
-        self.send(&mut st, to.peer.node, [PUT, to.handle.offset + to.slot as u64, value, 0, 0, self.me as u64])
+        self.send(&mut st, to.peer.node, [PUT, to.handle.offset + to.slot as u64, value, self.me as u64])
     }
 
-    fn atomic_add(&self, to: &RemoteSlot, value: u64) -> Result<u64> {
-        self.atomic(to, ADD, value, 0)
+    fn atomic_add(&self, _to: &RemoteSlot, _value: u64) -> Result<u64> {
+        Err(no_atomics())
     }
 
-    fn compare_swap(&self, to: &RemoteSlot, expected: u64, new: u64) -> Result<u64> {
-        self.atomic(to, CAS, expected, new)
+    fn compare_swap(&self, _to: &RemoteSlot, _expected: u64, _new: u64) -> Result<u64> {
+        Err(no_atomics())
     }
 
     fn flush(&self) -> Result<()> {
@@ -309,4 +259,11 @@ impl Transport for MpiTransport {
     fn counters(&self) -> TransportCounters {
         self.counters.get()
     }
+}
+
+/// The MPI transport's answer to an atomic: the roots' rounds only put.
+fn no_atomics() -> Error {
+    Error::Transport(
+        "the MPI transport (mpi-p2p) carries puts only: the node roots' rounds need no remote atomics".into(),
+    )
 }

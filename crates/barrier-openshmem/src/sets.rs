@@ -135,7 +135,7 @@ impl Sets {
             )
         };
         // Progress at every look, the checks at every fourth.
-        poll_until(waits.pace(), |look| {
+        poll_until(waits.pace, |look| {
             if release.load(Ordering::Acquire) >= epoch {
                 return Ok(true);
             }
@@ -270,7 +270,7 @@ mod tests {
             let table = world.shared_window(table_words(n)).unwrap();
             let sets = Sets::new(table, (0..n).collect());
             let members: Vec<usize> = (0..n).collect();
-            let waits = Waits { yields: true, timeout: None, stall: None };
+            let waits = Waits { pace: barrier::wait::Pace::Yield, timeout: None, stall: None };
             let seen = world.shared_window(n).unwrap();
             for e in 1..=500u64 {
                 seen.words()[me].store(e, Ordering::Release);

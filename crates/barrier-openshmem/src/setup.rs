@@ -6,7 +6,7 @@
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use barrier::hierarchy::{set_up_node, Choice, Hierarchy, Layer, Node, NodeSpec, OwnBarrier, Roots, RootsWaits, Way};
+use barrier::hierarchy::{set_up_node, Choice, Hierarchy, Layer, Node, NodeSpec, OwnBarrier, Roots, Way};
 use barrier::shm::{JobShape, RankNames};
 use barrier::{Params, Result};
 
@@ -268,7 +268,7 @@ pub fn run(real: &Real, params: &Params) -> (Outcome, Symmetric) {
     }
     let table = table.expect("agreed");
 
-    let waits = Waits { yields: shape.ranks_on_machine > shape.cores, timeout, stall };
+    let waits = Waits { pace: barrier::wait::Pace::for_machine(shape.ranks_on_machine, shape.cores), timeout, stall };
     // 4. Between nodes: the roots' link, OpenSHMEM atomics into a symmetric inbox.
     let rounds = barrier::rounds(node_count);
     let mut link = None;
@@ -316,11 +316,10 @@ pub fn run(real: &Real, params: &Params) -> (Outcome, Symmetric) {
     // asks for ours, whose reports name the PE waited for); the composer times them.
     let one_each = node_count == n && n > 1;
     let choice = if one_each { agreed.internode } else { Choice::Fixed(Way::Ours) };
-    let pace = barrier::wait::Pace::for_machine(shape.ranks_on_machine, shape.cores);
     let mut roots_phase = link.map(|link| {
         let names = link.names(n);
         let own = one_each.then(|| Box::new(ShmemOwn(*real)) as Box<dyn OwnBarrier>);
-        Roots::new(link, own, names, RootsWaits { pace, timeout, stall })
+        Roots::new(link, own, names, waits)
     });
     let chosen = roots_phase.as_mut().map(|r| {
         r.choose(choice, |words| {

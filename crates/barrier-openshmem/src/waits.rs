@@ -2,30 +2,9 @@
 //! sets (`sets`): the job's agreed wait settings, the failure a served barrier returns (a
 //! sentence in PEs), the stall report, and ending the job after a failure.
 
-use std::time::Duration;
-
-/// How every wait of the job behaves: agreed at set-up (PE 0's values), so one PE's own
-/// `BARRIER_TIMEOUT` cannot end the job alone.
-#[derive(Clone, Copy, Debug)]
-pub struct Waits {
-    /// Yield between looks (more PEs than cores on this machine).
-    pub yields: bool,
-    /// Give up after this long in one barrier (`BARRIER_TIMEOUT`).
-    pub timeout: Option<Duration>,
-    /// Say once per barrier who is awaited after this long (`BARRIER_STALL_REPORT`).
-    pub stall: Option<Duration>,
-}
-
-impl Waits {
-    /// What a poll does between looks (the wait layer's [`Pace`](barrier::wait::Pace)).
-    pub fn pace(&self) -> barrier::wait::Pace {
-        if self.yields {
-            barrier::wait::Pace::Yield
-        } else {
-            barrier::wait::Pace::Spin
-        }
-    }
-}
+/// How every wait of the job behaves (the roots' phase and the active sets alike): agreed at
+/// set-up (PE 0's values), so one PE's own `BARRIER_TIMEOUT` cannot end the job alone.
+pub use barrier::hierarchy::RootsWaits as Waits;
 
 /// Why a served barrier cannot complete: a sentence in PEs, for the line that ends the job.
 #[derive(Debug)]
