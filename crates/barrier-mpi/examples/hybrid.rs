@@ -21,10 +21,7 @@
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use std::time::Duration;
-
-use barrier::sync::{Member, Team};
-use barrier::wait::WaitPolicy;
+use barrier::sync::Member;
 use barrier_mpi::FastBarrier;
 use mpi::traits::*;
 
@@ -63,13 +60,8 @@ fn run() -> Result<String, String> {
     // The team waits as the ranks do: where every rank's threads together outnumber the
     // machine's cores, it parks (Team::new would judge by this rank's threads alone, and spin:
     // 4 ranks x 2 threads on 2 cores took 210 us a barrier so), unless BARRIER_WAIT_POLICY says.
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let on_machine = world.split_shared(0).size() as usize * threads;
-    let team = if on_machine > cores && std::env::var_os("BARRIER_WAIT_POLICY").is_none() {
-        Team::with(threads, WaitPolicy::Park, None, Some(Duration::from_secs(30)))
-    } else {
-        Team::new(threads)
-    };
+    // The world's fast_barrier above took the census of the job's ranks on this machine.
+    let team = barrier_mpi::hybrid_team(threads);
     let mut members: Vec<Member> = (0..threads).map(|_| team.join().map_err(fail)).collect::<Result<_, _>>()?;
     let mut leader = members.remove(0);
     // Per barrier: the latest arrival and the earliest departure of this rank's threads.

@@ -70,6 +70,17 @@ pub(crate) fn job_on_machine(comm: MachineJob) -> MachineJob {
     estimate(comm, launcher, online_cpus())
 }
 
+/// A team for this rank's `threads` threads (a hybrid program: every rank on the machine has
+/// one), waiting as the job's threads on this machine together need: `auto` parks where the
+/// job's ranks here times `threads` exceed the cores they may use ([`barrier::sync::Team::among`]).
+/// The count is the census's once a communicator over `MPI_COMM_WORLD`'s group was built (a
+/// first `fast_barrier` on the world, say), else the launcher's count of ranks on the machine.
+pub fn hybrid_team(threads: usize) -> barrier::sync::Team {
+    let me = MachineJob { ranks: 1, cores: barrier::sys::available_cores() };
+    let job = job_on_machine(me);
+    barrier::sync::Team::among(threads, job.ranks.saturating_mul(threads.max(1)), job.cores)
+}
+
 /// The fallback estimate: `launcher` processes on the machine (if the launcher says), of which
 /// `comm` holds `comm.ranks` on `comm.cores` CPUs; bound ranks (fewer cores than the machine
 /// has) suggest that the others are bound elsewhere, in the same proportion.

@@ -107,6 +107,9 @@ pub use barrier::WaitPolicy;
 pub use barrier::{Error, Report, Result};
 #[cfg(feature = "mpi")]
 #[cfg_attr(docsrs, doc(cfg(feature = "mpi")))]
+pub use census::hybrid_team;
+#[cfg(feature = "mpi")]
+#[cfg_attr(docsrs, doc(cfg(feature = "mpi")))]
 pub use comm::BarrierComm;
 #[cfg(feature = "mpi")]
 #[cfg_attr(docsrs, doc(cfg(feature = "mpi")))]

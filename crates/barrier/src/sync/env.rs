@@ -16,12 +16,17 @@ pub(crate) struct EnvWaits {
 impl EnvWaits {
     /// For a barrier of `n` threads (`auto` parks when they outnumber this process's cores).
     pub fn read(n: usize) -> EnvWaits {
-        Self::from(&crate::params::Params::from_env(), n)
+        Self::among(n, crate::sys::available_cores())
     }
 
-    fn from(params: &crate::params::Params, n: usize) -> EnvWaits {
+    /// For threads of which `busy` run on `cores` cores (`auto` parks when `busy > cores`).
+    pub fn among(busy: usize, cores: usize) -> EnvWaits {
+        Self::from(&crate::params::Params::from_env(), busy, cores)
+    }
+
+    fn from(params: &crate::params::Params, busy: usize, cores: usize) -> EnvWaits {
         use crate::wait::WaitPolicy;
-        let auto = WaitPolicy::auto(n, crate::sys::available_cores());
+        let auto = WaitPolicy::auto(busy, cores);
         let policy = match params.get("BARRIER_WAIT_POLICY").map(|v| v.trim().to_ascii_lowercase()).as_deref() {
             None | Some("auto") => auto,
             Some("spin") => WaitPolicy::Spin,
@@ -83,6 +88,7 @@ mod tests {
                 ("BARRIER_STALL_REPORT", "none"),
             ]),
             2,
+            2,
         );
         assert_eq!(w.policy, WaitPolicy::Park);
         assert_eq!(w.timeout, Some(std::time::Duration::from_secs(2)));
@@ -90,9 +96,21 @@ mod tests {
         let w = EnvWaits::from(
             &set(&[("BARRIER_WAIT_POLICY", "yield"), ("BARRIER_TIMEOUT", "soon"), ("BARRIER_SPIN_COUNT", "-1")]),
             1,
+            2,
         );
-        assert_eq!(w.policy, WaitPolicy::auto(1, crate::sys::available_cores()));
+        assert_eq!(w.policy, WaitPolicy::auto(1, 2));
         assert_eq!((w.timeout, w.spin), (None, None));
         assert_eq!(w.stall, Some(crate::params::DEFAULT_STALL_REPORT));
+    }
+
+    /// `auto` follows the threads on the machine, not the team's own: 2 members among 8 busy
+    /// threads on 2 cores park; among 2 they spin. A set policy holds either way.
+    #[test]
+    fn auto_follows_the_busy_threads_on_the_cores() {
+        let none = Params::defaults_only();
+        assert_eq!(EnvWaits::from(&none, 8, 2).policy, WaitPolicy::Park);
+        assert_eq!(EnvWaits::from(&none, 2, 2).policy, WaitPolicy::Spin);
+        let spin = none.set("BARRIER_WAIT_POLICY", "spin");
+        assert_eq!(EnvWaits::from(&spin, 8, 2).policy, WaitPolicy::Spin);
     }
 }
