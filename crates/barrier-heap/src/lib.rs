@@ -43,8 +43,8 @@
 //! * **Lock.** The classes and the current slab sit behind one spin lock, a static of the shared
 //!   object (a few pointer moves while held; a thread that cannot take it spins briefly, then
 //!   yields). Our libraries allocate at set-up, not on a barrier's path, so one lock serves. A
-//!   `pthread_atfork` handler, registered before the first allocation takes the lock, holds it
-//!   across `fork`, so that the child never inherits it held by a thread that does not exist
+//!   `pthread_atfork` handler, registered when the program or shared object is loaded (before
+//!   any allocation can take the lock), holds it across `fork`, so that the child never inherits it held by a thread that does not exist
 //!   there.
 //!
 //! The heap asks nothing of the program's `malloc` (registering the fork handler aside, which
@@ -147,6 +147,26 @@ fn lock() {
 
 fn unlock() {
     LOCK.store(false, Ordering::Release);
+}
+
+/// Registers the fork handlers when the program or shared object is loaded (its
+/// `.init_array`), before any thread can reach this heap: a fork that copied the registration
+/// half done (another thread between `0 -> 1` and `1 -> 2`) left the child waiting at its first
+/// allocation for ever, for a thread it does not have (a hang seen once in this crate's fork
+/// test). The first allocation still registers if the loader did not run this (a build that
+/// dropped the section).
+#[used]
+#[link_section = ".init_array"]
+static REGISTER_AT_LOAD: extern "C" fn() = register_at_load;
+
+extern "C" fn register_at_load() {
+    register_for_fork();
+}
+
+/// Whether the fork handlers are registered (for the test that loading registers them).
+#[doc(hidden)]
+pub fn fork_handlers_registered() -> bool {
+    FORK_HANDLERS.load(Ordering::Acquire) == 2
 }
 
 /// Registers the fork handlers, once per process, before any allocation takes the lock: a fork
