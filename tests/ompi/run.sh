@@ -57,6 +57,7 @@ mpicc.openmpi -O2 -Wall -Werror -o "$BIN/self_hook" tests/ompi/self_hook.c
 mpicc.openmpi -O2 -Wall -Werror -o "$BIN/ibarrier_freed" tests/ompi/ibarrier_freed.c
 mpicc.openmpi -O2 -Wall -Werror -o "$BIN/many_comms" tests/ompi/many_comms.c
 mpicc.openmpi -O2 -Wall -Werror -o "$BIN/ibarrier_errors" tests/ompi/ibarrier_errors.c
+mpicc.openmpi -O2 -Wall -Werror -o "$BIN/nbx" tests/ompi/nbx.c
 mpicc.openmpi -O2 -Wall -Werror -shared -fPIC -o "$BIN/libpmpi_count.so" tests/ompi/pmpi_count.c
 
 step "ompi_info lists the component and every parameter"
@@ -158,6 +159,39 @@ run "ibarrier errors" ok launch -- --mca coll_fastbar_timeout 1s -np 2 "$BIN/iba
 expect_text "ibarrier errors" "rank 0's MPI_Wait returned MPI_ERR_OTHER to the program"
 expect_text "ibarrier errors" "MPI_Ibarrier failed on rank 0: barrier 2 timed out"
 [ "$(grep -c 'ibarrier_errors: rank [0-9] finished' "$out")" = 2 ] || { cat "$out"; fail "ibarrier errors: not every rank finished"; }
+
+step "a program whose only barrier is MPI_Ibarrier (NBX) is served: built in the background, switched at one call (issue 50 item 8)"
+for np in 2 3 4 5; do
+    run "nbx np=$np" ok launch BARRIER_TIMEOUT=120s LD_PRELOAD="$PWD/$BIN/libpmpi_count.so" -- \
+        --mca coll_fastbar_verbose 1 -np "$np" "$BIN/nbx" 300
+    [ "$(grep -c "nbx: rank [0-9] of $np: .* every one received" "$out")" = "$np" ] \
+        || { cat "$out"; fail "nbx np=$np: not every rank received every message"; }
+    # MPI_COMM_WORLD and the duplicate: each switched to ours, said once (by rank 0).
+    [ "$(grep -c "barriers on a communicator of $np ranks: ours from its barrier call [0-9]* on (built in the background" "$out")" = 2 ] \
+        || { cat "$out"; fail "nbx np=$np: MPI_Ibarrier was not served by ours on both communicators"; }
+    expect_no_text "nbx np=$np" "stay Open MPI's own"
+    expect_no_text "nbx np=$np" "still pending"
+    # The tool beside it sees every call: 300 rounds on each communicator, 10 MPI_Barrier.
+    [ "$(grep -c 'counted 10 MPI_Barrier and 600 MPI_Ibarrier calls' "$out")" = "$np" ] \
+        || { cat "$out"; fail "nbx np=$np: the PMPI tool did not count every barrier on every rank"; }
+done
+# Several (simulated) nodes: the background build stops at the verdict; the first MPI_Barrier builds.
+run "nbx node blocks" ok launch BARRIER_TIMEOUT=120s -- --mca coll_fastbar_verbose 1 --mca coll_fastbar_node_block 1 \
+    -np 3 "$BIN/nbx" 200
+[ "$(grep -c 'nbx: rank [0-9] of 3: .* every one received' "$out")" = 3 ] || { cat "$out"; fail "nbx node blocks: not every rank received every message"; }
+expect_text "nbx node blocks" "coll/fastbar: MPI_Barrier on a communicator of 3 ranks: hierarchical: 3 nodes"
+expect_no_text "nbx node blocks" "built in the background"
+# A rank whose build fails: every rank stays on Open MPI's barrier, and the program runs on.
+for fault in join:1 open:1 join:0; do
+    run "nbx fault $fault" ok launch BARRIER_MPI_FAULT="$fault" -- --mca coll_fastbar_timeout 5s \
+        --mca coll_fastbar_verbose 1 -np 2 "$BIN/nbx" 200
+    [ "$(grep -c 'nbx: rank [0-9] of 2: .* every one received' "$out")" = 2 ] || { cat "$out"; fail "nbx fault $fault: not every rank received every message"; }
+    expect_text "nbx fault $fault" "world rank ${fault#*:}: barriers on a communicator of 2 ranks stay Open MPI's own: building it in the background failed: .*fault injected by BARRIER_MPI_FAULT=$fault"
+    expect_no_text "nbx fault $fault" "ours from its barrier call"
+done
+run "ibarrier latency" ok launch -- --mca coll_fastbar_verbose 1 -np 2 "$BIN/nbx" --latency 20000
+expect_text "ibarrier latency" "ours from its barrier call"
+grep "MPI_Ibarrier + MPI_Wait" "$out"
 
 step "a Fortran program"
 run "fortran" ok launch BARRIER_TIMEOUT=120s -- --mca coll_fastbar_verbose 1 -np 3 "$BIN/barrier_check_f" 500

@@ -101,7 +101,7 @@ fn online_cpus() -> usize {
 }
 
 /// This process's CPU affinity as a bit mask of 1,024 CPUs.
-fn affinity_mask() -> [u64; 16] {
+pub(crate) fn affinity_mask() -> [u64; 16] {
     let mut mask = [0u64; 16];
     for cpu in barrier::sys::affinity_cores() {
         if let Some(w) = mask.get_mut(cpu / 64) {

@@ -435,6 +435,46 @@ impl BarrierComm {
         Ok(())
     }
 
+    /// A communicator whose ranks share one node, built in the background
+    /// ([`crate::background`]) from its joined node universe: it has no private duplicate
+    /// (the set-up made none, and no fallback of it calls MPI), and its waits progress MPI
+    /// through `MPI_COMM_SELF` (the segment's progress call, set by the set-up).
+    pub(crate) fn on_one_node_built_aside(
+        node: Universe,
+        params: &Params,
+        rank: usize,
+        size: usize,
+        world_ranks: Vec<usize>,
+    ) -> Self {
+        let world = node.world();
+        let detail = format!(
+            "one node of {}: {} ({}) over shared memory, waits {}, built in the background after a first \
+             MPI_Ibarrier{DECLINED_LIST}{}",
+            barrier::text::count(size, "rank"),
+            world.backend(),
+            world.algorithm(),
+            world.wait_policy(),
+            declined(world.selection())
+        );
+        BarrierComm {
+            test_yields: world.wait_policy() == barrier::wait::WaitPolicy::Park,
+            path: Path::Node(node),
+            comm: raw::comm_null(),
+            rank,
+            size,
+            node: 0,
+            nodes: 1,
+            local_rank: rank,
+            local_size: size,
+            detail,
+            node_ranks: world_ranks.into_iter().zip(0..size).collect(),
+            fell_back: None,
+            home: (!raw::any_thread_may_call()).then(this_thread),
+            params: params.clone(),
+            made_on_the_way: Vec::new(),
+        }
+    }
+
     /// Waits until every rank of the communicator has called it (MPI_Barrier).
     pub fn barrier(&self) -> Result<()> {
         self.on_home_thread()?;

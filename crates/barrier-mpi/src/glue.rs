@@ -272,6 +272,14 @@ pub unsafe fn join(
     report_after: std::time::Duration,
 ) -> Result<Option<String>, barrier::Error> {
     let size = raw::size(comm)?;
+    let here = declines_here(values, size);
+    let all = raw::sleeping_allgather(comm, here, report_after, |waited| not_joined(framework, comm, waited))?;
+    verdict(framework, comm, &all)
+}
+
+/// What this rank's own settings say of a communicator of `size` ranks: 0 to serve it, else
+/// why not (bits that [`verdict`] reads).
+pub fn declines_here(values: &McaValues, size: usize) -> u64 {
     let mut here = 0;
     if values.disable > 0 {
         here |= DISABLED_HERE;
@@ -279,26 +287,45 @@ pub unsafe fn join(
     if values.min_comm_size >= 0 && size < values.min_comm_size as usize {
         here |= TOO_SMALL_HERE;
     }
-    let component = format!("{framework}/fastbar");
+    here
+}
+
+fn words_for(framework: &str) -> (&'static str, &'static str) {
     // OSHMEM's PEs are the ranks of MPI_COMM_WORLD: its reports speak of PEs.
-    let (one, ranks) = if framework == "scoll" { ("PE", "PEs") } else { ("rank", "ranks") };
+    if framework == "scoll" {
+        ("PE", "PEs")
+    } else {
+        ("rank", "ranks")
+    }
+}
+
+/// Said by a rank that has waited `waited` for the others to join a communicator's set-up.
+pub fn not_joined(framework: &str, comm: raw::Comm, waited: std::time::Duration) {
+    let (one, ranks) = words_for(framework);
     let world_rank = raw::rank(raw::comm_world()).unwrap_or(0);
+    let size = raw::size(comm).unwrap_or(0);
     let name = raw::name(comm);
-    let all = raw::sleeping_allgather(comm, here, report_after, |waited| {
-        say(
-            &component,
-            &format!(
-                "world rank {world_rank} has waited {waited:.1?} in the first barrier of {name} ({size} {ranks}) for \
-                 every one to set up this component's barrier on it; one whose component never does runs \
-                 another barrier there and never comes (the component not loaded there, or a lower or 0 \
-                 {framework}_fastbar_priority there): give every {one} the same component and settings \
-                 (ompi_info --param {framework} fastbar --level 9 on each node). Still waiting."
-            ),
-        )
-    })?;
+    say(
+        &format!("{framework}/fastbar"),
+        &format!(
+            "world rank {world_rank} has waited {waited:.1?} in the first barrier of {name} ({size} {ranks}) for \
+             every one to set up this component's barrier on it; one whose component never does runs \
+             another barrier there and never comes (the component not loaded there, or a lower or 0 \
+             {framework}_fastbar_priority there): give every {one} the same component and settings \
+             (ompi_info --param {framework} fastbar --level 9 on each node). Still waiting."
+        ),
+    )
+}
+
+/// Every rank's [`declines_here`], by rank: `Ok(None)` when every rank serves; else why not
+/// (said once per process by rank 0 where the ranks' settings differ).
+pub fn verdict(framework: &str, comm: raw::Comm, all: &[u64]) -> Result<Option<String>, barrier::Error> {
     if all.iter().all(|&w| w == 0) {
         return Ok(None);
     }
+    let size = all.len();
+    let (one, ranks) = words_for(framework);
+    let name = raw::name(comm);
     let ranks_with = |bit: u64| -> Vec<usize> { (0..all.len()).filter(|&r| all[r] & bit != 0).collect() };
     let mut reasons = Vec::new();
     for (bit, what) in [
@@ -318,7 +345,7 @@ pub unsafe fn join(
     static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
     if raw::rank(comm)? == 0 && differ && !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
         say(
-            &component,
+            &format!("{framework}/fastbar"),
             &format!(
                 "barriers of {name} ({size} {ranks}) stay the next component's on every {one}: {why} (the \
                  component's settings differ between {ranks}: give every {one} the same)"

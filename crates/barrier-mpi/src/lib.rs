@@ -69,6 +69,10 @@
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+// For the Open MPI coll component's Rust side (barrier-ompi), not for users.
+#[cfg(feature = "mpi")]
+#[doc(hidden)]
+pub mod background;
 pub mod catalogue;
 #[cfg(feature = "mpi")]
 mod census;

@@ -382,35 +382,78 @@ pub(crate) fn sleeping_allgather(
     report_after: std::time::Duration,
     said: impl FnOnce(std::time::Duration),
 ) -> Result<Vec<u64>> {
-    let n = size(comm)?;
-    // On the heap, and leaked if the wait fails: MPI may still write into them then.
-    let send = Box::new([word]);
-    let mut all = vec![0u64; n];
-    let mut req = request_null();
-    check(
-        // SAFETY: `send` holds one u64 and `all` n, as the counts and datatype say; both outlive
-        // the request (it is waited for below before they are dropped, or they are leaked).
-        unsafe {
-            ffi::PMPI_Iallgather(
-                send.as_ptr().cast(),
-                1,
-                uint64(),
-                all.as_mut_ptr().cast(),
-                1,
-                uint64(),
-                comm,
-                &mut req,
-            )
-        },
-        "MPI_Iallgather",
-    )?;
-    if let Err(e) = wait_asleep(&mut req, Some(report_after), said) {
-        // The request may still be active: its buffers must outlive it.
-        Box::leak(send);
-        std::mem::forget(all);
-        return Err(e);
+    let mut gather = Gather::start(comm, vec![word])?;
+    wait_asleep(&mut gather.req, Some(report_after), said)?;
+    Ok(gather.take())
+}
+
+/// An `MPI_Iallgather` of every rank's words (the same count on each) under way, with its
+/// buffers: on the heap, and leaked if it is dropped before it completed (MPI may still write
+/// into them then).
+#[derive(Debug)]
+pub(crate) struct Gather {
+    req: Request,
+    send: Vec<u64>,
+    all: Vec<u64>,
+}
+
+impl Gather {
+    /// Starts the gather of `words` (collective over `comm`, non-blocking).
+    pub(crate) fn start(comm: Comm, words: Vec<u64>) -> Result<Gather> {
+        let n = size(comm)?;
+        let mut gather = Gather { req: request_null(), all: vec![0u64; n * words.len()], send: words };
+        let count = gather.send.len() as c_int;
+        check(
+            // SAFETY: `send` holds `count` u64 and `all` n times as many, as the counts and
+            // datatype say; both live in `gather`, whose drop leaks them while the request is
+            // active.
+            unsafe {
+                ffi::PMPI_Iallgather(
+                    gather.send.as_ptr().cast(),
+                    count,
+                    uint64(),
+                    gather.all.as_mut_ptr().cast(),
+                    count,
+                    uint64(),
+                    comm,
+                    &mut gather.req,
+                )
+            },
+            "MPI_Iallgather",
+        )?;
+        Ok(gather)
     }
-    Ok(all)
+
+    /// Whether it completed (without blocking).
+    pub(crate) fn test(&mut self) -> Result<bool> {
+        test(&mut self.req)
+    }
+
+    /// Waits for it asleep, as [`sleeping_rendezvous`] waits; after `report_after`,
+    /// `said(waited)` is called once.
+    pub(crate) fn wait_asleep(
+        &mut self,
+        report_after: std::time::Duration,
+        said: impl FnOnce(std::time::Duration),
+    ) -> Result<()> {
+        wait_asleep(&mut self.req, Some(report_after), said)
+    }
+
+    /// Every rank's words, by rank, one after the other (once complete).
+    pub(crate) fn take(&mut self) -> Vec<u64> {
+        debug_assert!(self.req == request_null(), "taken before the gather completed");
+        std::mem::take(&mut self.all)
+    }
+}
+
+impl Drop for Gather {
+    fn drop(&mut self) {
+        if self.req != request_null() && mpi_active() {
+            // Still under way: MPI may write into the buffers.
+            std::mem::forget(std::mem::take(&mut self.send));
+            std::mem::forget(std::mem::take(&mut self.all));
+        }
+    }
 }
 
 /// Waits for the request (it is then freed and set to `MPI_REQUEST_NULL`).
@@ -549,6 +592,17 @@ pub(crate) fn from_word(word: usize) -> Comm {
     comm
 }
 
+thread_local! {
+    /// This thread must not call MPI (it is not MPI's: [`forbid_mpi_here`]).
+    static NO_MPI_HERE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Marks the calling thread as one that must not call MPI (a thread of ours that MPI's thread
+/// level does not allow to): [`progress`] does nothing there.
+pub(crate) fn forbid_mpi_here() {
+    NO_MPI_HERE.set(true);
+}
+
 /// One step of MPI's progress engine, for [`barrier::wait::Progress`] with a communicator
 /// handle ([`to_word`]) as its context: `MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG)` on that
 /// communicator, a private duplicate that carries no point-to-point message (the probe never
@@ -560,8 +614,9 @@ pub(crate) fn from_word(word: usize) -> Comm {
 /// waiting in our barrier keeps MPI's progress rule.
 pub(crate) fn progress(comm: usize) {
     // A communicator of ours used after MPI_Finalize (its Rust owner outlived rsmpi's
-    // `Universe`) still runs its one-node barriers in shared memory, without MPI.
-    if !mpi_active() {
+    // `Universe`) still runs its one-node barriers in shared memory, without MPI; a thread that
+    // must not call MPI (a set-up in the background: `background.rs`) skips it.
+    if NO_MPI_HERE.get() || !mpi_active() {
         return;
     }
     let mut flag: c_int = 0;

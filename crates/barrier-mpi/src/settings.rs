@@ -69,7 +69,13 @@ impl Allgather for Ranks {
 
 /// Checks every setting on every rank and agrees on the verdict and on rank 0's values.
 pub(crate) fn agree_settings(comm: Comm, params: &Params, world_rank: usize) -> Result<Agreed> {
+    agree_settings_over(&Ranks { comm, world_rank }, params)
+}
+
+/// [`agree_settings`] over another allgather (the background set-up's, which gathers the words
+/// with the rest of its record).
+pub(crate) fn agree_settings_over(x: &impl Allgather, params: &Params) -> Result<Agreed> {
     crate::catalogue::register();
-    let core = barrier::hierarchy::agree_settings(&Ranks { comm, world_rank }, params, &LAYER)?;
+    let core = barrier::hierarchy::agree_settings(x, params, &LAYER)?;
     Ok(Agreed { core, fault: parse_fault(params).ok().flatten() })
 }

@@ -3,9 +3,10 @@
  *
  * This file owns every Open MPI structure the component needs (the component, the module, the
  * saved previous barrier functions, the MCA parameters, the split-phase requests and their
- * progress callback) and calls the Rust side (src/coll.rs) through six functions that know
- * nothing of Open MPI's structs: create a barrier for a communicator, run one, start one, test
- * one, free a started one, free the barrier. See the crate docs for the protocol.
+ * progress callback) and calls the Rust side (src/coll.rs) through functions that know nothing
+ * of Open MPI's structs: create a barrier for a communicator (at a first MPI_Barrier) or start
+ * one in the background (at a first MPI_Ibarrier), advance those, run one, start one, test one,
+ * free a started one, free the barrier. See the crate docs for the protocol.
  *
  * Compiled by build.rs against the installed Open MPI headers (`mpicc --showme:incdirs`).
  */
@@ -41,10 +42,17 @@ extern int fastbar_rs_open(const struct fastbar_built_for *built);
 /* Collective over `comm`'s ranks: 1 and *out set when every rank serves the communicator, 0 when
  * every rank declines (the reason was printed where one must be). */
 extern int fastbar_rs_create(MPI_Comm comm, const struct fastbar_mca_values *values, fastbar_rs **out);
-/* FASTBAR_DONE, FASTBAR_FAILED (the error was printed), or FASTBAR_GONE (MPI_Finalize took the
- * barrier: the previous module serves). */
+/* A first MPI_Ibarrier (it must not block): starts building in the background (collective, not
+ * blocking): 1 and *out set, or 0 when this rank declines (said). */
+extern int fastbar_rs_start(MPI_Comm comm, const struct fastbar_mca_values *values, fastbar_rs **out);
+/* Advances the barriers building in the background without blocking: how many still are, or -1
+ * when another call of it is under way. */
+extern int fastbar_rs_advance_all(void);
+/* FASTBAR_DONE, FASTBAR_FAILED (the error was printed), FASTBAR_GONE (MPI_Finalize took the
+ * barrier) or FASTBAR_PREVIOUS (still building: the previous module serves this call), or
+ * FASTBAR_BUILD (build now, as a first MPI_Barrier does: every rank gets it at this call). */
 extern int fastbar_rs_barrier(fastbar_rs *b);
-/* FASTBAR_DONE with *out set, FASTBAR_FAILED or FASTBAR_GONE. */
+/* FASTBAR_DONE with *out set, FASTBAR_FAILED, FASTBAR_GONE or FASTBAR_PREVIOUS. */
 extern int fastbar_rs_ibarrier(fastbar_rs *b, fastbar_rs_req **out);
 /* Never blocks: FASTBAR_PENDING, FASTBAR_DONE or FASTBAR_FAILED. */
 extern int fastbar_rs_test(fastbar_rs *b, fastbar_rs_req *r);
@@ -56,7 +64,7 @@ extern void fastbar_rs_at_finalize(void);
  * exports only Rust items); filled from `fastbar_component_template` when the library loads. */
 extern char mca_coll_fastbar_component[];
 
-enum { FASTBAR_PENDING = 0, FASTBAR_DONE = 1, FASTBAR_FAILED = 2, FASTBAR_GONE = 3 };
+enum { FASTBAR_PENDING = 0, FASTBAR_DONE = 1, FASTBAR_FAILED = 2, FASTBAR_GONE = 3, FASTBAR_PREVIOUS = 4, FASTBAR_BUILD = 5 };
 
 _Static_assert(sizeof(mca_coll_base_component_2_0_0_t) <= FASTBAR_COMPONENT_BYTES,
                "the Rust storage of the component structure is too small");
@@ -213,13 +221,22 @@ static int fastbar_barrier(struct ompi_communicator_t *comm, mca_coll_base_modul
         build(m, comm);
     }
     if (OPAL_LIKELY(SERVED == m->state)) {
-        switch (fastbar_rs_barrier(m->rs)) {
+        int outcome = fastbar_rs_barrier(m->rs);
+        if (OPAL_UNLIKELY(FASTBAR_BUILD == outcome)) {
+            /* Built in the background no further (the ranks span several nodes): as a first
+             * MPI_Barrier, on every rank at this call. */
+            fastbar_rs_free(m->rs);
+            m->rs = NULL;
+            build(m, comm);
+            outcome = SERVED == m->state ? fastbar_rs_barrier(m->rs) : FASTBAR_PREVIOUS;
+        }
+        switch (outcome) {
         case FASTBAR_DONE:
             finish_earlier(m);
             return MPI_SUCCESS;
         case FASTBAR_FAILED:
             return MPI_ERR_OTHER;
-        default: /* gone at MPI_Finalize */
+        default: /* gone at MPI_Finalize, or still building in the background */
             break;
         }
     }
@@ -266,6 +283,17 @@ static fastbar_request_t *in_flight = NULL;
 static atomic_flag in_flight_lock = ATOMIC_FLAG_INIT;
 static atomic_int in_flight_count = 0;
 static atomic_int progress_registered = 0;
+/* Barriers building in the background (fastbar_rs_start), advanced by the progress callback. */
+static atomic_int builds_pending = 0;
+
+static int fastbar_progress(void);
+
+static void register_progress(void)
+{
+    if (0 == atomic_exchange(&progress_registered, 1)) {
+        opal_progress_register(fastbar_progress);
+    }
+}
 
 static void list_lock(void)
 {
@@ -325,6 +353,12 @@ static int complete_all(fastbar_request_t *done)
  * progress MPI), it finds the list or that communicator busy and leaves them for a later round. */
 static int fastbar_progress(void)
 {
+    if (OPAL_UNLIKELY(atomic_load_explicit(&builds_pending, memory_order_relaxed) > 0)) {
+        int left = fastbar_rs_advance_all();
+        if (left >= 0) {
+            atomic_store_explicit(&builds_pending, left, memory_order_relaxed);
+        }
+    }
     if (0 == atomic_load_explicit(&in_flight_count, memory_order_acquire)) {
         return 0;
     }
@@ -416,15 +450,32 @@ static int fastbar_ibarrier(struct ompi_communicator_t *comm, ompi_request_t **r
                             mca_coll_base_module_t *module)
 {
     fastbar_module_t *m = (fastbar_module_t *) module;
-    /* MPI_Ibarrier must not block, and building is collective: a communicator whose first
-     * barrier call is MPI_Ibarrier is served by the previous module until its first MPI_Barrier
-     * (every rank makes the same barrier calls in the same order, so all agree). */
-    if (SERVED != m->state || building) {
+    if (OPAL_UNLIKELY(building)) {
+        return m->previous_ibarrier(comm, request, m->previous_ibarrier_module);
+    }
+    if (OPAL_UNLIKELY(UNBUILT == m->state)) {
+        /* MPI_Ibarrier must not block, and building is collective: the first one starts the
+         * build in the background (every rank makes the same barrier calls in the same order,
+         * so every rank starts it in this call); the previous module serves until every rank
+         * switches, at the same call. */
+        const struct fastbar_mca_values values = {param_device_path, param_backend,    param_timeout,
+                                                  param_wait_policy, param_stall_report, param_verbose,
+                                                  param_node_block,  param_disable,      param_min_comm_size};
+        building++;
+        int started = fastbar_rs_start(comm, &values, &m->rs);
+        building--;
+        m->state = started ? SERVED : DECLINED;
+        if (started) {
+            atomic_fetch_add_explicit(&builds_pending, 1, memory_order_relaxed);
+            register_progress();
+        }
+    }
+    if (SERVED != m->state) {
         return m->previous_ibarrier(comm, request, m->previous_ibarrier_module);
     }
     fastbar_rs_req *started = NULL;
     int outcome = fastbar_rs_ibarrier(m->rs, &started);
-    if (FASTBAR_GONE == outcome) {
+    if (FASTBAR_GONE == outcome || FASTBAR_PREVIOUS == outcome) {
         return m->previous_ibarrier(comm, request, m->previous_ibarrier_module);
     }
     if (FASTBAR_DONE != outcome) {
@@ -452,9 +503,7 @@ static int fastbar_ibarrier(struct ompi_communicator_t *comm, ompi_request_t **r
     r->comm = comm;
     OBJ_RETAIN(comm);
     OBJ_RETAIN(m);
-    if (0 == atomic_exchange(&progress_registered, 1)) {
-        opal_progress_register(fastbar_progress);
-    }
+    register_progress();
     list_lock();
     /* Appended: the list keeps the order they started in. */
     fastbar_request_t **link = &in_flight;

@@ -2,9 +2,10 @@
 //! the component structure it exports. See the crate docs for the protocol.
 
 use std::ffi::{c_char, c_int, CStr};
-use std::sync::{Mutex, MutexGuard, TryLockError};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 
 use barrier::Error;
+use barrier_mpi::background::{Background, Turn};
 use barrier_mpi::glue::{self, BuiltFor, ComponentStorage, McaValues, DONE, FAILED, GONE, PENDING};
 use barrier_mpi::mpi::ffi::{self, MPI_Comm};
 use barrier_mpi::{raw, BarrierComm, Detached};
@@ -18,22 +19,38 @@ const COMPONENT: &str = "coll/fastbar";
 
 /// One communicator's barrier. The lock is taken by every call: a user's barrier blocks on
 /// it, the progress callback only tries it (so a re-entered callback, or one on another
-/// thread while this communicator is busy, leaves the request for a later round).
+/// thread while this communicator is busy, leaves the request for a later round). `None` once
+/// `MPI_Finalize` took it.
 pub struct Served {
-    comm: Mutex<Option<BarrierComm>>,
+    comm: Mutex<Option<Serving>>,
 }
+
+/// Built at a first `MPI_Barrier`, or building in the background since a first `MPI_Ibarrier`.
+// One per communicator, already on the heap (in an `Arc`): boxing the larger variant would add a
+// pointer chase to every barrier.
+#[allow(clippy::large_enum_variant)]
+enum Serving {
+    Built(BarrierComm),
+    Background(Background),
+}
+
+/// The previous module serves this call (the barrier is still building in the background).
+const PREVIOUS: c_int = 4;
+/// Build now, as a first `MPI_Barrier` does (see `Turn::BuildNow`).
+const BUILD: c_int = 5;
 
 /// A split-phase barrier between `fastbar_rs_ibarrier` and its completion.
 pub struct Started(Option<Detached>);
 
-/// Every barrier not yet freed, for the finalize hook (addresses of `Served`).
-static LIVE: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+/// Every barrier not yet freed, for the finalize hook and the background builds' progress (the
+/// C side holds one more reference each: `Arc::into_raw`).
+static LIVE: Mutex<Vec<Arc<Served>>> = Mutex::new(Vec::new());
 
-fn live() -> MutexGuard<'static, Vec<usize>> {
+fn live() -> MutexGuard<'static, Vec<Arc<Served>>> {
     LIVE.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-fn lock(served: &Served) -> MutexGuard<'_, Option<BarrierComm>> {
+fn lock(served: &Served) -> MutexGuard<'_, Option<Serving>> {
     served.comm.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -75,12 +92,9 @@ pub extern "C" fn fastbar_rs_at_finalize() {
     guarded("MPI_Finalize", || loop {
         // One at a time, taken off the list under its lock: dropping a barrier progresses MPI,
         // which may complete a request whose module then frees another entry (`fastbar_rs_free`
-        // finds it gone from the list, or frees one this loop has not reached: never one it holds).
-        let Some(address) = live().pop() else { break };
-        // SAFETY: an address in LIVE is of a `Served` not yet freed (`fastbar_rs_free` takes its
-        // own out of LIVE before freeing it). The guard is dropped before the barrier is, so
-        // nothing here touches the `Served` once dropping the barrier may have freed it.
-        let taken = lock(unsafe { &*(address as *const Served) }).take();
+        // finds it gone from the list). The list's reference keeps this one alive meanwhile.
+        let Some(served) = live().pop() else { break };
+        let taken = lock(&served).take();
         drop(taken);
     });
 }
@@ -162,10 +176,8 @@ pub unsafe extern "C" fn fastbar_rs_create(comm: MPI_Comm, values: *const McaVal
                 if verbose && rank == 0 {
                     say(&format!("MPI_Barrier on a communicator of {size} ranks: {}", c.summary()));
                 }
-                let served = Box::into_raw(Box::new(Served { comm: Mutex::new(Some(c)) }));
-                live().push(served as usize);
                 // SAFETY: the caller's contract.
-                unsafe { *out = served };
+                unsafe { *out = keep(Serving::Built(c)) };
                 1
             }
             Err(e) => {
@@ -189,21 +201,91 @@ fn failed(c: &BarrierComm, what: &str, e: &Error) -> c_int {
     FAILED
 }
 
-/// A blocking barrier: `DONE`, `FAILED` (said on stderr) or `GONE` (after finalize).
+fn keep(serving: Serving) -> *mut Served {
+    let served = Arc::new(Served { comm: Mutex::new(Some(serving)) });
+    live().push(served.clone());
+    Arc::into_raw(served).cast_mut()
+}
+
+/// Starts building `comm`'s barrier in the background, in its first `MPI_Ibarrier` (which must
+/// not block): 1 and `*out` set, or 0 (said) when this rank cannot start it and the previous
+/// module keeps serving here.
 ///
 /// # Safety
-/// `served` came from `fastbar_rs_create` and was not freed.
+/// As for `fastbar_rs_create`, in the first `MPI_Ibarrier` of `comm`.
+#[no_mangle]
+pub unsafe extern "C" fn fastbar_rs_start(comm: MPI_Comm, values: *const McaValues, out: *mut *mut Served) -> c_int {
+    guarded("the first MPI_Ibarrier of a communicator", || {
+        // SAFETY: the caller's contract.
+        let values = unsafe { &*values };
+        // SAFETY: as above.
+        let mut params = unsafe { values.params("coll") };
+        if opted_out(comm) {
+            let given_in = format!("the communicator's info key {OPT_OUT_KEY}");
+            params = params.set_as("BARRIER_BACKEND", barrier_mpi::MPI_BACKEND, given_in);
+        }
+        // SAFETY: the caller's contract.
+        match unsafe { Background::start("coll", comm, params, values) } {
+            Ok(b) => {
+                // SAFETY: the caller's contract.
+                unsafe { *out = keep(Serving::Background(b)) };
+                1
+            }
+            Err(e) => {
+                say(&format!(
+                    "MPI_Ibarrier: a communicator's barrier cannot start building here: {e}; it stays Open MPI's own"
+                ));
+                0
+            }
+        }
+    })
+}
+
+/// Advances every barrier building in the background, without blocking: how many still are
+/// building, or -1 when the list is busy (a re-entered progress callback, another thread).
+#[no_mangle]
+pub extern "C" fn fastbar_rs_advance_all() -> c_int {
+    guarded("the progress of a barrier building in the background", || {
+        // Referenced, and the list released: advancing progresses MPI, which may free a module
+        // (its `fastbar_rs_free` takes the list's lock).
+        let Ok(list) = LIVE.try_lock().map(|l| l.clone()) else { return -1 };
+        let mut pending = 0;
+        for served in &list {
+            let Ok(mut guard) = served.comm.try_lock() else {
+                pending += 1;
+                continue;
+            };
+            if let Some(Serving::Background(b)) = guard.as_mut() {
+                b.advance();
+                pending += c_int::from(b.building());
+            }
+        }
+        pending
+    })
+}
+
+/// A blocking barrier: `DONE`, `FAILED` (said on stderr), `GONE` (after finalize), `PREVIOUS`
+/// or `BUILD` (building in the background).
+///
+/// # Safety
+/// `served` came from `fastbar_rs_create` or `fastbar_rs_start` and was not freed.
 #[no_mangle]
 pub unsafe extern "C" fn fastbar_rs_barrier(served: *const Served) -> c_int {
     guarded("MPI_Barrier", || {
         // SAFETY: the caller's contract.
-        let guard = lock(unsafe { &*served });
-        match guard.as_ref() {
-            Some(c) => match c.barrier() {
-                Ok(()) => DONE,
-                Err(e) => failed(c, "MPI_Barrier", &e),
+        let mut guard = lock(unsafe { &*served });
+        let c = match guard.as_mut() {
+            Some(Serving::Built(c)) => c,
+            Some(Serving::Background(b)) => match b.call(true) {
+                Turn::Ours(c) => c,
+                Turn::Previous => return PREVIOUS,
+                Turn::BuildNow => return BUILD,
             },
-            None => GONE,
+            None => return GONE,
+        };
+        match c.barrier() {
+            Ok(()) => DONE,
+            Err(e) => failed(c, "MPI_Barrier", &e),
         }
     })
 }
@@ -216,19 +298,26 @@ pub unsafe extern "C" fn fastbar_rs_barrier(served: *const Served) -> c_int {
 pub unsafe extern "C" fn fastbar_rs_ibarrier(served: *const Served, out: *mut *mut Started) -> c_int {
     guarded("MPI_Ibarrier", || {
         // SAFETY: the caller's contract.
-        let guard = lock(unsafe { &*served });
-        match guard.as_ref() {
-            Some(c) => match c.ibarrier() {
-                Ok(request) => {
-                    let started = Box::into_raw(Box::new(Started(Some(request.detach()))));
-                    // SAFETY: the caller's contract.
-                    unsafe { *out = started };
-                    DONE
-                }
-                Err(e) => failed(c, "MPI_Ibarrier", &e),
+        let mut guard = lock(unsafe { &*served });
+        let c = match guard.as_mut() {
+            Some(Serving::Built(c)) => &*c,
+            Some(Serving::Background(b)) => match b.call(false) {
+                Turn::Ours(c) => c,
+                // (A split-phase call never gets `BuildNow`.)
+                Turn::Previous | Turn::BuildNow => return PREVIOUS,
             },
-            None => GONE,
-        }
+            None => return GONE,
+        };
+        let outcome = match c.ibarrier() {
+            Ok(request) => {
+                let started = Box::into_raw(Box::new(Started(Some(request.detach()))));
+                // SAFETY: the caller's contract.
+                unsafe { *out = started };
+                DONE
+            }
+            Err(e) => failed(c, "MPI_Ibarrier", &e),
+        };
+        outcome
     })
 }
 
@@ -248,9 +337,13 @@ pub unsafe extern "C" fn fastbar_rs_test(served: *const Served, started: *mut St
             // callback), or another thread is: later.
             Err(TryLockError::WouldBlock) => return PENDING,
         };
-        let Some(c) = guard.as_ref() else {
-            say("MPI_Ibarrier still pending at MPI_Finalize");
-            return FAILED;
+        let c = match guard.as_ref() {
+            Some(Serving::Built(c)) => c,
+            Some(Serving::Background(b)) => b.switched().expect("a split-phase barrier of ours runs once switched"),
+            None => {
+                say("MPI_Ibarrier still pending at MPI_Finalize");
+                return FAILED;
+            }
         };
         let Some(detached) = started.0.take() else { return DONE };
         let mut request = match c.resume(detached) {
@@ -287,9 +380,9 @@ pub unsafe extern "C" fn fastbar_rs_request_free(started: *mut Started) {
 #[no_mangle]
 pub unsafe extern "C" fn fastbar_rs_free(served: *mut Served) {
     guarded("MPI_Comm_free", || {
-        live().retain(|&a| a != served as usize);
-        // SAFETY: the caller's contract.
-        let served = unsafe { Box::from_raw(served) };
+        live().retain(|a| !std::ptr::eq(Arc::as_ptr(a), served));
+        // SAFETY: the caller's contract: the C side's reference, given up once.
+        let served = unsafe { Arc::from_raw(served.cast_const()) };
         // Dropped while MPI works (MPI_Comm_free), or already taken at MPI_Finalize.
         drop(served);
     })

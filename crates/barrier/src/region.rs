@@ -158,6 +158,14 @@ impl Segment {
         let seg = Segment::map_for_job(shape, pool, world_region_bytes(shape)?)?;
         Ok(with_world_region(seg, shape.world_size))
     }
+
+    /// [`Segment::create_for_job`] in a memfd made earlier ([`crate::sys::memfd_empty`]), whose
+    /// descriptor and identity the others already have: how a set-up that must not block offers
+    /// its segment in its one exchange, before it knows the node's size.
+    pub fn create_for_job_in(fd: std::os::fd::OwnedFd, shape: JobShape, pool: usize) -> Result<Arc<Segment>> {
+        let seg = Segment::map_for_job_in(fd, shape, pool, world_region_bytes(shape)?)?;
+        Ok(with_world_region(seg, shape.world_size))
+    }
 }
 
 /// The bytes of the world region of a job of this shape; refused past [`MAX_RANKS`] ranks, where

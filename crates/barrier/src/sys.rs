@@ -234,29 +234,42 @@ pub fn affinity_one() -> Option<usize> {
 /// is 64 MiB, often filled by other programs' stale files) cannot make a later page fault
 /// raise SIGBUS. It is shared by inheriting the descriptor or opening `/proc/<pid>/fd/<n>`.
 pub fn memfd_sized(label: &str, len: usize) -> io::Result<OwnedFd> {
+    let fd = memfd_empty(label)?;
+    memfd_size(fd.as_raw_fd(), len)?;
+    Ok(fd)
+}
+
+/// A new, empty memfd (close-on-exec, sealable) for [`memfd_size`] to size later: made before
+/// its size is known, so that its descriptor and identity can be offered with the first exchange
+/// of a set-up.
+pub fn memfd_empty(label: &str) -> io::Result<OwnedFd> {
     let clabel = std::ffi::CString::new(label)
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "memfd label contains NUL"))?;
-    let len = libc::off_t::try_from(len)
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, format!("{len} bytes is too large for a file")))?;
     // SAFETY: `clabel` is a valid NUL-terminated string; the flags are plain integers.
     let fd = unsafe { libc::memfd_create(clabel.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
     if fd < 0 {
         return Err(io::Error::last_os_error());
     }
     // SAFETY: memfd_create returned a new descriptor that nothing else owns.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Sizes a memfd from [`memfd_empty`] to `len` bytes and seals its size.
+pub fn memfd_size(fd: RawFd, len: usize) -> io::Result<()> {
+    let len = libc::off_t::try_from(len)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, format!("{len} bytes is too large for a file")))?;
     // SAFETY: `fd` is an open descriptor; ftruncate only changes the file's size.
-    if unsafe { libc::ftruncate(fd.as_raw_fd(), len) } != 0 {
+    if unsafe { libc::ftruncate(fd, len) } != 0 {
         return Err(io::Error::last_os_error());
     }
     // Its size is final: a process holding the descriptor (every rank does) cannot shrink it
     // under the others' mappings (SIGBUS) or grow it.
     let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
     // SAFETY: `fd` is an open memfd made with MFD_ALLOW_SEALING; fcntl only adds seals.
-    if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, seals) } != 0 {
+    if unsafe { libc::fcntl(fd, libc::F_ADD_SEALS, seals) } != 0 {
         return Err(io::Error::last_os_error());
     }
-    Ok(fd)
+    Ok(())
 }
 
 /// Allocates every page of the first `len` bytes of the file behind `fd` now

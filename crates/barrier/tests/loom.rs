@@ -213,3 +213,46 @@ fn drop_in_hand_over(policy: WaitPolicy) {
         assert_eq!(leaders[1].load(Ordering::Relaxed), 1);
     });
 }
+
+/// The hand-over (`wait::handover`): two ranks make three barrier calls each and become ready
+/// before any one of them; in every interleaving, each call goes to the same barrier on both.
+/// Negative control: with `Handover::call` not counting an undecided call in `issued`, loom
+/// finds an interleaving where a call is the new barrier's on one rank and the old's on the other.
+#[test]
+fn the_hand_over_switches_every_rank_at_the_same_call() {
+    use barrier::wait::handover::{Handover, HandoverWords, Switch};
+    use loom::sync::atomic::{AtomicU8, Ordering};
+    const CALLS: usize = 3;
+    for ready_at in [(0, 0), (0, 2), (1, 1), (2, 0), (1, 3)] {
+        let mut model = loom::model::Builder::new();
+        model.preemption_bound = Some(3);
+        model.check(move || {
+            let words = Arc::new(HandoverWords::new());
+            // 1: the old barrier, 2: the new one, per rank and call.
+            let served = Arc::new([(); 2 * CALLS].map(|()| AtomicU8::new(0)));
+            let run = |me: usize, ready: usize| {
+                let (words, served) = (words.clone(), served.clone());
+                move || {
+                    let handover = Handover::new(&words, 2);
+                    let mut new = false;
+                    for call in 0..CALLS {
+                        if call == ready {
+                            handover.ready(call as u64);
+                        }
+                        if call >= ready && !new {
+                            new = handover.call(call as u64) == Switch::New;
+                        }
+                        served[me * CALLS + call].store(if new { 2 } else { 1 }, Ordering::Relaxed);
+                    }
+                }
+            };
+            let other = thread::spawn(run(1, ready_at.1));
+            run(0, ready_at.0)();
+            other.join().unwrap();
+            for call in 0..CALLS {
+                let (a, b) = (served[call].load(Ordering::Relaxed), served[CALLS + call].load(Ordering::Relaxed));
+                assert_eq!(a, b, "call {call}: rank 0 and rank 1 went to different barriers (ready at {ready_at:?})");
+            }
+        });
+    }
+}

@@ -12,13 +12,14 @@ use crate::sys::{self, Mapping};
 
 use super::classes::{block_bytes, CLASSES};
 use super::plain::SharedPlain;
+use crate::wait::handover::{Handover, HandoverWords};
 
 pub(super) const MAGIC: u64 = u64::from_le_bytes(*b"BARRIER1");
 /// Layout version of the header and regions: bumped whenever either changes, so that a launcher
 /// and a program built from different versions fail with a clear message instead of misreading
 /// each other's memory. (7: a flag parks on a futex word of its own, not the low half of
-/// its epoch.)
-pub(super) const LAYOUT_VERSION: u64 = 7;
+/// its epoch; 8: the header holds the hand-over's words.)
+pub(super) const LAYOUT_VERSION: u64 = 8;
 /// Bytes reserved for the header at the start of the segment.
 pub(super) const HEADER_BYTES: usize = 4096;
 /// Default bytes of the pool for communicators and windows beyond the world region.
@@ -47,6 +48,8 @@ pub(super) struct Header {
     pub(super) abort: CachePadded<AtomicU64>,
     /// Ranks marked in the rank table as exited.
     pub(super) exits: CachePadded<AtomicU64>,
+    /// The switch from the barrier a layer had to this segment's ([`Segment::handover`]).
+    pub(super) handover: CachePadded<HandoverWords>,
 }
 
 /// The abort word's value once the job's launcher is gone.
@@ -251,6 +254,25 @@ impl Segment {
         let mut seg = Segment::over(map, Some(fd), Self::unset(shape));
         seg.init(&shape, world_region)?;
         Ok(seg)
+    }
+
+    /// A segment for a job laid out in the memfd `fd` (empty until now, made before the job's
+    /// shape was known: see [`Segment::create_for_job_in`]).
+    pub(crate) fn map_for_job_in(fd: OwnedFd, shape: JobShape, pool: usize, world_region: usize) -> Result<Segment> {
+        let len = Self::total_len(&shape, pool, world_region)?;
+        sys::memfd_size(fd.as_raw_fd(), len)
+            .map_err(|e| Error::io(format!("sizing the job's shared segment ({len} bytes, memfd)"), e))?;
+        let map = Mapping::map_fd(fd.as_raw_fd(), len)
+            .map_err(|e| Error::io(format!("mapping the job's shared segment ({len} bytes)"), e))?;
+        let mut seg = Segment::over(map, Some(fd), Self::unset(shape));
+        seg.init(&shape, world_region)?;
+        Ok(seg)
+    }
+
+    /// The hand-over among this segment's ranks from the barrier their layer had to this
+    /// segment's ([`crate::wait::handover`]).
+    pub fn handover(&self) -> Handover<'_> {
+        Handover::new(&self.header().handover, self.layout.shape.world_size)
     }
 
     /// Maps the segment behind an inherited descriptor and checks its header.

@@ -140,3 +140,25 @@ fn a_released_descriptor_leaves_the_mappings_working() {
     assert_eq!(other.slice::<AtomicU64>(other.len() - 8, 1)[0].load(Ordering::Acquire), 42);
     seg.release_fd(); // twice: nothing more
 }
+
+/// A segment laid out in a memfd offered before the node's size was known (barrier-mpi's
+/// background set-up): mapping it before it is laid out is refused (the others retry), after
+/// it works, and both mappings share one hand-over.
+#[test]
+fn a_segment_laid_out_in_an_offered_memfd_is_mapped_once_laid_out() {
+    use crate::wait::handover::Switch;
+    let fd = crate::sys::memfd_empty("barrier-test").unwrap();
+    use std::os::fd::AsRawFd;
+    let (raw, identity) = (fd.as_raw_fd(), crate::sys::fd_identity(fd.as_raw_fd()).unwrap());
+    let early = Segment::open_from_process(std::process::id(), raw, identity).unwrap_err().to_string();
+    assert!(early.contains("too small for a job segment"), "{early}");
+    let seg = Segment::create_for_job_in(fd, JobShape::local(2, 1), 1 << 20).unwrap();
+    assert_eq!((seg.raw_fd(), seg.identity()), (Some(raw), Some(identity)));
+    let other = Segment::open_from_process(std::process::id(), raw, identity).unwrap();
+    assert_eq!(other.shape().world_size, 2);
+    seg.handover().ready(3);
+    assert_eq!(seg.handover().call(3), Switch::Old);
+    other.handover().ready(2);
+    assert_eq!(other.handover().switch_call(), Some(4));
+    assert_eq!(other.handover().call(4), Switch::New);
+}

@@ -70,6 +70,7 @@
 //! request, a transport that needs this thread's calls), spinning or yielding between polls. Under `--cfg loom` the same files are built on loom's primitives.
 
 mod flag;
+pub mod handover;
 mod policy;
 pub mod poll;
 pub(crate) mod primitive;
