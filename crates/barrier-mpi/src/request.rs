@@ -74,8 +74,19 @@ impl Request<'_> {
     /// yields the core once (never waits): a `while !request.test()? {}` loop then lets the
     /// rank it waits for run, as `wait()` does.
     pub fn test(&mut self) -> Result<bool> {
-        let done = self.step(false);
-        if matches!(done, Ok(false)) && self.comm.test_yields && !matches!(self.stage, Stage::Node(_)) {
+        self.test_yielding(true)
+    }
+
+    /// [`test`](Self::test) that never yields the core: for a caller whose own progress loop
+    /// yields already (the coll component under Open MPI's `mpi_yield_when_idle`).
+    #[doc(hidden)]
+    pub fn poll(&mut self) -> Result<bool> {
+        self.test_yielding(false)
+    }
+
+    fn test_yielding(&mut self, yields: bool) -> Result<bool> {
+        let done = self.step(false, yields);
+        if yields && matches!(done, Ok(false)) && self.comm.test_yields && !matches!(self.stage, Stage::Node(_)) {
             // (The node's own request yields in the core.)
             barrier::wait::Pace::Yield.pause();
         }
@@ -84,10 +95,11 @@ impl Request<'_> {
 
     /// Blocks until every rank has arrived.
     pub fn wait(mut self) -> Result<()> {
-        self.step(true).map(|_| ())
+        self.step(true, true).map(|_| ())
     }
 
-    fn step(&mut self, blocking: bool) -> Result<bool> {
+    /// `yields`: a test that finds the node's barrier incomplete may yield the core (see `test`).
+    fn step(&mut self, blocking: bool, yields: bool) -> Result<bool> {
         let comm = self.comm;
         if !matches!(self.stage, Stage::Done) {
             comm.mpi_still_up()?;
@@ -98,7 +110,8 @@ impl Request<'_> {
                 let Stage::Node(request) = std::mem::replace(&mut self.stage, Stage::Done) else { unreachable!() };
                 return request.wait().map(|()| true);
             }
-            Stage::Node(request) => request.test(),
+            Stage::Node(request) if yields => request.test(),
+            Stage::Node(request) => request.poll(),
             Stage::Mpi(request) if blocking => raw::wait(request).map(|()| true),
             Stage::Mpi(request) => raw::test(request),
             // A failed flight breaks the communicator, as a failed blocking barrier does.
@@ -132,7 +145,7 @@ impl Drop for Request<'_> {
             }
             return;
         }
-        if let Err(e) = self.step(true) {
+        if let Err(e) = self.step(true, true) {
             barrier::text::say(&format!("barrier-mpi: a dropped split-phase barrier failed: {e}"));
         }
     }

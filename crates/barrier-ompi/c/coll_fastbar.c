@@ -54,8 +54,9 @@ extern int fastbar_rs_advance_all(void);
 extern int fastbar_rs_barrier(fastbar_rs *b);
 /* FASTBAR_DONE with *out set, FASTBAR_FAILED, FASTBAR_GONE or FASTBAR_PREVIOUS. */
 extern int fastbar_rs_ibarrier(fastbar_rs *b, fastbar_rs_req **out);
-/* Never blocks: FASTBAR_PENDING, FASTBAR_DONE or FASTBAR_FAILED. */
-extern int fastbar_rs_test(fastbar_rs *b, fastbar_rs_req *r);
+/* Never blocks: FASTBAR_PENDING, FASTBAR_DONE or FASTBAR_FAILED. `mpi_yields`: Open MPI's
+ * progress loop yields the core itself when idle, so the Rust side does not. */
+extern int fastbar_rs_test(fastbar_rs *b, fastbar_rs_req *r, int mpi_yields);
 extern void fastbar_rs_request_free(fastbar_rs_req *r);
 extern void fastbar_rs_free(fastbar_rs *b);
 /* MPI_Finalize: drains the split-phase barriers in flight, then frees every barrier. */
@@ -368,7 +369,7 @@ static int fastbar_progress(void)
     fastbar_request_t *done = NULL;
     fastbar_request_t **link = &in_flight;
     while (*link) {
-        int outcome = fastbar_rs_test((*link)->module->rs, (*link)->rs);
+        int outcome = fastbar_rs_test((*link)->module->rs, (*link)->rs, opal_progress_yield_when_idle);
         if (FASTBAR_PENDING == outcome) {
             link = &(*link)->next;
         } else {

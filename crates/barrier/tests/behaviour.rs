@@ -224,9 +224,11 @@ fn ibarrier_completes_only_when_everyone_arrived() {
                 let go = &win.words()[0];
                 if w.rank() == 0 {
                     let mut req = w.ibarrier().unwrap();
-                    // Ranks 1 and 2 arrive only after rank 0 stores 1, so it cannot be complete.
+                    // Ranks 1 and 2 arrive only after rank 0 stores 1, so it cannot be complete
+                    // (`poll` is `test` without the yield).
                     for _ in 0..100 {
                         assert!(!req.test().unwrap());
+                        assert!(!req.poll().unwrap());
                     }
                     go.store(1, std::sync::atomic::Ordering::SeqCst);
                     req.wait().unwrap();
@@ -234,8 +236,10 @@ fn ibarrier_completes_only_when_everyone_arrived() {
                     while go.load(std::sync::atomic::Ordering::SeqCst) == 0 {
                         std::thread::yield_now();
                     }
-                    let req = w.ibarrier().unwrap();
-                    req.wait().unwrap();
+                    let mut req = w.ibarrier().unwrap();
+                    while !req.poll().unwrap() {
+                        std::thread::yield_now();
+                    }
                 }
                 w.barrier().unwrap();
                 (w.epoch(), w.wait_policy())

@@ -135,6 +135,17 @@ impl<'c> Request<'c> {
     /// (`sched_yield`, no wait): a `while !request.test()? {}` loop lets the ranks it waits for
     /// run, as [`Request::wait`] does.
     pub fn test(&mut self) -> Result<bool> {
+        self.test_yielding(self.comm.wait.policy == crate::wait::WaitPolicy::Park)
+    }
+
+    /// [`test`](Self::test) that never yields: for a caller whose own loop yields already (Open
+    /// MPI's progress loop when it knows its ranks outnumber the cores), where a second yield
+    /// per round only delays the rank it waits for.
+    pub fn poll(&mut self) -> Result<bool> {
+        self.test_yielding(false)
+    }
+
+    fn test_yielding(&mut self, yields: bool) -> Result<bool> {
         if self.is_done() {
             return Ok(true);
         }
@@ -154,7 +165,7 @@ impl<'c> Request<'c> {
         };
         match verdict {
             Ok(()) => {
-                if self.comm.wait.policy == crate::wait::WaitPolicy::Park {
+                if yields {
                     crate::sys::yield_now();
                 }
                 Ok(false)
