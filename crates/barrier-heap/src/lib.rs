@@ -44,8 +44,8 @@
 //!   object (a few pointer moves while held; a thread that cannot take it spins briefly, then
 //!   yields). Our libraries allocate at set-up, not on a barrier's path, so one lock serves. A
 //!   `pthread_atfork` handler, registered when the program or shared object is loaded (before
-//!   any allocation can take the lock), holds it across `fork`, so that the child never inherits it held by a thread that does not exist
-//!   there.
+//!   any allocation can take the lock), holds it across `fork`, so that the child never
+//!   inherits it held by a thread that does not exist there.
 //!
 //! The heap asks nothing of the program's `malloc` (registering the fork handler aside, which
 //! glibc keeps in its own table). It returns null when the kernel refuses a mapping, which

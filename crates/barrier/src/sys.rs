@@ -611,7 +611,8 @@ mod tests {
     use super::*;
 
     /// The cached answer is std's for the mask the thread has now, also after the mask changed
-    /// (a thread moved to one CPU, then back), and std's cgroup files are read once per count.
+    /// (a thread moved to one CPU, then back). (That std's cgroup files are then read once per
+    /// count, not at every call, is what the cache is for; this test does not observe it.)
     #[test]
     #[cfg_attr(miri, ignore)]
     fn available_cores_is_stds_answer_for_the_mask_now() {
