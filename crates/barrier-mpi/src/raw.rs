@@ -14,7 +14,7 @@ use mpi::ffi;
 pub type Comm = ffi::MPI_Comm;
 
 /// A raw request handle (`MPI_Request`).
-pub(crate) type Request = ffi::MPI_Request;
+pub type Request = ffi::MPI_Request;
 
 /// `MPI_SUCCESS` (0 in every implementation).
 const SUCCESS: c_int = 0;
@@ -148,6 +148,17 @@ pub(crate) fn dup(comm: Comm) -> Result<Comm> {
     // SAFETY: the group from MPI_Comm_group above, freed once.
     unsafe { ffi::PMPI_Group_free(&mut group) };
     made.map(|()| out)
+}
+
+/// `MPI_Comm_idup` (collective, non-blocking): the new communicator is valid once the request
+/// completes. It copies `comm`'s attributes: for a communicator the program has set none on
+/// yet (`MPI_COMM_WORLD` inside `shmem_init`).
+pub fn idup(comm: Comm) -> Result<(Comm, Request)> {
+    let mut out = comm_null();
+    let mut req = request_null();
+    // SAFETY: as for `rank`; both out-pointers are writable.
+    check(unsafe { ffi::PMPI_Comm_idup(comm, &mut out, &mut req) }, "MPI_Comm_idup")?;
+    Ok((out, req))
 }
 
 /// `MPI_Comm_split`; `None` as color is `MPI_UNDEFINED` (and gets no communicator).
@@ -314,7 +325,7 @@ pub(crate) fn isend(comm: Comm, buf: &[u64], dest: usize, tag: c_int) -> Result<
 }
 
 /// `MPI_REQUEST_NULL`.
-pub(crate) fn request_null() -> Request {
+pub fn request_null() -> Request {
     // SAFETY: as for `comm_world`.
     unsafe { ffi::RSMPI_REQUEST_NULL }
 }
@@ -352,7 +363,7 @@ pub(crate) fn sleeping_rendezvous(comm: Comm, stall: Option<std::time::Duration>
 
 /// Waits for `req` asleep (tested for 50 µs, then between growing sleeps: see
 /// [`sleeping_rendezvous`]); after `report_after`, `said(waited)` is called once.
-fn wait_asleep(
+pub fn wait_asleep(
     req: &mut Request,
     report_after: Option<std::time::Duration>,
     said: impl FnOnce(std::time::Duration),

@@ -40,6 +40,8 @@ extern int fastbar_scoll_rs_barrier(fastbar_set *set);
 /* The component closes: free every barrier now (MPI still works) and take the MPI_Finalize hook
  * away (this library is unloaded before OSHMEM finalizes MPI). */
 extern void fastbar_scoll_rs_close(void);
+/* Queried for a group of every PE (shmem_init): starts the private parent of active sets. */
+extern void fastbar_scoll_rs_whole_job(void);
 extern char mca_scoll_fastbar_component[];
 
 enum { FASTBAR_DONE = 1, FASTBAR_FAILED = 2, FASTBAR_GONE = 3 };
@@ -228,6 +230,10 @@ static mca_scoll_base_module_t *fastbar_query(struct oshmem_group_t *group, int 
      * module is not here would run another barrier while the others wait in ours. */
     if (refused || param_priority <= 0 || group->proc_count < 2) {
         return NULL;
+    }
+    if (group->proc_count == oshmem_num_procs()) {
+        /* Every PE makes this query (shmem_init's group of all, or an active set of all). */
+        fastbar_scoll_rs_whole_job();
     }
     fastbar_module_t *m = OBJ_NEW(fastbar_module_t);
     if (NULL == m) {

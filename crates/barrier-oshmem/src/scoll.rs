@@ -140,6 +140,63 @@ fn tag_of(pes: &[c_int]) -> c_int {
     (hash % ub) as c_int + 1
 }
 
+/// The parent of every active set's communicator: a private duplicate of `MPI_COMM_WORLD`,
+/// started in `shmem_init` (where every PE's scoll framework queries the component for the
+/// whole job) and waited for at the first active set's set-up. `MPI_Comm_create_group` sends
+/// point-to-point messages on its parent with the set's tag: on `MPI_COMM_WORLD` itself, a
+/// hybrid program's wildcard `MPI_Irecv` there could take them (issue 50 item 9), and the set-up
+/// would hang.
+enum Parent {
+    /// Not started (a component that was not queried for the whole job): `MPI_COMM_WORLD`.
+    Unstarted,
+    /// `MPI_Comm_idup` under way.
+    Pending(MPI_Comm, raw::Request),
+    Ready(MPI_Comm),
+}
+
+// SAFETY: MPI handles are plain handles; they are used under the mutex, by threads MPI's thread
+// level lets call MPI (OSHMEM's barriers).
+unsafe impl Send for Parent {}
+
+static PARENT: Mutex<Parent> = Mutex::new(Parent::Unstarted);
+
+/// OSHMEM queries the component for a group of every PE (in `shmem_init`, on every PE):
+/// starts the private duplicate of `MPI_COMM_WORLD` there, once, without blocking.
+#[no_mangle]
+pub extern "C" fn fastbar_scoll_rs_whole_job() {
+    guarded("shmem_init", || {
+        let mut parent = PARENT.lock().unwrap_or_else(|p| p.into_inner());
+        if matches!(*parent, Parent::Unstarted) && raw::mpi_active() {
+            match raw::idup(raw::comm_world()) {
+                Ok((comm, req)) => *parent = Parent::Pending(comm, req),
+                Err(e) => say(&format!("cannot start a private duplicate of MPI_COMM_WORLD ({e}); active sets are made on MPI_COMM_WORLD itself")),
+            }
+        }
+    })
+}
+
+/// The parent for `MPI_Comm_create_group` (see [`Parent`]).
+fn parent() -> Result<MPI_Comm, Error> {
+    let mut parent = PARENT.lock().unwrap_or_else(|p| p.into_inner());
+    if let Parent::Pending(comm, req) = &mut *parent {
+        // Every PE started it in shmem_init: this waits for their progress only.
+        raw::wait_asleep(req, Some(glue::JOIN_REPORT), |waited| {
+            say(&format!(
+                "PE {} has waited {waited:.1?} for every PE's private duplicate of MPI_COMM_WORLD (started in \
+                 shmem_init) before an active set's first barrier; a PE whose scoll/fastbar was not queried there \
+                 never starts it (the component not loaded there, or a lower priority there): give every PE the \
+                 same component and settings. Still waiting.",
+                raw::rank(raw::comm_world()).unwrap_or(0)
+            ))
+        })?;
+        *parent = Parent::Ready(*comm);
+    }
+    Ok(match &*parent {
+        Parent::Ready(comm) => *comm,
+        _ => raw::comm_world(),
+    })
+}
+
 /// An MPI communicator of exactly `pes` (world ranks, in order), made collectively by them;
 /// `None` for `MPI_COMM_WORLD` itself (nothing to free).
 fn communicator_of(pes: &[c_int]) -> Result<Option<MPI_Comm>, Error> {
@@ -149,6 +206,8 @@ fn communicator_of(pes: &[c_int]) -> Result<Option<MPI_Comm>, Error> {
         return Ok(None);
     }
     let fail = |call: &str, rc: c_int| Error::Setup(format!("{call} failed: {}", raw::error_string(rc)));
+    // Its group is MPI_COMM_WORLD's: the set's PEs are world ranks there too.
+    let parent = parent()?;
     // SAFETY: plain MPI calls on valid handles; every out-pointer is written by MPI.
     unsafe {
         let mut world_group = std::mem::MaybeUninit::uninit();
@@ -167,7 +226,7 @@ fn communicator_of(pes: &[c_int]) -> Result<Option<MPI_Comm>, Error> {
         let mut comm = std::mem::MaybeUninit::uninit();
         // Only the set's members take part; a tag of the set's own (from its PEs), so that
         // two sets' creations can never match each other's messages.
-        let rc = ffi::PMPI_Comm_create_group(world, group, tag_of(pes), comm.as_mut_ptr());
+        let rc = ffi::PMPI_Comm_create_group(parent, group, tag_of(pes), comm.as_mut_ptr());
         ffi::PMPI_Group_free(&mut group);
         if rc != 0 {
             return Err(fail("MPI_Comm_create_group", rc));
