@@ -23,12 +23,12 @@
 //!    communicator stays Open MPI's), the ranks span several machines or node blocks (built at
 //!    the first blocking `MPI_Barrier`, as before: the roots' set-up needs the communicators
 //!    this path cannot make without blocking), or one node.
-//! 3. **The node's segment**: the first rank lays the segment out in its memfd; the others drop
-//!    theirs and map the first's through `/proc/<pid>/fd`, retrying until it is laid out.
-//! 4. **The node's universe**, joined by a thread of ours on each rank (it waits for the others
-//!    in shared memory and calls no MPI: MPI's thread level may not allow it, and the segment's
-//!    progress call is skipped on that thread).
-//! 5. **The hand-over** ([`barrier::wait::handover`]): a rank whose thread has joined marks
+//! 3. **The node's segment and universe**, made aside by the core
+//!    ([`barrier::hierarchy::aside`]): the first rank lays the segment out in its memfd, the
+//!    others drop theirs and map the first's, and a thread of ours joins the node's universe (it
+//!    waits in shared memory and runs no MPI: the segment's progress call is skipped on it). The
+//!    rank yields its core at each call meanwhile, so that the thread runs.
+//! 4. **The hand-over** ([`barrier::wait::handover`]): a rank whose thread has joined marks
 //!    itself ready in the segment with its count of barrier calls so far; the last one ready
 //!    fixes the switch call above every call any rank has made on Open MPI's barrier. From that
 //!    call on, every rank's barriers are ours.
@@ -38,15 +38,14 @@
 //! timeout; the communicator then stays Open MPI's on every rank, said once.
 
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use barrier::hierarchy::aside::{AsideSpec, NodeAside, Offer};
 use barrier::hierarchy::Allgather;
 use barrier::shm::{JobShape, Segment};
 use barrier::wait::handover::Switch;
-use barrier::{Error, Params, Result, Universe};
+use barrier::{Error, Params, Result};
 
 use crate::census::{self, MachineJob};
 use crate::comm::BarrierComm;
@@ -89,9 +88,6 @@ pub struct Background {
     verbose: bool,
 }
 
-/// The node's segment once this rank mapped it (shared with the set-up's thread).
-type Slot = Arc<std::sync::OnceLock<Arc<Segment>>>;
-
 // SAFETY: the MPI handles (the communicator, the gather's request) are plain handles; the
 // component calls this only from inside MPI calls (a barrier, the progress callback), where MPI's
 // thread level already allows the calling thread to call MPI.
@@ -106,9 +102,7 @@ enum Stage {
         said: bool,
     },
     Joining {
-        mapped: Slot,
-        joiner: JoinHandle<Result<(Arc<Segment>, Universe)>>,
-        stop: Arc<AtomicBool>,
+        aside: NodeAside,
         world: Vec<usize>,
     },
     Ready {
@@ -293,7 +287,7 @@ impl Background {
                 }
                 Err(e) => self.decline(&format!("the set-up's exchange failed: {e}")),
             },
-            Stage::Joining { joiner, .. } if joiner.is_finished() => self.joined(),
+            Stage::Joining { aside, .. } if aside.is_finished() => self.joined(),
             // This rank's thread needs a core, which a program polling MPI (MPI_Wait, an NBX
             // probe loop) holds: measured, the join took longer than 20,000 barriers of 0.5 us
             // without this. Only while joining (a few milliseconds).
@@ -363,9 +357,6 @@ impl Background {
         let job = census::job_on_machine(MachineJob { ranks: self.size, cores });
         let shape = JobShape { world_size: self.size, nodes: 1, ranks_on_machine: job.ranks, cores: job.cores };
         let node_params = agreed.core.node_params(&self.params, &LAYER);
-        let pool = node_params
-            .parse("BARRIER_SHM_POOL_BYTES", barrier::shm::DEFAULT_POOL_BYTES, "")
-            .unwrap_or(barrier::shm::DEFAULT_POOL_BYTES);
         let progress = barrier::wait::Progress::new(raw::progress, raw::to_word(raw::comm_self()));
         let names = barrier::shm::RankNames {
             world: rows.iter().map(|r| r[1] as usize).collect(),
@@ -374,23 +365,6 @@ impl Background {
             hierarchical: false,
         };
         let world = names.world.clone();
-        let stop = Arc::new(AtomicBool::new(false));
-        let mapped: Slot = Default::default();
-        let rank = self.rank;
-        let laid_out = if rank == 0 {
-            let Some(fd) = memfd else { return self.decline("its empty memfd is gone") };
-            match Segment::create_for_job_in(fd, shape, pool) {
-                Ok(seg) => Some(seg),
-                // The others retry until their limit: nobody can switch without this rank.
-                Err(e) => return self.decline(&format!("the node's segment: {e}")),
-            }
-        } else {
-            drop(memfd);
-            None
-        };
-        let (pid, fd, identity) = (first[3] as u32, first[4] as i32, (first[5], first[6]));
-        let limit = agreed.core.timeout.unwrap_or(OPEN_LIMIT).max(OPEN_LIMIT);
-        let (stopped, slot) = (stop.clone(), mapped.clone());
         // A test's fault (BARRIER_MPI_FAULT): `open` on a node's other rank, `join` on any.
         let world_rank = self.world_rank;
         let fault = move |stage: &str| match &agreed.fault {
@@ -399,48 +373,37 @@ impl Background {
             }
             _ => Ok(()),
         };
-        let spawned = std::thread::Builder::new().name("barrier-set-up".into()).spawn(move || {
-            raw::forbid_mpi_here();
-            let seg = match laid_out {
-                Some(seg) => seg,
-                None => fault("open").and_then(|()| open_when_laid_out(pid, fd, identity, limit, &stopped))?,
-            };
-            let _ = slot.set(seg.clone());
-            seg.set_progress(progress);
-            seg.set_rank_names(names);
-            // A failed join marks the segment aborted (the others stop waiting for this rank).
-            let joined = fault("join").and_then(|()| Universe::join(seg.clone(), rank, node_params));
-            if joined.is_err() {
-                seg.set_abort(rank);
-                seg.handover().fail();
-            }
-            joined.map(|u| (seg, u))
-        });
-        match spawned {
-            Ok(joiner) => self.stage = Stage::Joining { mapped, joiner, stop, world },
-            Err(e) => self.decline(&format!("cannot start a thread for the set-up: {e}")),
+        let spec = AsideSpec {
+            local_rank: self.rank,
+            shape,
+            params: node_params,
+            progress: Some(progress),
+            names,
+            first: Offer { pid: first[3] as u32, fd: first[4] as i32, identity: (first[5], first[6]) },
+            memfd,
+            open_limit: agreed.core.timeout.unwrap_or(OPEN_LIMIT).max(OPEN_LIMIT),
+            fault: Box::new(fault),
+        };
+        match NodeAside::start(spec) {
+            Ok(aside) => self.stage = Stage::Joining { aside, world },
+            Err(e) => self.decline(&format!("building it in the background failed: {e}")),
         }
     }
 
     /// A join under way or failed: no rank switches, and the thread stops waiting.
     fn give_up_join(&self) {
-        if let Stage::Joining { mapped, stop, .. } = &self.stage {
-            stop.store(true, Ordering::Relaxed);
-            if let Some(seg) = mapped.get() {
-                seg.handover().fail();
-                seg.set_abort(self.rank.min(self.size.saturating_sub(1)));
-            }
+        if let Stage::Joining { aside, .. } = &self.stage {
+            aside.give_up();
         }
     }
 
     /// The thread finished: ready, or declined.
     fn joined(&mut self) {
-        let Stage::Joining { joiner, world, .. } = std::mem::replace(&mut self.stage, Stage::Declined) else {
+        let Stage::Joining { aside, world } = std::mem::replace(&mut self.stage, Stage::Declined) else {
             unreachable!("joined() runs in the joining stage")
         };
-        match joiner.join().unwrap_or_else(|_| Err(Error::Setup("the set-up's thread panicked".into()))) {
+        match aside.finish() {
             Ok((seg, universe)) => {
-                seg.release_fd();
                 let comm = BarrierComm::on_one_node_built_aside(universe, &self.params, self.rank, self.size, world);
                 seg.handover().ready(self.calls);
                 self.stage = Stage::Ready { comm: Box::new(comm), seg };
@@ -456,32 +419,6 @@ impl Background {
 /// How long a node's other rank retries to map the first rank's segment at least (its
 /// `BARRIER_TIMEOUT` if longer): the first rank lays it out at its own next MPI call.
 const OPEN_LIMIT: Duration = Duration::from_secs(60);
-
-/// Maps the segment the node's first rank lays out in its memfd, retrying until it is laid out.
-fn open_when_laid_out(
-    pid: u32,
-    fd: i32,
-    identity: (u64, u64),
-    limit: Duration,
-    stop: &AtomicBool,
-) -> Result<Arc<Segment>> {
-    let began = Instant::now();
-    let mut pause = Duration::from_micros(20);
-    loop {
-        match Segment::open_from_process(pid, fd, identity) {
-            Ok(seg) => return Ok(seg),
-            Err(e) if began.elapsed() >= limit || stop.load(Ordering::Relaxed) => {
-                return Err(Error::Setup(format!(
-                    "the node's first rank did not lay out its segment in {limit:?}: {e}"
-                )))
-            }
-            Err(_) => {
-                std::thread::sleep(pause);
-                pause = (pause * 2).min(Duration::from_micros(200));
-            }
-        }
-    }
-}
 
 impl Drop for Background {
     fn drop(&mut self) {

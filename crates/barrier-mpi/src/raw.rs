@@ -603,17 +603,6 @@ pub(crate) fn from_word(word: usize) -> Comm {
     comm
 }
 
-thread_local! {
-    /// This thread must not call MPI (it is not MPI's: [`forbid_mpi_here`]).
-    static NO_MPI_HERE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-/// Marks the calling thread as one that must not call MPI (a thread of ours that MPI's thread
-/// level does not allow to): [`progress`] does nothing there.
-pub(crate) fn forbid_mpi_here() {
-    NO_MPI_HERE.set(true);
-}
-
 /// One step of MPI's progress engine, for [`barrier::wait::Progress`] with a communicator
 /// handle ([`to_word`]) as its context: `MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG)` on that
 /// communicator, a private duplicate that carries no point-to-point message (the probe never
@@ -625,9 +614,8 @@ pub(crate) fn forbid_mpi_here() {
 /// waiting in our barrier keeps MPI's progress rule.
 pub(crate) fn progress(comm: usize) {
     // A communicator of ours used after MPI_Finalize (its Rust owner outlived rsmpi's
-    // `Universe`) still runs its one-node barriers in shared memory, without MPI; a thread that
-    // must not call MPI (a set-up in the background: `background.rs`) skips it.
-    if NO_MPI_HERE.get() || !mpi_active() {
+    // `Universe`) still runs its one-node barriers in shared memory, without MPI.
+    if !mpi_active() {
         return;
     }
     let mut flag: c_int = 0;

@@ -81,7 +81,7 @@ mod timing;
 pub use flag::Flag;
 pub use policy::{Unwatched, WaitConfig, WaitError, WaitPolicy, Watch};
 pub use poll::{poll_asleep, poll_for, poll_until, Pace};
-pub use timing::{Progress, PARK_SLICE, PROGRESS_EVERY, PROGRESS_PARK_SLICE};
+pub use timing::{skip_progress_on_this_thread, Progress, PARK_SLICE, PROGRESS_EVERY, PROGRESS_PARK_SLICE};
 
 #[cfg(all(test, not(loom)))]
 mod tests;

@@ -34,9 +34,22 @@ impl Progress {
         Progress { call, context }
     }
 
-    /// Runs one step.
+    /// Runs one step (nothing on a thread marked by [`skip_progress_on_this_thread`]).
     #[inline]
     pub fn run(self) {
-        (self.call)(self.context)
+        if !SKIP_PROGRESS.get() {
+            (self.call)(self.context)
+        }
     }
+}
+
+std::thread_local! {
+    static SKIP_PROGRESS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Marks the calling thread as one whose waits never run the layer's progress call: a thread of
+/// ours that the layer's engine does not know (MPI's thread level may not let it call MPI), such
+/// as the node's set-up aside ([`crate::hierarchy::aside`]).
+pub fn skip_progress_on_this_thread() {
+    SKIP_PROGRESS.set(true);
 }
