@@ -10,8 +10,11 @@
  *   mpicc -O2 -o nbx nbx.c && mpirun -np 4 ./nbx 300        (on MPI_COMM_WORLD and a duplicate,
  *                                                            then 10 MPI_Barrier on the duplicate)
  *   mpirun -np 2 ./nbx --latency 20000                        (MPI_Ibarrier + MPI_Wait, mean us)
+ *   mpirun -np 3 ./nbx --threads 300     (MPI_THREAD_MULTIPLE: two threads, each on a duplicate of
+ *                                         its own, at once)
  */
 #include <mpi.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -90,6 +93,18 @@ static long exchange(MPI_Comm comm, long rounds, const char *what) {
     return messages;
 }
 
+struct job {
+    MPI_Comm comm;
+    long rounds;
+    long messages;
+};
+
+static void *exchange_thread(void *arg) {
+    struct job *j = arg;
+    j->messages = exchange(j->comm, j->rounds, "a thread's duplicate");
+    return NULL;
+}
+
 static double now(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
@@ -97,6 +112,31 @@ static double now(void) {
 }
 
 int main(int argc, char **argv) {
+    if (argc > 2 && strcmp(argv[1], "--threads") == 0) {
+        int level;
+        MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &level);
+        MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+        int n;
+        MPI_Comm_size(MPI_COMM_WORLD, &n);
+        if (level < MPI_THREAD_MULTIPLE) {
+            if (world_rank == 0) printf("nbx: MPI_THREAD_MULTIPLE not provided; skipped\n");
+            MPI_Finalize();
+            return 0;
+        }
+        struct job jobs[2];
+        pthread_t threads[2];
+        for (int t = 0; t < 2; t++) {
+            MPI_Comm_dup(MPI_COMM_WORLD, &jobs[t].comm);
+            jobs[t].rounds = atol(argv[2]);
+        }
+        for (int t = 0; t < 2; t++) pthread_create(&threads[t], NULL, exchange_thread, &jobs[t]);
+        for (int t = 0; t < 2; t++) pthread_join(threads[t], NULL);
+        for (int t = 0; t < 2; t++) MPI_Comm_free(&jobs[t].comm);
+        printf("nbx: rank %d of %d: two threads, %ld rounds each on a duplicate of its own, %ld messages, every one "
+               "received\n", world_rank, n, jobs[0].rounds, jobs[0].messages + jobs[1].messages);
+        MPI_Finalize();
+        return 0;
+    }
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
     int n;

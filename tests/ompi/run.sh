@@ -57,7 +57,7 @@ mpicc.openmpi -O2 -Wall -Werror -o "$BIN/self_hook" tests/ompi/self_hook.c
 mpicc.openmpi -O2 -Wall -Werror -o "$BIN/ibarrier_freed" tests/ompi/ibarrier_freed.c
 mpicc.openmpi -O2 -Wall -Werror -o "$BIN/many_comms" tests/ompi/many_comms.c
 mpicc.openmpi -O2 -Wall -Werror -o "$BIN/ibarrier_errors" tests/ompi/ibarrier_errors.c
-mpicc.openmpi -O2 -Wall -Werror -o "$BIN/nbx" tests/ompi/nbx.c
+mpicc.openmpi -O2 -Wall -Werror -pthread -o "$BIN/nbx" tests/ompi/nbx.c
 mpicc.openmpi -O2 -Wall -Werror -shared -fPIC -o "$BIN/libpmpi_count.so" tests/ompi/pmpi_count.c
 
 step "ompi_info lists the component and every parameter"
@@ -174,6 +174,15 @@ for np in 2 3 4 5; do
     # The tool beside it sees every call: 300 rounds on each communicator, 10 MPI_Barrier.
     [ "$(grep -c 'counted 10 MPI_Barrier and 600 MPI_Ibarrier calls' "$out")" = "$np" ] \
         || { cat "$out"; fail "nbx np=$np: the PMPI tool did not count every barrier on every rank"; }
+done
+# MPI_THREAD_MULTIPLE: two threads of each rank start two communicators' builds at once (the
+# progress callback advances both; a build started meanwhile is not lost to its count).
+for np in 2 3; do
+    run "nbx threads np=$np" ok launch BARRIER_TIMEOUT=120s -- --mca coll_fastbar_verbose 1 -np "$np" "$BIN/nbx" --threads 300
+    [ "$(grep -c "nbx: rank [0-9] of $np: two threads, .* every one received" "$out")" = "$np" ] \
+        || { cat "$out"; fail "nbx threads np=$np: not every rank received every message"; }
+    [ "$(grep -c "barriers on a communicator of $np ranks: ours from its barrier call" "$out")" = 2 ] \
+        || { cat "$out"; fail "nbx threads np=$np: not both communicators switched to ours"; }
 done
 # Several (simulated) nodes: the background build stops at the verdict; the first MPI_Barrier builds.
 run "nbx node blocks" ok launch BARRIER_TIMEOUT=120s -- --mca coll_fastbar_verbose 1 --mca coll_fastbar_node_block 1 \

@@ -354,10 +354,13 @@ static int complete_all(fastbar_request_t *done)
  * progress MPI), it finds the list or that communicator busy and leaves them for a later round. */
 static int fastbar_progress(void)
 {
-    if (OPAL_UNLIKELY(atomic_load_explicit(&builds_pending, memory_order_relaxed) > 0)) {
+    int pending = atomic_load_explicit(&builds_pending, memory_order_relaxed);
+    if (OPAL_UNLIKELY(pending > 0)) {
         int left = fastbar_rs_advance_all();
+        /* Only if no build started meanwhile (another thread's first MPI_Ibarrier): its count
+         * must not be lost, or progress would stop advancing it. */
         if (left >= 0) {
-            atomic_store_explicit(&builds_pending, left, memory_order_relaxed);
+            atomic_compare_exchange_strong(&builds_pending, &pending, left);
         }
     }
     if (0 == atomic_load_explicit(&in_flight_count, memory_order_acquire)) {
