@@ -104,6 +104,9 @@ enum Stage {
     Joining {
         aside: NodeAside,
         world: Vec<usize>,
+        began: Instant,
+        /// Given up after this (see [`JOIN_LIMIT`]).
+        limit: Duration,
     },
     Ready {
         comm: Box<BarrierComm>,
@@ -221,10 +224,12 @@ impl Background {
         self.calls += 1;
         self.advance();
         if blocking {
-            if let Stage::Gathering { gather, .. } = &mut self.stage {
-                // Every rank started it: waiting here waits for their progress only.
+            if let Stage::Gathering { gather, said, began, .. } = &mut self.stage {
+                // Every rank started it: waiting here waits for their progress only. Said once
+                // (the progress callback may have said it).
                 let (framework, comm) = (self.framework, self.comm);
-                let waited = gather.wait_asleep(glue::JOIN_REPORT, |w| glue::not_joined(framework, comm, w));
+                let report = if *said { Duration::MAX } else { glue::JOIN_REPORT.saturating_sub(began.elapsed()) };
+                let waited = gather.wait_asleep(report, |w| glue::not_joined(framework, comm, w));
                 if let Err(e) = waited {
                     self.decline(&format!("the set-up's exchange failed: {e}"));
                 }
@@ -282,18 +287,45 @@ impl Background {
                 Ok(false) => {
                     if !*said && began.elapsed() >= glue::JOIN_REPORT {
                         *said = true;
-                        glue::not_joined(self.framework, self.comm, began.elapsed());
+                        let waited = began.elapsed();
+                        self.still_gathering(waited);
                     }
                 }
                 Err(e) => self.decline(&format!("the set-up's exchange failed: {e}")),
             },
             Stage::Joining { aside, .. } if aside.is_finished() => self.joined(),
+            Stage::Joining { began, limit, .. } if began.elapsed() > *limit => {
+                // A rank that could not map the node's segment cannot abort it: the ranks
+                // waiting for it give up here (nobody switches), rather than for ever.
+                let limit = *limit;
+                self.decline(&format!("the node's other ranks did not join its barrier within {limit:?}"));
+            }
             // This rank's thread needs a core, which a program polling MPI (MPI_Wait, an NBX
             // probe loop) holds: measured, the join took longer than 20,000 barriers of 0.5 us
-            // without this. Only while joining (a few milliseconds).
-            Stage::Joining { .. } => barrier::sys::yield_now(),
+            // without this. Only for the join's first second (it takes milliseconds).
+            Stage::Joining { began, .. } if began.elapsed() < Duration::from_secs(1) => barrier::sys::yield_now(),
             _ => {}
         }
+    }
+
+    /// Said once by the progress callback when the exchange has not completed after
+    /// [`glue::JOIN_REPORT`]: harmless where a rank computes without calling MPI, a hang of the
+    /// program's barriers where a rank's component never serves this communicator.
+    fn still_gathering(&self, waited: Duration) {
+        glue::say(
+            &format!("{}/fastbar", self.framework),
+            &format!(
+                "world rank {}: the set-up of our barrier for {} ({} ranks), started at its first MPI_Ibarrier \
+                 {waited:.1?} ago, still waits for every rank's part of its exchange; Open MPI's barrier serves \
+                 meanwhile. A rank that computes without calling MPI delays it (harmless); a rank whose component \
+                 never serves this communicator (not loaded there, or a lower or 0 coll_fastbar_priority there) \
+                 never sends it, and the program's barriers there hang: give every rank the same component and \
+                 settings (ompi_info --param coll fastbar --level 9 on each node).",
+                self.world_rank,
+                raw::name(self.comm),
+                self.size
+            ),
+        );
     }
 
     fn decline(&mut self, why: &str) {
@@ -373,6 +405,7 @@ impl Background {
             }
             _ => Ok(()),
         };
+        let open_limit = agreed.core.timeout.unwrap_or(OPEN_LIMIT).max(OPEN_LIMIT);
         let spec = AsideSpec {
             local_rank: self.rank,
             shape,
@@ -381,11 +414,14 @@ impl Background {
             names,
             first: Offer { pid: first[3] as u32, fd: first[4] as i32, identity: (first[5], first[6]) },
             memfd,
-            open_limit: agreed.core.timeout.unwrap_or(OPEN_LIMIT).max(OPEN_LIMIT),
+            open_limit,
             fault: Box::new(fault),
         };
         match NodeAside::start(spec) {
-            Ok(aside) => self.stage = Stage::Joining { aside, world },
+            Ok(aside) => {
+                let limit = open_limit + JOIN_LIMIT;
+                self.stage = Stage::Joining { aside, world, began: Instant::now(), limit };
+            }
             Err(e) => self.decline(&format!("building it in the background failed: {e}")),
         }
     }
@@ -399,7 +435,7 @@ impl Background {
 
     /// The thread finished: ready, or declined.
     fn joined(&mut self) {
-        let Stage::Joining { aside, world } = std::mem::replace(&mut self.stage, Stage::Declined) else {
+        let Stage::Joining { aside, world, .. } = std::mem::replace(&mut self.stage, Stage::Declined) else {
             unreachable!("joined() runs in the joining stage")
         };
         match aside.finish() {
@@ -419,6 +455,11 @@ impl Background {
 /// How long a node's other rank retries to map the first rank's segment at least (its
 /// `BARRIER_TIMEOUT` if longer): the first rank lays it out at its own next MPI call.
 const OPEN_LIMIT: Duration = Duration::from_secs(60);
+
+/// How much longer than [`OPEN_LIMIT`] a rank's join may take before it gives up: a rank that
+/// could not map the segment (past its limit) cannot abort it, and the others would otherwise
+/// wait in the join for ever.
+const JOIN_LIMIT: Duration = Duration::from_secs(10);
 
 impl Drop for Background {
     fn drop(&mut self) {

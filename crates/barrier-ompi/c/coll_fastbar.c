@@ -14,6 +14,7 @@
 
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -284,8 +285,12 @@ static fastbar_request_t *in_flight = NULL;
 static atomic_flag in_flight_lock = ATOMIC_FLAG_INIT;
 static atomic_int in_flight_count = 0;
 static atomic_int progress_registered = 0;
-/* Barriers building in the background (fastbar_rs_start), advanced by the progress callback. */
-static atomic_int builds_pending = 0;
+/* Barriers building in the background (fastbar_rs_start), advanced by the progress callback: a
+ * start counter in the high half, how many are still building in the low half. A start adds one
+ * to both, so that a progress round that counted before it (another thread's) cannot write its
+ * count over it. */
+static _Atomic uint64_t builds = 0;
+#define BUILDS_STARTED_ONE ((uint64_t) 1 << 32)
 
 static int fastbar_progress(void);
 
@@ -354,13 +359,14 @@ static int complete_all(fastbar_request_t *done)
  * progress MPI), it finds the list or that communicator busy and leaves them for a later round. */
 static int fastbar_progress(void)
 {
-    int pending = atomic_load_explicit(&builds_pending, memory_order_relaxed);
-    if (OPAL_UNLIKELY(pending > 0)) {
+    uint64_t seen = atomic_load_explicit(&builds, memory_order_relaxed);
+    if (OPAL_UNLIKELY((uint32_t) seen > 0)) {
         int left = fastbar_rs_advance_all();
         /* Only if no build started meanwhile (another thread's first MPI_Ibarrier): its count
          * must not be lost, or progress would stop advancing it. */
         if (left >= 0) {
-            atomic_compare_exchange_strong(&builds_pending, &pending, left);
+            uint64_t now = (seen & ~(uint64_t) UINT32_MAX) | (uint32_t) left;
+            atomic_compare_exchange_strong(&builds, &seen, now);
         }
     }
     if (0 == atomic_load_explicit(&in_flight_count, memory_order_acquire)) {
@@ -470,7 +476,7 @@ static int fastbar_ibarrier(struct ompi_communicator_t *comm, ompi_request_t **r
         building--;
         m->state = started ? SERVED : DECLINED;
         if (started) {
-            atomic_fetch_add_explicit(&builds_pending, 1, memory_order_relaxed);
+            atomic_fetch_add_explicit(&builds, BUILDS_STARTED_ONE + 1, memory_order_relaxed);
             register_progress();
         }
     }

@@ -23,6 +23,10 @@ const COMPONENT: &str = "coll/fastbar";
 /// `MPI_Finalize` took it.
 pub struct Served {
     comm: Mutex<Option<Serving>>,
+    /// Still building in the background (read by the progress callback without the lock, which
+    /// a thread inside one of our barriers holds: a built communicator found busy is not a
+    /// build to advance).
+    building: std::sync::atomic::AtomicBool,
 }
 
 /// Built at a first `MPI_Barrier`, or building in the background since a first `MPI_Ibarrier`.
@@ -202,7 +206,8 @@ fn failed(c: &BarrierComm, what: &str, e: &Error) -> c_int {
 }
 
 fn keep(serving: Serving) -> *mut Served {
-    let served = Arc::new(Served { comm: Mutex::new(Some(serving)) });
+    let building = std::sync::atomic::AtomicBool::new(matches!(serving, Serving::Background(_)));
+    let served = Arc::new(Served { comm: Mutex::new(Some(serving)), building });
     live().push(served.clone());
     Arc::into_raw(served).cast_mut()
 }
@@ -248,15 +253,23 @@ pub extern "C" fn fastbar_rs_advance_all() -> c_int {
     guarded("the progress of a barrier building in the background", || {
         // Referenced, and the list released: advancing progresses MPI, which may free a module
         // (its `fastbar_rs_free` takes the list's lock).
-        let Ok(list) = LIVE.try_lock().map(|l| l.clone()) else { return -1 };
+        // Only those building: a built one's last reference must not be dropped here (its
+        // drop frees MPI communicators, which a progress callback must not).
+        let Ok(list) = LIVE.try_lock().map(|l| {
+            l.iter().filter(|s| s.building.load(std::sync::atomic::Ordering::Relaxed)).cloned().collect::<Vec<_>>()
+        }) else {
+            return -1;
+        };
         let mut pending = 0;
         for served in &list {
+            use std::sync::atomic::Ordering::Relaxed;
             let Ok(mut guard) = served.comm.try_lock() else {
-                pending += 1;
+                pending += c_int::from(served.building.load(Relaxed));
                 continue;
             };
             if let Some(Serving::Background(b)) = guard.as_mut() {
                 b.advance();
+                served.building.store(b.building(), Relaxed);
                 pending += c_int::from(b.building());
             }
         }
@@ -381,7 +394,7 @@ pub unsafe extern "C" fn fastbar_rs_request_free(started: *mut Started) {
 /// Frees a communicator's barrier (its module is destroyed: the communicator was freed).
 ///
 /// # Safety
-/// `served` came from `fastbar_rs_create` and is freed once.
+/// `served` came from `fastbar_rs_create` or `fastbar_rs_start` and is freed once.
 #[no_mangle]
 pub unsafe extern "C" fn fastbar_rs_free(served: *mut Served) {
     guarded("MPI_Comm_free", || {

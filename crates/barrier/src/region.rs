@@ -164,7 +164,10 @@ impl Segment {
     /// its segment in its one exchange, before it knows the node's size.
     pub fn create_for_job_in(fd: std::os::fd::OwnedFd, shape: JobShape, pool: usize) -> Result<Arc<Segment>> {
         let seg = Segment::map_for_job_in(fd, shape, pool, world_region_bytes(shape)?)?;
-        Ok(with_world_region(seg, shape.world_size))
+        let seg = with_world_region(seg, shape.world_size);
+        // The others may map it the moment it is a segment: only now, with its world region.
+        seg.publish();
+        Ok(seg)
     }
 }
 

@@ -122,8 +122,9 @@ impl NodeAside {
                     None => fault("open").and_then(|()| open_when_laid_out(first, open_limit, &stopped))?,
                 };
                 let _ = slot.set(seg.clone());
-                // Given up meanwhile: `give_up` saw no segment to abort (both sides SeqCst:
-                // either it sees the segment or this sees the stop).
+                // Given up meanwhile: `give_up` saw no segment to abort. A SeqCst fence on both
+                // sides (store, fence, load): either it sees the segment or this sees the stop.
+                std::sync::atomic::fence(Ordering::SeqCst);
                 if stopped.load(Ordering::SeqCst) {
                     return Err(Error::Setup("the node's set-up was given up".into()));
                 }
@@ -162,6 +163,7 @@ impl NodeAside {
     /// and nobody switches.
     pub fn give_up(&self) {
         self.stop.store(true, Ordering::SeqCst);
+        std::sync::atomic::fence(Ordering::SeqCst);
         if let Some(seg) = self.mapped.get() {
             seg.handover().fail();
             seg.set_abort(self.local_rank);

@@ -266,7 +266,16 @@ impl Segment {
             .map_err(|e| Error::io(format!("mapping the job's shared segment ({len} bytes)"), e))?;
         let mut seg = Segment::over(map, Some(fd), Self::unset(shape));
         seg.init(&shape, world_region)?;
+        // Not a segment yet for the others, who map it as soon as it is one: published once
+        // the world region is laid out too (`publish`).
+        seg.header().magic.store(0, Ordering::Relaxed);
         Ok(seg)
+    }
+
+    /// Makes a segment from [`Segment::map_for_job_in`] visible as one to the processes
+    /// retrying to map it, once everything they read is written.
+    pub(crate) fn publish(&self) {
+        self.header().magic.store(MAGIC, Ordering::Release);
     }
 
     /// The hand-over among this segment's ranks from the barrier their layer had to this
