@@ -41,7 +41,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use barrier::hierarchy::aside::{AsideSpec, NodeAside, Offer};
+use barrier::hierarchy::aside::{AsideSpec, AsideState, NodeAside, Offer};
 use barrier::hierarchy::Allgather;
 use barrier::shm::{JobShape, Segment};
 use barrier::wait::handover::Switch;
@@ -104,9 +104,6 @@ enum Stage {
     Joining {
         aside: NodeAside,
         world: Vec<usize>,
-        began: Instant,
-        /// Given up after this (see [`JOIN_LIMIT`]).
-        limit: Duration,
     },
     Ready {
         comm: Box<BarrierComm>,
@@ -293,17 +290,14 @@ impl Background {
                 }
                 Err(e) => self.decline(&format!("the set-up's exchange failed: {e}")),
             },
-            Stage::Joining { aside, .. } if aside.is_finished() => self.joined(),
-            Stage::Joining { began, limit, .. } if began.elapsed() > *limit => {
-                // A rank that could not map the node's segment cannot abort it: the ranks
-                // waiting for it give up here (nobody switches), rather than for ever.
-                let limit = *limit;
-                self.decline(&format!("the node's other ranks did not join its barrier within {limit:?}"));
-            }
-            // This rank's thread needs a core, which a program polling MPI (MPI_Wait, an NBX
-            // probe loop) holds: measured, the join took longer than 20,000 barriers of 0.5 us
-            // without this. Only for the join's first second (it takes milliseconds).
-            Stage::Joining { began, .. } if began.elapsed() < Duration::from_secs(1) => barrier::sys::yield_now(),
+            Stage::Joining { aside, .. } => match aside.poll() {
+                AsideState::Finished => self.joined(),
+                // Nobody switches; the others' joins end on the segment's abort.
+                AsideState::Overdue(limit) => {
+                    self.decline(&format!("the node's other ranks did not join its barrier within {limit:?}"))
+                }
+                AsideState::Running => {}
+            },
             _ => {}
         }
     }
@@ -418,10 +412,7 @@ impl Background {
             fault: Box::new(fault),
         };
         match NodeAside::start(spec) {
-            Ok(aside) => {
-                let limit = open_limit + JOIN_LIMIT;
-                self.stage = Stage::Joining { aside, world, began: Instant::now(), limit };
-            }
+            Ok(aside) => self.stage = Stage::Joining { aside, world },
             Err(e) => self.decline(&format!("building it in the background failed: {e}")),
         }
     }
@@ -455,11 +446,6 @@ impl Background {
 /// How long a node's other rank retries to map the first rank's segment at least (its
 /// `BARRIER_TIMEOUT` if longer): the first rank lays it out at its own next MPI call.
 const OPEN_LIMIT: Duration = Duration::from_secs(60);
-
-/// How much longer than [`OPEN_LIMIT`] a rank's join may take before it gives up: a rank that
-/// could not map the segment (past its limit) cannot abort it, and the others would otherwise
-/// wait in the join for ever.
-const JOIN_LIMIT: Duration = Duration::from_secs(10);
 
 impl Drop for Background {
     fn drop(&mut self) {

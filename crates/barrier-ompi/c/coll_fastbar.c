@@ -200,12 +200,19 @@ static __thread int building = 0;
 
 static void finish_earlier(fastbar_module_t *m);
 
-/* The first MPI_Barrier of a communicator builds its barrier on every rank (collective). */
-static void build(fastbar_module_t *m, struct ompi_communicator_t *comm)
+/* The component's MCA values, as the Rust side reads them. */
+static struct fastbar_mca_values mca_values(void)
 {
     const struct fastbar_mca_values values = {param_device_path, param_backend,    param_timeout,
                                               param_wait_policy, param_stall_report, param_verbose,
                                               param_node_block,  param_disable,      param_min_comm_size};
+    return values;
+}
+
+/* The first MPI_Barrier of a communicator builds its barrier on every rank (collective). */
+static void build(fastbar_module_t *m, struct ompi_communicator_t *comm)
+{
+    const struct fastbar_mca_values values = mca_values();
     building++;
     int served = fastbar_rs_create(comm, &values, &m->rs);
     building--;
@@ -468,9 +475,7 @@ static int fastbar_ibarrier(struct ompi_communicator_t *comm, ompi_request_t **r
          * build in the background (every rank makes the same barrier calls in the same order,
          * so every rank starts it in this call); the previous module serves until every rank
          * switches, at the same call. */
-        const struct fastbar_mca_values values = {param_device_path, param_backend,    param_timeout,
-                                                  param_wait_policy, param_stall_report, param_verbose,
-                                                  param_node_block,  param_disable,      param_min_comm_size};
+        const struct fastbar_mca_values values = mca_values();
         building++;
         int started = fastbar_rs_start(comm, &values, &m->rs);
         building--;
