@@ -82,6 +82,7 @@ done
 RUST_EXAMPLE=$TARGET/release/examples/mpi_barrier
 HALO=$TARGET/release/examples/halo
 HYBRID=$TARGET/release/examples/hybrid
+SELF_HOOK=$TARGET/release/examples/self_hook
 # A user's rsmpi program outside the workspace, depending on barrier-mpi by path (its own
 # workspace and lock file; built into this MPI's target dir, so shared dependencies are reused).
 (cd tests/mpi/outside && CARGO_TARGET_DIR="$OLDPWD/$TARGET" cargo build --release --locked)
@@ -109,6 +110,14 @@ for np in 2 3 4; do
         # Every thread of every rank in one barrier (MPI_THREAD_FUNNELED; issue 49 item 5).
         run "hybrid, np=$np x 2 threads, block=$block" ok launch "${env[@]}" -- -np "$np" "$HYBRID" 2 200
         expect_text "hybrid" "$np ranks x 2 threads, 300 hybrid barriers checked: no thread left early"
+        # A library's MPI_COMM_SELF callback that runs a fast barrier at MPI_Finalize, its
+        # attribute set before our first build on even ranks and after it on odd ones (issue 50
+        # item 9): barrier_mpi::initialize() sets our hook first, so it runs last everywhere.
+        run "self hook (FastBarrier), np=$np block=$block" ok launch "${env[@]}" -- -np "$np" "$SELF_HOOK"
+        [ "$(grep -c "self_hook: rank [0-9]*: the library.s finalize barrier passed" "$out")" = "$np" ] \
+            || { cat "$out"; fail "self hook: not every rank's finalize barrier passed"; }
+        [ "$(grep -c "self_hook: rank [0-9]* finished" "$out")" = "$np" ] \
+            || { cat "$out"; fail "self hook: not every rank finished"; }
         run "a program outside the workspace, np=$np block=$block" ok launch "${env[@]}" -- -np "$np" "$OUTSIDE"
         expect_text "outside" "$np ranks passed; $want"
         if [ "$block" = 0 ]; then

@@ -342,6 +342,13 @@ expect_text "scoll abi mismatch" "3 PEs passed 100 iterations"
 run "scoll set-up fault" ok "${OSHRUN[@]}" -x BARRIER_MPI_FAULT=open:1 -np 4 "$BIN/shmem_check" 100
 expect_text "scoll set-up fault" "stay OSHMEM's own on every PE"
 expect_text "scoll set-up fault" "4 PEs passed 100 iterations"
+# Issue 50 item 9: a PE that cannot make an active set's communicator (the fault: it fails
+# before MPI_Comm_create_group) leaves the set's other PEs waiting inside MPI for it: it must end
+# the job, saying why, within seconds (it used to decline alone, and the others hung).
+start=$SECONDS
+run "scoll set communicator fault" fail "${OSHRUN[@]}" -x BARRIER_MPI_FAULT=group:1 -np 3 "$BIN/shmem_check" 100
+expect_text "scoll set communicator fault" "scoll/fastbar: shmem barriers of an active set of 2 PEs: PE 1 cannot make the set's MPI communicator (.*fault injected by BARRIER_MPI_FAULT=group:1), and the set's other PEs wait for it in MPI_Comm_create_group; aborting the job"
+[ $((SECONDS - start)) -lt 25 ] || fail "scoll set communicator fault: took $((SECONDS - start))s to end"
 # A PE that does not come: the others' barrier times out, says which PE is missing and ends the
 # job (OSHMEM's barrier calls only print an error and return: passing on would be an early release).
 start=$SECONDS

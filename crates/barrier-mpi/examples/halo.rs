@@ -91,7 +91,7 @@ fn jitter(rank: usize, step: usize) {
 }
 
 fn run(steps: usize) -> Result<String, String> {
-    let universe = mpi::initialize().ok_or("MPI was initialized already")?;
+    let universe = barrier_mpi::initialize().ok_or("MPI was initialized already")?;
     let world = universe.world();
     let (rank, size) = (world.rank() as usize, world.size() as usize);
     let fail = |e: barrier_mpi::Error| e.to_string();

@@ -48,7 +48,7 @@ fn run() -> Result<String, String> {
     let threads: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(2).max(1);
     let iters: usize = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(2000).max(CHUNK);
     let (universe, level) =
-        mpi::initialize_with_threading(mpi::Threading::Funneled).ok_or("MPI was initialized already")?;
+        barrier_mpi::initialize_with_threading(mpi::Threading::Funneled).ok_or("MPI was initialized already")?;
     if level < mpi::Threading::Funneled {
         return Err(format!("this MPI gives {level:?}, not Funneled"));
     }

@@ -51,8 +51,9 @@ pub fn params() -> Vec<ParamInfo> {
             FAULT,
             "",
             "MPI only, tests: make one set-up stage fail on one MPI_COMM_WORLD rank, STAGE:RANK with STAGE one of \
-             open (mapping the node's segment), join (joining it), internode (the internode set-up). Every rank \
-             must then fall back to MPI_Barrier together.",
+             open (mapping the node's segment), join (joining it), internode (the internode set-up), group \
+             (scoll only: an active set's communicator). Every rank must then fall back to MPI_Barrier together \
+             (after group, the PE ends the job, saying why).",
         ),
     ]
 }

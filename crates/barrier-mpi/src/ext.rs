@@ -12,6 +12,14 @@
 //! `MPI_COMM_SELF` (whose deletion MPI runs first thing in finalize, while MPI still works)
 //! deletes every cached barrier that is left.
 //!
+//! MPI deletes `MPI_COMM_SELF`'s attributes in the reverse order of their setting. That hook is
+//! set by [`initialize`] (or [`set_finalize_hook`]), else at the first barrier built. A library
+//! whose own `MPI_COMM_SELF` callback runs a fast barrier at finalize needs ours set first, on
+//! every rank: set at each rank's first build, after the library's attribute on some ranks and
+//! before it on others, the callback's barrier finds ours deleted on some ranks and serving on
+//! the others (a failed barrier there, a wait for ever here). Initialize MPI with
+//! [`initialize`] in place of `mpi::initialize()`.
+//!
 //! A cached barrier is in use while a call runs on it and while a split-phase request of it
 //! is pending: an entry deleted meanwhile (finalize with a request still pending) is freed when
 //! the last use ends, never under it. One thread uses a communicator's barrier at a time, as
@@ -143,6 +151,45 @@ impl FastBarrierRequest<'_> {
 
 fn finalized_while_pending() -> Error {
     Error::InvalidArgument("MPI was finalized while this split-phase barrier was pending: it cannot complete".into())
+}
+
+/// `mpi::initialize()`, then our finalize hook set at once, before the program or a library
+/// can set an `MPI_COMM_SELF` attribute of its own (see the [module docs](self)): a library's
+/// callback that runs a fast barrier at `MPI_Finalize` then finds ours serving on every rank.
+/// `None` where MPI was already initialized, as rsmpi's.
+///
+/// ```no_run
+/// use barrier_mpi::FastBarrier;
+/// use mpi::traits::*;
+///
+/// let universe = barrier_mpi::initialize().expect("MPI_Init");
+/// universe.world().fast_barrier()?;
+/// # Ok::<(), barrier_mpi::Error>(())
+/// ```
+pub fn initialize() -> Option<mpi::environment::Universe> {
+    let universe = mpi::initialize()?;
+    raw::hook_finalize(&HOOK, at_finalize);
+    Some(universe)
+}
+
+/// [`initialize`] with a threading level (`mpi::initialize_with_threading`): the level MPI
+/// provides is returned beside the universe.
+pub fn initialize_with_threading(threading: mpi::Threading) -> Option<(mpi::environment::Universe, mpi::Threading)> {
+    let made = mpi::initialize_with_threading(threading)?;
+    raw::hook_finalize(&HOOK, at_finalize);
+    Some(made)
+}
+
+/// Sets our finalize hook now, for a program whose MPI was initialized by other code (a C
+/// `main`, another library): call it right after `MPI_Init`, before anything else sets an
+/// `MPI_COMM_SELF` attribute (see the [module docs](self)). Idempotent; an error when MPI is not
+/// active.
+pub fn set_finalize_hook() -> Result<()> {
+    if !raw::mpi_active() {
+        return Err(not_active());
+    }
+    raw::hook_finalize(&HOOK, at_finalize);
+    Ok(())
 }
 
 fn not_active() -> Error {

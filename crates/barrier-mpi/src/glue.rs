@@ -54,14 +54,19 @@ pub fn say(component: &str, line: &str) {
     barrier::text::say(&format!("{component}: {line}"));
 }
 
+/// Says `why` and ends the job (`MPI_Abort` on `MPI_COMM_WORLD`): for a failure this process
+/// cannot decline alone, the others waiting for it inside MPI.
+pub fn abort_job(component: &str, why: &str) -> ! {
+    say(component, &format!("{why}; aborting the job"));
+    // SAFETY: MPI_Abort on MPI_COMM_WORLD ends the job; it does not return.
+    unsafe { ffi::PMPI_Abort(raw::comm_world(), 70) };
+    std::process::abort()
+}
+
 /// Runs `f`; a panic must not unwind into Open MPI: it ends the job, saying where.
 pub fn guarded<T>(component: &str, what: &str, f: impl FnOnce() -> T) -> T {
-    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|_| {
-        say(component, &format!("internal error (panic) in {what}; aborting the job"));
-        // SAFETY: MPI_Abort on MPI_COMM_WORLD ends the job; it does not return.
-        unsafe { ffi::PMPI_Abort(raw::comm_world(), 70) };
-        std::process::abort()
-    })
+    catch_unwind(AssertUnwindSafe(f))
+        .unwrap_or_else(|_| abort_job(component, &format!("internal error (panic) in {what}")))
 }
 
 /// A component's MCA values as its C glue registered them, handed over as they are: the C side
@@ -355,6 +360,7 @@ pub fn verdict(framework: &str, comm: raw::Comm, all: &[u64]) -> Result<Option<S
     Ok(Some(why))
 }
 
+pub use crate::settings::fault_here;
 pub use raw::hook_finalize;
 
 #[cfg(test)]

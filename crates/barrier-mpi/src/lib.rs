@@ -117,7 +117,9 @@ pub use census::hybrid_team;
 pub use comm::BarrierComm;
 #[cfg(feature = "mpi")]
 #[cfg_attr(docsrs, doc(cfg(feature = "mpi")))]
-pub use ext::{FastBarrier, FastBarrierRequest, FastBarrierSettings};
+pub use ext::{
+    initialize, initialize_with_threading, set_finalize_hook, FastBarrier, FastBarrierRequest, FastBarrierSettings,
+};
 #[cfg(feature = "mpi")]
 #[doc(hidden)]
 pub use request::Detached;

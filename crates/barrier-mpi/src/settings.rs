@@ -14,7 +14,8 @@ pub const MPI_BACKEND: &str = "mpi";
 /// The name reported for shared memory inside nodes and MPI between them.
 pub const HIERARCHICAL: &str = "hierarchical";
 
-const FAULT_STAGES: [&str; 3] = ["open", "join", "internode"];
+/// `group` is the scoll component's: an active set's communicator (`MPI_Comm_create_group`).
+const FAULT_STAGES: [&str; 4] = ["open", "join", "internode", "group"];
 
 /// BARRIER_MPI_FAULT as (stage, world rank).
 fn parse_fault(params: &Params) -> Result<Option<(String, usize)>> {
@@ -42,6 +43,15 @@ pub(crate) const LAYER: Layer = Layer {
 
 fn check_fault(params: &Params) -> Result<()> {
     parse_fault(params).map(|_| ())
+}
+
+/// Whether `BARRIER_MPI_FAULT` makes `stage` fail on this `MPI_COMM_WORLD` rank (for a stage
+/// outside the set-up's own, read where it runs: scoll's `group`).
+pub fn fault_here(params: &Params, stage: &str) -> bool {
+    match parse_fault(params) {
+        Ok(Some((s, rank))) => s == stage && raw::rank(raw::comm_world()).ok() == Some(rank),
+        _ => false,
+    }
 }
 
 /// The settings every rank goes on with (the core's agreement: rank 0's values), and the set-up

@@ -169,7 +169,15 @@ pub extern "C" fn fastbar_scoll_rs_whole_job() {
         if matches!(*parent, Parent::Unstarted) && raw::mpi_active() {
             match raw::idup(raw::comm_world()) {
                 Ok((comm, req)) => *parent = Parent::Pending(comm, req),
-                Err(e) => say(&format!("cannot start a private duplicate of MPI_COMM_WORLD ({e}); active sets are made on MPI_COMM_WORLD itself")),
+                // Collective: the other PEs' duplicates wait for this one's (and a PE on another
+                // parent would never meet them in MPI_Comm_create_group).
+                Err(e) => glue::abort_job(
+                    COMPONENT,
+                    &format!(
+                        "PE {} cannot start the private duplicate of MPI_COMM_WORLD that every PE starts in shmem_init                          ({e}): the other PEs would wait for it at their first active set",
+                        raw::rank(raw::comm_world()).unwrap_or(0)
+                    ),
+                ),
             }
         }
     })
@@ -198,8 +206,9 @@ fn parent() -> Result<MPI_Comm, Error> {
 }
 
 /// An MPI communicator of exactly `pes` (world ranks, in order), made collectively by them;
-/// `None` for `MPI_COMM_WORLD` itself (nothing to free).
-fn communicator_of(pes: &[c_int]) -> Result<Option<MPI_Comm>, Error> {
+/// `None` for `MPI_COMM_WORLD` itself (nothing to free). `fault`: `BARRIER_MPI_FAULT=group:PE`
+/// names this PE (a test's: this PE fails before `MPI_Comm_create_group`).
+fn communicator_of(pes: &[c_int], fault: bool) -> Result<Option<MPI_Comm>, Error> {
     let world = raw::comm_world();
     let size = raw::size(world)?;
     if pes.len() == size && pes.iter().enumerate().all(|(i, &p)| p as usize == i) {
@@ -208,6 +217,12 @@ fn communicator_of(pes: &[c_int]) -> Result<Option<MPI_Comm>, Error> {
     let fail = |call: &str, rc: c_int| Error::Setup(format!("{call} failed: {}", raw::error_string(rc)));
     // Its group is MPI_COMM_WORLD's: the set's PEs are world ranks there too.
     let parent = parent()?;
+    if fault {
+        return Err(Error::Setup(format!(
+            "fault injected by BARRIER_MPI_FAULT=group:{}",
+            raw::rank(world).unwrap_or(0)
+        )));
+    }
     // SAFETY: plain MPI calls on valid handles; every out-pointer is written by MPI.
     unsafe {
         let mut world_group = std::mem::MaybeUninit::uninit();
@@ -295,27 +310,36 @@ unsafe fn build(key: &[c_int], values: *const McaValues) -> Option<&'static Set>
             format!("an active set of {} PEs", key.len())
         };
         let report_after = params.stall_report().map_or(glue::JOIN_REPORT, |s| s.min(glue::JOIN_REPORT));
-        let made = communicator_of(key).and_then(|comm| {
-            let on = comm.unwrap_or_else(raw::comm_world);
-            // Whether every member's component serves the set (`disable`), agreed (issue 50
-            // item 2); then the barrier.
-            // SAFETY: `values` is the component's; `on` is a valid intracommunicator of exactly
-            // the set's members, every one of which makes this call now.
-            let built = match unsafe { glue::join("scoll", on, &*values, report_after) } {
-                Ok(None) => {
-                    // SAFETY: as above.
-                    unsafe { BarrierComm::from_raw_in_component(on, params) }.map(Some)
-                }
-                Ok(Some(_)) => Ok(None),
-                Err(e) => Err(e),
-            };
-            if let Some(mut own) = comm {
-                // The barrier keeps its own duplicate.
-                // SAFETY: made above, freed once.
-                unsafe { ffi::PMPI_Comm_free(&mut own) };
-            }
-            built
+        // Until every member holds the set's communicator there is nothing to agree on: the
+        // others wait for this PE inside MPI_Comm_create_group (or its parent's duplicate) and
+        // cannot learn that it declined. A failure here ends the job, saying why; every later
+        // step is agreed over the set's communicator (`glue::join`, then the barrier's set-up).
+        let comm = communicator_of(key, glue::fault_here(&params, "group")).unwrap_or_else(|e| {
+            glue::abort_job(
+                COMPONENT,
+                &format!(
+                    "shmem barriers of {what}: PE {} cannot make the set's MPI communicator ({e}), and the set's \
+                     other PEs wait for it in MPI_Comm_create_group",
+                    raw::rank(raw::comm_world()).unwrap_or(0)
+                ),
+            )
         });
+        let on = comm.unwrap_or_else(raw::comm_world);
+        // Whether every member's component serves the set (`disable`), agreed (issue 50 item 2);
+        // then the barrier.
+        // SAFETY: `values` is the component's; `on` is a valid intracommunicator of exactly the
+        // set's members, every one of which makes this call now.
+        let made = match unsafe { glue::join("scoll", on, &*values, report_after) } {
+            // SAFETY: as above.
+            Ok(None) => unsafe { BarrierComm::from_raw_in_component(on, params) }.map(Some),
+            Ok(Some(_)) => Ok(None),
+            Err(e) => Err(e),
+        };
+        if let Some(mut own) = comm {
+            // The barrier keeps its own duplicate.
+            // SAFETY: made above, freed once.
+            unsafe { ffi::PMPI_Comm_free(&mut own) };
+        }
         // The set's first PE speaks for it.
         let first = raw::rank(raw::comm_world()).ok() == key.first().map(|&p| p as usize);
         let set = match made {
