@@ -198,6 +198,13 @@ for fault in join:1 open:1 join:0; do
     expect_text "nbx fault $fault" "world rank ${fault#*:}: barriers on a communicator of 2 ranks stay Open MPI's own: building it in the background failed: .*fault injected by BARRIER_MPI_FAULT=$fault"
     expect_no_text "nbx fault $fault" "ours from its barrier call"
 done
+# A rank that cannot start the set-up's exchange (an MPI error there; the fault skips its
+# MPI_Iallgather): the others started it and would wait at their first MPI_Barrier for ever. It
+# ends the job within seconds, saying why (it used to decline alone, and the job hung).
+start=$SECONDS
+run "nbx exchange fault" fail launch BARRIER_MPI_FAULT=exchange:1 -- -np 3 "$BIN/nbx" 200
+expect_text "nbx exchange fault" "coll/fastbar: world rank 1: MPI_Ibarrier: cannot start building a communicator's barrier here (.*fault injected by BARRIER_MPI_FAULT=exchange:1), and the other ranks started its exchange in this call and would wait for this one; aborting the job"
+[ $((SECONDS - start)) -lt 25 ] || fail "nbx exchange fault: took $((SECONDS - start))s to end"
 run "ibarrier latency" ok launch -- --mca coll_fastbar_verbose 1 -np 2 "$BIN/nbx" --latency 20000
 expect_text "ibarrier latency" "ours from its barrier call"
 grep "MPI_Ibarrier + MPI_Wait" "$out"

@@ -35,7 +35,9 @@
 //!
 //! A failure on one rank (its join, the segment) marks the hand-over failed where the segment
 //! is mapped (no rank switches), and the others' joins end on the segment's abort or their
-//! timeout; the communicator then stays Open MPI's on every rank, said once.
+//! timeout; the communicator then stays Open MPI's on every rank, said once. A failure of the
+//! exchange itself on one rank (it cannot start, or MPI reports an error) cannot be agreed: the
+//! others have started it and go on with it. That rank ends the job, saying why.
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::Arc;
@@ -199,6 +201,9 @@ impl Background {
         words.extend_from_slice(&settings);
         words.extend_from_slice(&census::affinity_mask());
         debug_assert_eq!(words.len(), RECORD);
+        if glue::fault_here(&params, "exchange") {
+            return Err(Error::Setup(format!("fault injected by BARRIER_MPI_FAULT=exchange:{world_rank}")));
+        }
         let gather = Gather::start(comm, words)?;
         let verbose = params.flag("BARRIER_VERBOSE").unwrap_or(false);
         Ok(Background {
@@ -228,7 +233,7 @@ impl Background {
                 let report = if *said { Duration::MAX } else { glue::JOIN_REPORT.saturating_sub(began.elapsed()) };
                 let waited = gather.wait_asleep(report, |w| glue::not_joined(framework, comm, w));
                 if let Err(e) = waited {
-                    self.decline(&format!("the set-up's exchange failed: {e}"));
+                    self.exchange_failed(&e);
                 }
                 self.advance();
             }
@@ -288,7 +293,7 @@ impl Background {
                         self.still_gathering(waited);
                     }
                 }
-                Err(e) => self.decline(&format!("the set-up's exchange failed: {e}")),
+                Err(e) => self.exchange_failed(&e),
             },
             Stage::Joining { aside, .. } => match aside.poll() {
                 AsideState::Finished => self.joined(),
@@ -320,6 +325,22 @@ impl Background {
                 self.size
             ),
         );
+    }
+
+    /// The exchange failed here (an MPI error): the others may have this rank's part and go on
+    /// (to a build at their first `MPI_Barrier`, or a join that waits for this rank), and this
+    /// rank cannot tell them that it declines. It ends the job, saying why.
+    fn exchange_failed(&self, e: &Error) -> ! {
+        glue::abort_job(
+            &format!("{}/fastbar", self.framework),
+            &format!(
+                "world rank {}: the exchange of the set-up of our barrier for {} ({} ranks) failed here ({e}); \
+                 the other ranks go on with it and would wait for this one",
+                self.world_rank,
+                raw::name(self.comm),
+                self.size
+            ),
+        )
     }
 
     fn decline(&mut self, why: &str) {

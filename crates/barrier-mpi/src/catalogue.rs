@@ -52,8 +52,9 @@ pub fn params() -> Vec<ParamInfo> {
             "",
             "MPI only, tests: make one set-up stage fail on one MPI_COMM_WORLD rank, STAGE:RANK with STAGE one of \
              open (mapping the node's segment), join (joining it), internode (the internode set-up), group \
-             (scoll only: an active set's communicator). Every rank must then fall back to MPI_Barrier together \
-             (after group, the PE ends the job, saying why).",
+             (scoll only: an active set's communicator), exchange (coll only: the set-up's exchange started at a \
+             first MPI_Ibarrier). Every rank must then fall back to MPI_Barrier together (after group and \
+             exchange, that rank ends the job, saying why: the others wait for it inside MPI).",
         ),
     ]
 }

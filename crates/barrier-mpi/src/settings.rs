@@ -14,8 +14,10 @@ pub const MPI_BACKEND: &str = "mpi";
 /// The name reported for shared memory inside nodes and MPI between them.
 pub const HIERARCHICAL: &str = "hierarchical";
 
-/// `group` is the scoll component's: an active set's communicator (`MPI_Comm_create_group`).
-const FAULT_STAGES: [&str; 4] = ["open", "join", "internode", "group"];
+/// `group` is the scoll component's (an active set's communicator, `MPI_Comm_create_group`);
+/// `exchange` the coll component's background set-up (its exchange, started at the first
+/// `MPI_Ibarrier`).
+const FAULT_STAGES: [&str; 5] = ["open", "join", "internode", "group", "exchange"];
 
 /// BARRIER_MPI_FAULT as (stage, world rank).
 fn parse_fault(params: &Params) -> Result<Option<(String, usize)>> {

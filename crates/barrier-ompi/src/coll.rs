@@ -236,12 +236,16 @@ pub unsafe extern "C" fn fastbar_rs_start(comm: MPI_Comm, values: *const McaValu
                 unsafe { *out = keep(Serving::Background(b)) };
                 1
             }
-            Err(e) => {
-                say(&format!(
-                    "MPI_Ibarrier: a communicator's barrier cannot start building here: {e}; it stays Open MPI's own"
-                ));
-                0
-            }
+            // Every other rank started the set-up's exchange in this call and would wait for
+            // this one's part at its first MPI_Barrier: this rank cannot decline alone.
+            Err(e) => glue::abort_job(
+                COMPONENT,
+                &format!(
+                    "world rank {}: MPI_Ibarrier: cannot start building a communicator's barrier here ({e}), and the \
+                     other ranks started its exchange in this call and would wait for this one",
+                    raw::rank(raw::comm_world()).unwrap_or(0)
+                ),
+            ),
         }
     })
 }
