@@ -43,17 +43,21 @@ fn library() -> std::mem::ManuallyDrop<SimpleCommunicator> {
     std::mem::ManuallyDrop::new(unsafe { SimpleCommunicator::from_raw(handle) })
 }
 
-/// The library's attribute is never copied (`MPI_COMM_NULL_COPY_FN`).
-unsafe extern "C" fn never_copy(
+/// The library's attribute goes with a duplicate of its communicator (`MPI_COMM_DUP_FN`; none is
+/// made here).
+unsafe extern "C" fn copy_value(
     _old: ffi::MPI_Comm,
     _key: c_int,
     _extra: *mut c_void,
-    _value_in: *mut c_void,
-    _value_out: *mut c_void,
+    value_in: *mut c_void,
+    value_out: *mut c_void,
     flag: *mut c_int,
 ) -> c_int {
-    // SAFETY: MPI passes a valid flag pointer.
-    unsafe { *flag = 0 };
+    // SAFETY: MPI passes a valid flag pointer and a place for the copy's value (a pointer).
+    unsafe {
+        *(value_out as *mut *mut c_void) = value_in;
+        *flag = 1;
+    }
     0
 }
 
@@ -86,7 +90,7 @@ fn main() {
         ffi::MPI_Comm_dup(world.as_raw(), dup.as_mut_ptr());
         LIBRARY.set(Handle(dup.assume_init())).ok().expect("set once");
         let mut key: c_int = 0;
-        ffi::MPI_Comm_create_keyval(Some(never_copy), Some(at_finalize), &mut key, std::ptr::null_mut());
+        ffi::MPI_Comm_create_keyval(Some(copy_value), Some(at_finalize), &mut key, std::ptr::null_mut());
         key
     };
     let set = || {
