@@ -5,8 +5,10 @@
 //! `oshcc` and runs it under `oshrun` with `libbarrier_shmem.so` preloaded. The program times
 //! `pshmem_barrier_all` and `pshmem_sync_all` (the implementation's own, by their profiling
 //! names) and `shmem_barrier_all` and `shmem_sync_all` (the interposer's) in alternating chunks
-//! in the same processes, and prints the medians and their ratios. This command needs no
-//! OpenSHMEM itself: only the program it builds does.
+//! in the same processes, and prints the medians and their ratios; between the chunks PE 0 and
+//! PE 1 time a ping-pong through `shmem_ptr`, the machine's cache-line round trip (the level a
+//! VM runs at, against which launches compare). This command needs no OpenSHMEM itself: only the
+//! program it builds does.
 
 use std::path::PathBuf;
 
