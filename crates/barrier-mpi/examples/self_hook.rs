@@ -17,65 +17,54 @@
 //! first build, as it was before `barrier_mpi::initialize()` existed (the negative control:
 //! the callbacks' barriers fail or wait).
 
+use std::cell::RefCell;
 use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicI32, Ordering};
 
+use barrier_mpi::mpi::attribute::CommAttribute;
 use barrier_mpi::mpi::ffi;
-use barrier_mpi::mpi::raw::{AsRaw, FromRaw};
-use barrier_mpi::mpi::topology::SimpleCommunicator;
+use barrier_mpi::mpi::topology::{AnyCommunicator, SimpleCommunicator};
 use barrier_mpi::mpi::traits::*;
 use barrier_mpi::FastBarrier;
 
-/// The library's communicator (a duplicate of the world).
-static LIBRARY: std::sync::OnceLock<Handle> = std::sync::OnceLock::new();
-
-struct Handle(ffi::MPI_Comm);
-// SAFETY: an MPI handle is a plain value; this program calls MPI from its main thread only.
-unsafe impl Send for Handle {}
-// SAFETY: as above.
-unsafe impl Sync for Handle {}
+thread_local! {
+    /// The library's communicator (a duplicate of the world), until its finalize callback.
+    static LIBRARY: RefCell<Option<SimpleCommunicator>> = const { RefCell::new(None) };
+}
 static RANK: AtomicI32 = AtomicI32::new(-1);
 
-fn library() -> std::mem::ManuallyDrop<SimpleCommunicator> {
-    let handle = LIBRARY.get().expect("the library's communicator").0;
-    // SAFETY: the handle is the one `main` made with MPI_Comm_dup and freed by nobody before
-    // the callback; ManuallyDrop keeps rsmpi from freeing it here (the callback does).
-    std::mem::ManuallyDrop::new(unsafe { SimpleCommunicator::from_raw(handle) })
-}
+/// The library's finalize marker on `MPI_COMM_SELF` (rsmpi's attribute API): its deletion, in
+/// `MPI_Finalize`, runs a fast barrier on the library's communicator, then frees it.
+#[derive(Clone)]
+struct AtFinalize;
 
-/// The library's attribute goes with a duplicate of its communicator (`MPI_COMM_DUP_FN`; none is
-/// made here).
-unsafe extern "C" fn copy_value(
-    _old: ffi::MPI_Comm,
-    _key: c_int,
-    _extra: *mut c_void,
-    value_in: *mut c_void,
-    value_out: *mut c_void,
-    flag: *mut c_int,
-) -> c_int {
-    // SAFETY: MPI passes a valid flag pointer and a place for the copy's value (a pointer).
-    unsafe {
-        *(value_out as *mut *mut c_void) = value_in;
-        *flag = 1;
-    }
-    0
-}
-
-/// The library's `MPI_COMM_SELF` callback: a fast barrier on its communicator, then frees it.
-unsafe extern "C" fn at_finalize(_comm: ffi::MPI_Comm, _key: c_int, _value: *mut c_void, _extra: *mut c_void) -> c_int {
-    let rank = RANK.load(Ordering::Relaxed);
-    let comm = library();
-    match comm.fast_barrier() {
-        Ok(()) => println!("self_hook: rank {rank}: the library's finalize barrier passed"),
-        Err(e) => {
-            barrier::text::say(&format!("self_hook: rank {rank}: the library's finalize barrier failed: {e}"));
-            return 1;
+impl CommAttribute for AtFinalize {
+    unsafe extern "C" fn comm_delete_attr_fn(
+        _comm: ffi::MPI_Comm,
+        _key: c_int,
+        value: *mut c_void,
+        _extra: *mut c_void,
+    ) -> c_int {
+        // SAFETY: rsmpi's set_attr boxed the value; MPI deletes it once.
+        drop(unsafe { Box::from_raw(value as *mut AtFinalize) });
+        let rank = RANK.load(Ordering::Relaxed);
+        // Freed (MPI_Comm_free) when it goes out of scope here, after the barrier.
+        let Some(library) = LIBRARY.with(|l| l.borrow_mut().take()) else { return 1 };
+        match library.fast_barrier() {
+            Ok(()) => {
+                println!("self_hook: rank {rank}: the library's finalize barrier passed");
+                0
+            }
+            Err(e) => {
+                barrier::text::say(&format!("self_hook: rank {rank}: the library's finalize barrier failed: {e}"));
+                1
+            }
         }
     }
-    let mut raw = comm.as_raw();
-    // SAFETY: the library's own duplicate, freed once, here.
-    unsafe { ffi::MPI_Comm_free(&mut raw) };
-    0
+}
+
+fn with_library(f: impl FnOnce(&SimpleCommunicator)) {
+    LIBRARY.with(|l| f(l.borrow().as_ref().expect("the library's communicator")));
 }
 
 fn main() {
@@ -84,19 +73,8 @@ fn main() {
     let world = universe.world();
     let rank = world.rank();
     RANK.store(rank, Ordering::Relaxed);
-    // SAFETY: plain MPI calls on valid handles; every out-pointer is written by MPI.
-    let key = unsafe {
-        let mut dup = std::mem::MaybeUninit::uninit();
-        ffi::MPI_Comm_dup(world.as_raw(), dup.as_mut_ptr());
-        LIBRARY.set(Handle(dup.assume_init())).ok().expect("set once");
-        let mut key: c_int = 0;
-        ffi::MPI_Comm_create_keyval(Some(copy_value), Some(at_finalize), &mut key, std::ptr::null_mut());
-        key
-    };
-    let set = || {
-        // SAFETY: a null value; the callback frees nothing it points to.
-        unsafe { ffi::MPI_Comm_set_attr(ffi::RSMPI_COMM_SELF, key, std::ptr::null_mut()) };
-    };
+    LIBRARY.with(|l| *l.borrow_mut() = Some(world.duplicate()));
+    let set = || SimpleCommunicator::self_comm().set_attr(AtFinalize);
     if rank % 2 == 0 {
         set();
     }
@@ -105,13 +83,13 @@ fn main() {
         barrier::text::say(&format!("self_hook: rank {rank}: {what} failed: {e}"));
         world.abort(1)
     };
-    library().fast_barrier().unwrap_or_else(|e| fail("the first barrier", e));
+    with_library(|l| l.fast_barrier().unwrap_or_else(|e| fail("the first barrier", e)));
     world.fast_barrier().unwrap_or_else(|e| fail("the world's first barrier", e));
     if rank % 2 == 1 {
         set();
     }
     for i in 0..100 {
-        library().fast_barrier().unwrap_or_else(|e| fail(&format!("barrier {i}"), e));
+        with_library(|l| l.fast_barrier().unwrap_or_else(|e| fail(&format!("barrier {i}"), e)));
     }
     println!("self_hook: rank {rank}: before MPI_Finalize");
     drop(world);

@@ -371,6 +371,8 @@ impl BarrierComm {
         }
         if let Some((stage, _)) = agreed.fault.as_ref().filter(|(_, r)| *r == world_rank) {
             // A test that injects a fault which cannot fire must not pass for the wrong reason.
+            // (`group` and `exchange` fire outside this set-up, in the scoll component and the
+            // background set-up; their tests check the text they fire with.)
             let never = match stage.as_str() {
                 "open" if leader => Some("this rank makes its node's segment; `open` fails a node's other ranks"),
                 "internode" if !internode_runs => Some(

@@ -168,7 +168,7 @@ fn finalized_while_pending() -> Error {
 /// ```
 pub fn initialize() -> Option<mpi::environment::Universe> {
     let universe = mpi::initialize()?;
-    raw::hook_finalize(&HOOK, at_finalize);
+    hook_or_say();
     Some(universe)
 }
 
@@ -176,20 +176,32 @@ pub fn initialize() -> Option<mpi::environment::Universe> {
 /// provides is returned beside the universe.
 pub fn initialize_with_threading(threading: mpi::Threading) -> Option<(mpi::environment::Universe, mpi::Threading)> {
     let made = mpi::initialize_with_threading(threading)?;
-    raw::hook_finalize(&HOOK, at_finalize);
+    hook_or_say();
     Some(made)
 }
 
 /// Sets our finalize hook now, for a program whose MPI was initialized by other code (a C
 /// `main`, another library): call it right after `MPI_Init`, before anything else sets an
 /// `MPI_COMM_SELF` attribute (see the [module docs](self)). Idempotent; an error when MPI is not
-/// active.
+/// active, or when MPI refused the hook's key or attribute.
 pub fn set_finalize_hook() -> Result<()> {
     if !raw::mpi_active() {
         return Err(not_active());
     }
     raw::hook_finalize(&HOOK, at_finalize);
-    Ok(())
+    match HOOK.get() {
+        Some(Some(_)) => Ok(()),
+        _ => Err(Error::Setup(
+            "MPI refused the attribute on MPI_COMM_SELF that frees our barriers at MPI_Finalize".into(),
+        )),
+    }
+}
+
+/// [`set_finalize_hook`] inside initialization, where a refusal can only be said.
+fn hook_or_say() {
+    if let Err(e) = set_finalize_hook() {
+        barrier::text::say(&format!("barrier-mpi: {e}; a library's finalize callback may meet our barriers freed"));
+    }
 }
 
 fn not_active() -> Error {

@@ -44,7 +44,8 @@ extern int fastbar_rs_open(const struct fastbar_built_for *built);
  * every rank declines (the reason was printed where one must be). */
 extern int fastbar_rs_create(MPI_Comm comm, const struct fastbar_mca_values *values, fastbar_rs **out);
 /* A first MPI_Ibarrier (it must not block): starts building in the background (collective, not
- * blocking): 1 and *out set, or 0 when this rank declines (said). */
+ * blocking): 1 and *out set. A rank that cannot start it ends the job, saying why (the others
+ * started the exchange: it cannot decline alone); 0 is never returned, DECLINED is a guard. */
 extern int fastbar_rs_start(MPI_Comm comm, const struct fastbar_mca_values *values, fastbar_rs **out);
 /* Advances the barriers building in the background without blocking: how many still are, or -1
  * when another call of it is under way. */

@@ -213,8 +213,8 @@ fn keep(serving: Serving) -> *mut Served {
 }
 
 /// Starts building `comm`'s barrier in the background, in its first `MPI_Ibarrier` (which must
-/// not block): 1 and `*out` set, or 0 (said) when this rank cannot start it and the previous
-/// module keeps serving here.
+/// not block): 1 and `*out` set. A rank that cannot start it ends the job, saying why (the
+/// others started the set-up's exchange in this call: it cannot decline alone).
 ///
 /// # Safety
 /// As for `fastbar_rs_create`, in the first `MPI_Ibarrier` of `comm`.

@@ -174,7 +174,8 @@ pub extern "C" fn fastbar_scoll_rs_whole_job() {
                 Err(e) => glue::abort_job(
                     COMPONENT,
                     &format!(
-                        "PE {} cannot start the private duplicate of MPI_COMM_WORLD that every PE starts in shmem_init                          ({e}): the other PEs would wait for it at their first active set",
+                        "PE {} cannot start the private duplicate of MPI_COMM_WORLD that every PE starts in shmem_init \
+                         ({e}): the other PEs would wait for it at their first active set",
                         raw::rank(raw::comm_world()).unwrap_or(0)
                     ),
                 ),
