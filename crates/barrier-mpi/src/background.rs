@@ -153,19 +153,6 @@ impl Allgather for Replay<'_> {
     }
 }
 
-/// This machine, as the ranks that can map each other's memfds see it: the host's name, its
-/// boot and this process's PID namespace (a rank of another namespace cannot open our
-/// `/proc/<pid>/fd`).
-fn machine_key() -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::hash::DefaultHasher::new();
-    let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
-    read("/proc/sys/kernel/hostname").trim().hash(&mut h);
-    read("/proc/sys/kernel/random/boot_id").trim().hash(&mut h);
-    std::fs::read_link("/proc/self/ns/pid").map(|p| p.to_string_lossy().into_owned()).unwrap_or_default().hash(&mut h);
-    h.finish()
-}
-
 impl Background {
     /// Starts the set-up of `comm`'s barrier in its first barrier call, an `MPI_Ibarrier`
     /// (collective: every rank's component makes this call in the same call; it does not block).
@@ -192,7 +179,7 @@ impl Background {
         let mut words = vec![
             glue::declines_here(values, size),
             world_rank as u64,
-            machine_key(),
+            census::machine_key(),
             u64::from(std::process::id()),
             fd,
             dev,

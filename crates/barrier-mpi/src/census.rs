@@ -42,6 +42,48 @@ pub(crate) struct MachineJob {
 
 static CENSUS: OnceLock<MachineJob> = OnceLock::new();
 
+/// The words a rank adds to its communicator's settings' allgather, saying where it runs: its
+/// machine ([`machine_key`]), its `MPI_COMM_WORLD` rank and its CPU mask (18 words). A
+/// communicator whose ranks all share one machine (and one node block) is one node, known
+/// without a split.
+pub(crate) fn my_place(world_rank: usize) -> Vec<u64> {
+    let mut words = vec![machine_key(), world_rank as u64];
+    words.extend_from_slice(&affinity_mask());
+    words
+}
+
+/// The job on the machine of a communicator whose every rank is on this one, from the ranks'
+/// place words (what [`machine_of`] finds with a split and an allreduce).
+pub(crate) fn one_machine(places: &[Vec<u64>]) -> MachineJob {
+    let mut mask = [0u64; 16];
+    for row in places {
+        for (m, w) in mask.iter_mut().zip(&row[2..]) {
+            *m |= w;
+        }
+    }
+    let cores = mask.iter().map(|w| w.count_ones() as usize).sum::<usize>().max(1);
+    MachineJob { ranks: places.len(), cores }
+}
+
+/// This machine, as the ranks that can map each other's memfds see it: the host's name, its
+/// boot and this process's PID namespace (a rank of another namespace cannot open our
+/// `/proc/<pid>/fd`), hashed. Read once per process.
+pub(crate) fn machine_key() -> u64 {
+    static KEY: OnceLock<u64> = OnceLock::new();
+    *KEY.get_or_init(|| {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::hash::DefaultHasher::new();
+        let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
+        read("/proc/sys/kernel/hostname").trim().hash(&mut h);
+        read("/proc/sys/kernel/random/boot_id").trim().hash(&mut h);
+        std::fs::read_link("/proc/self/ns/pid")
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_default()
+            .hash(&mut h);
+        h.finish()
+    })
+}
+
 /// Records a census (the first one wins: every later one would count the same processes).
 pub(crate) fn record(job: MachineJob) {
     let _ = CENSUS.set(job);

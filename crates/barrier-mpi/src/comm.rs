@@ -246,6 +246,20 @@ impl BarrierComm {
     /// the build on every rank, with the first failing world rank named.
     fn build(&mut self, params: &Params, agreed: &Agreed, world_rank: usize) -> Step<()> {
         let local = |error: Error| Box::new(NodeFailure { rank: world_rank, error });
+        // One machine (and one node block): the communicator is its node, known from the place
+        // words gathered with the settings, without a split (a communicator creation) or the
+        // node's own collectives.
+        let node_of = |row: &Vec<u64>| (row[0], (row[1] as usize).checked_div(agreed.core.node_block));
+        let places = &agreed.places;
+        if places.len() == self.size && places.iter().all(|row| node_of(row) == node_of(&places[0])) {
+            let own = census::one_machine(places);
+            if raw::congruent_with_world(self.comm).map_err(local)? {
+                census::record(own);
+            }
+            let job = census::job_on_machine(own);
+            let ranks = places.iter().enumerate().map(|(rank, row)| (row[1] as usize, rank)).collect();
+            return self.build_on_node(self.comm, Some(ranks), params, agreed, world_rank, job);
+        }
         // Node topology: the machine's ranks, cut into blocks of BARRIER_MPI_NODE_BLOCK.
         let (machine, own) = census::machine_of(self.comm, self.rank).map_err(local)?;
         let machine_comm = machine.0;
@@ -266,12 +280,15 @@ impl BarrierComm {
             census::record(own);
         }
         let job = census::job_on_machine(own);
-        self.build_on_node(node_comm, params, agreed, world_rank, job)
+        self.build_on_node(node_comm, None, params, agreed, world_rank, job)
     }
 
+    /// The node's part of the set-up over `node_comm`. `one_node`: the communicator is its one
+    /// node (`node_comm` is the communicator), with its ranks' (world rank, rank) already known.
     fn build_on_node(
         &mut self,
         node_comm: Comm,
+        one_node: Option<Vec<(usize, usize)>>,
         params: &Params,
         agreed: &Agreed,
         world_rank: usize,
@@ -281,29 +298,34 @@ impl BarrierComm {
         self.local_rank = raw::rank(node_comm).map_err(local)?;
         self.local_size = raw::size(node_comm).map_err(local)?;
         let leader = self.local_rank == 0;
-        self.node_ranks = raw::allgather(node_comm, &[world_rank as u64, self.rank as u64])
-            .map_err(local)?
-            .iter()
-            .map(|w| (w[0] as usize, w[1] as usize))
-            .collect();
-        // The node roots, in rank order: how many, and this node's place among them. Their
-        // communicator is made only where there are several nodes.
-        let leaders = raw::allgather(self.comm, &[u64::from(leader)]).map_err(local)?;
-        let nodes = leaders.iter().filter(|w| w[0] == 1).count();
-        let roots = match nodes > 1 {
-            true => raw::split(self.comm, leader.then_some(0), self.rank).map_err(local)?,
-            false => None,
-        };
-        // Kept from here on, so that a later step that fails leaves nothing behind either.
-        if let Some(r) = roots {
-            self.made_on_the_way.push(OwnedComm(r));
+        let mut roots = None;
+        if let Some(ranks) = one_node {
+            (self.node_ranks, self.nodes, self.node) = (ranks, 1, 0);
+        } else {
+            self.node_ranks = raw::allgather(node_comm, &[world_rank as u64, self.rank as u64])
+                .map_err(local)?
+                .iter()
+                .map(|w| (w[0] as usize, w[1] as usize))
+                .collect();
+            // The node roots, in rank order: how many, and this node's place among them. Their
+            // communicator is made only where there are several nodes.
+            let leaders = raw::allgather(self.comm, &[u64::from(leader)]).map_err(local)?;
+            let nodes = leaders.iter().filter(|w| w[0] == 1).count();
+            roots = match nodes > 1 {
+                true => raw::split(self.comm, leader.then_some(0), self.rank).map_err(local)?,
+                false => None,
+            };
+            // Kept from here on, so that a later step that fails leaves nothing behind either.
+            if let Some(r) = roots {
+                self.made_on_the_way.push(OwnedComm(r));
+            }
+            let mut place = [0u64; 2];
+            if leader {
+                place = [nodes as u64, leaders[..self.rank].iter().filter(|w| w[0] == 1).count() as u64];
+            }
+            raw::broadcast(node_comm, 0, &mut place).map_err(local)?;
+            (self.nodes, self.node) = (place[0] as usize, place[1] as usize);
         }
-        let mut place = [0u64; 2];
-        if leader {
-            place = [nodes as u64, leaders[..self.rank].iter().filter(|w| w[0] == 1).count() as u64];
-        }
-        raw::broadcast(node_comm, 0, &mut place).map_err(local)?;
-        (self.nodes, self.node) = (place[0] as usize, place[1] as usize);
 
         // The node: its segment, its universe and, across nodes, its part of the hierarchy
         // (the core's set-up, over this communicator's collectives). Waits keep MPI

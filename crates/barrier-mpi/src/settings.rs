@@ -7,6 +7,7 @@ use crate::catalogue::{INTERNODE as MPI_INTERNODE, NODE_BLOCK as MPI_NODE_BLOCK}
 use barrier::hierarchy::{Allgather, Layer};
 use barrier::{Error, Params, Result};
 
+use crate::census;
 use crate::raw::{self, Comm};
 
 /// The name of the last backend of the chain: `MPI_Barrier` itself.
@@ -61,12 +62,16 @@ pub fn fault_here(params: &Params, stage: &str) -> bool {
 pub(crate) struct Agreed {
     pub(crate) core: barrier::hierarchy::Agreed,
     pub(crate) fault: Option<(String, usize)>,
+    /// Every rank's place words ([`census::my_place`]), by rank, gathered with the settings;
+    /// empty where the agreement ran over another allgather.
+    pub(crate) places: Vec<Vec<u64>>,
 }
 
-/// The communicator's allgather, for the core's agreement.
+/// The communicator's allgather, for the core's agreement; each rank's place words ride along.
 struct Ranks {
     comm: Comm,
     world_rank: usize,
+    places: std::cell::RefCell<Vec<Vec<u64>>>,
 }
 
 impl Allgather for Ranks {
@@ -75,13 +80,20 @@ impl Allgather for Ranks {
     }
 
     fn allgather(&self, words: &[u64]) -> Result<Vec<Vec<u64>>> {
-        raw::allgather(self.comm, words)
+        let mut mine = words.to_vec();
+        mine.extend(census::my_place(self.world_rank));
+        let mut rows = raw::allgather(self.comm, &mine)?;
+        *self.places.borrow_mut() = rows.iter_mut().map(|row| row.split_off(words.len())).collect();
+        Ok(rows)
     }
 }
 
-/// Checks every setting on every rank and agrees on the verdict and on rank 0's values.
+/// Checks every setting on every rank and agrees on the verdict and on rank 0's values; every
+/// rank's place words come with them (one allgather).
 pub(crate) fn agree_settings(comm: Comm, params: &Params, world_rank: usize) -> Result<Agreed> {
-    agree_settings_over(&Ranks { comm, world_rank }, params)
+    let ranks = Ranks { comm, world_rank, places: Default::default() };
+    let agreed = agree_settings_over(&ranks, params)?;
+    Ok(Agreed { places: ranks.places.into_inner(), ..agreed })
 }
 
 /// [`agree_settings`] over another allgather (the background set-up's, which gathers the words
@@ -89,5 +101,5 @@ pub(crate) fn agree_settings(comm: Comm, params: &Params, world_rank: usize) -> 
 pub(crate) fn agree_settings_over(x: &impl Allgather, params: &Params) -> Result<Agreed> {
     crate::catalogue::register();
     let core = barrier::hierarchy::agree_settings(x, params, &LAYER)?;
-    Ok(Agreed { core, fault: parse_fault(params).ok().flatten() })
+    Ok(Agreed { core, fault: parse_fault(params).ok().flatten(), places: Vec::new() })
 }
