@@ -67,19 +67,23 @@ pub(crate) fn one_machine(places: &[Vec<u64>]) -> MachineJob {
 
 /// This machine, as the ranks that can map each other's memfds see it: the host's name, its
 /// boot and this process's PID namespace (a rank of another namespace cannot open our
-/// `/proc/<pid>/fd`), hashed. Read once per process.
+/// `/proc/<pid>/fd`), hashed. Read once per process. Where one of them cannot be read (an
+/// empty boot id would make two hosts of one name alike, and every host's first PID namespace
+/// has the same inode), this process's PID goes in too: the key is then this process's alone,
+/// and no communicator is taken for one node on its word (the node split decides, as before).
 pub(crate) fn machine_key() -> u64 {
     static KEY: OnceLock<u64> = OnceLock::new();
     *KEY.get_or_init(|| {
         use std::hash::{Hash, Hasher};
+        let read = |p: &str| std::fs::read_to_string(p).ok().map(|s| s.trim().to_string()).filter(|s| !s.is_empty());
+        let host = read("/proc/sys/kernel/hostname");
+        let boot = read("/proc/sys/kernel/random/boot_id");
+        let pid_ns = std::fs::read_link("/proc/self/ns/pid").ok().map(|p| p.to_string_lossy().into_owned());
         let mut h = std::hash::DefaultHasher::new();
-        let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
-        read("/proc/sys/kernel/hostname").trim().hash(&mut h);
-        read("/proc/sys/kernel/random/boot_id").trim().hash(&mut h);
-        std::fs::read_link("/proc/self/ns/pid")
-            .map(|p| p.to_string_lossy().into_owned())
-            .unwrap_or_default()
-            .hash(&mut h);
+        (&host, &boot, &pid_ns).hash(&mut h);
+        if host.is_none() || boot.is_none() || pid_ns.is_none() {
+            std::process::id().hash(&mut h);
+        }
         h.finish()
     })
 }
