@@ -402,13 +402,10 @@ fn keyval() -> c_int {
     let k = raw::create_keyval(delete_entry).unwrap_or_else(|e| {
         // The other ranks may already be building this communicator's barrier (collective):
         // this rank cannot decline alone. (As the interposer does; MPI hardly ever refuses.)
-        barrier::text::say(&format!(
+        raw::abort_job(&format!(
             "barrier-mpi: cannot create an MPI attribute key ({e}); aborting the job (the other ranks would wait \
              for this one for ever)"
-        ));
-        // SAFETY: MPI is active (checked by the callers); MPI_Abort ends the job.
-        unsafe { mpi::ffi::PMPI_Abort(raw::comm_world(), 70) };
-        std::process::abort()
+        ))
     });
     // Two threads racing here make two keys; one is used, which is harmless.
     *KEYVAL.get_or_init(|| k)

@@ -57,10 +57,7 @@ pub fn say(component: &str, line: &str) {
 /// Says `why` and ends the job (`MPI_Abort` on `MPI_COMM_WORLD`): for a failure this process
 /// cannot decline alone, the others waiting for it inside MPI.
 pub fn abort_job(component: &str, why: &str) -> ! {
-    say(component, &format!("{why}; aborting the job"));
-    // SAFETY: MPI_Abort on MPI_COMM_WORLD ends the job; it does not return.
-    unsafe { ffi::PMPI_Abort(raw::comm_world(), 70) };
-    std::process::abort()
+    raw::abort_job(&format!("{component}: {why}; aborting the job"))
 }
 
 /// Runs `f`; a panic must not unwind into Open MPI: it ends the job, saying where.

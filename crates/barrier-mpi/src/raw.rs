@@ -491,6 +491,15 @@ unsafe extern "C" fn never_copy(
     SUCCESS
 }
 
+/// Says `line` on stderr and ends the job (`MPI_Abort` on `MPI_COMM_WORLD`, code 70): for a
+/// failure one process cannot decline alone, the others waiting for it inside MPI or our set-up.
+pub fn abort_job(line: &str) -> ! {
+    barrier::text::say(line);
+    // SAFETY: MPI_Abort on MPI_COMM_WORLD ends the job; it does not return.
+    unsafe { ffi::PMPI_Abort(comm_world(), 70) };
+    std::process::abort()
+}
+
 /// A new attribute key whose values are never copied to duplicates and are deleted by `delete`.
 pub fn create_keyval(delete: DeleteAttr) -> Result<c_int> {
     let mut key: c_int = 0;

@@ -49,7 +49,7 @@ fn check_fault(params: &Params) -> Result<()> {
 }
 
 /// Whether `BARRIER_MPI_FAULT` makes `stage` fail on this `MPI_COMM_WORLD` rank (for a stage
-/// outside the set-up's own, read where it runs: scoll's `group`).
+/// outside the set-up's own, read where it runs: scoll's `group`, the background set-up's `exchange`).
 pub fn fault_here(params: &Params, stage: &str) -> bool {
     match parse_fault(params) {
         Ok(Some((s, rank))) => s == stage && raw::rank(raw::comm_world()).ok() == Some(rank),

@@ -75,10 +75,7 @@ fn ffi_err_other() -> c_int {
 /// Ends the job: after a collective set-up, a rank that cannot keep what it agreed to (or
 /// cannot take part at all) would leave the others waiting in our barrier.
 fn abort_job(why: &str) -> ! {
-    barrier::text::say(&format!("barrier: {why}; aborting the job (other ranks would wait for this one for ever)"));
-    // SAFETY: MPI_Abort on MPI_COMM_WORLD ends the job; it does not return.
-    unsafe { ffi::PMPI_Abort(raw::comm_world(), 70) };
-    std::process::abort()
+    raw::abort_job(&format!("barrier: {why}; aborting the job (other ranks would wait for this one for ever)"))
 }
 
 fn keyval() -> c_int {
@@ -215,9 +212,7 @@ fn teardown() {
 
 fn guarded(what: &str, f: impl FnOnce() -> c_int) -> c_int {
     catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|_| {
-        barrier::text::say(&format!("barrier: internal error (panic) in the {what} interposer; aborting the job"));
-        // SAFETY: MPI_Abort on MPI_COMM_WORLD ends the job; it does not return.
-        unsafe { ffi::PMPI_Abort(raw::comm_world(), 70) }
+        raw::abort_job(&format!("barrier: internal error (panic) in the {what} interposer; aborting the job"))
     })
 }
 
