@@ -56,6 +56,7 @@ mpicc.openmpi -O2 -Wall -Werror -o "$BIN/attr_callbacks" tests/ompi/attr_callbac
 mpicc.openmpi -O2 -Wall -Werror -o "$BIN/self_hook" tests/ompi/self_hook.c
 mpicc.openmpi -O2 -Wall -Werror -o "$BIN/ibarrier_freed" tests/ompi/ibarrier_freed.c
 mpicc.openmpi -O2 -Wall -Werror -o "$BIN/many_comms" tests/ompi/many_comms.c
+mpicc.openmpi -O2 -Wall -Werror -o "$BIN/reuse" tests/ompi/reuse.c
 mpicc.openmpi -O2 -Wall -Werror -o "$BIN/ibarrier_errors" tests/ompi/ibarrier_errors.c
 mpicc.openmpi -O2 -Wall -Werror -pthread -o "$BIN/nbx" tests/ompi/nbx.c
 mpicc.openmpi -O2 -Wall -Werror -shared -fPIC -o "$BIN/libpmpi_count.so" tests/ompi/pmpi_count.c
@@ -136,6 +137,19 @@ run "many communicators" ok bash -c "ulimit -n 1024 && exec ${MPIRUN[*]} -np 2 $
 [ "$(grep -c 'many_comms: rank [0-9] passed' "$out")" = 2 ] || { cat "$out"; fail "many communicators: not every rank passed"; }
 expect_no_text "many communicators" "could not make the node's shared segment"
 grep "first barrier" "$out"
+
+step "a duplicate per call, freed on return: the next one's first barrier reuses the freed one's (issue 50 item 3)"
+# 200 calls: 40 opt out (Open MPI's own), the first duplicate and the first reversed split build;
+# every other one reuses the barrier of the last freed communicator of its ranks in its order.
+for case in 3:0 4:2; do
+    np=${case%:*} block=${case#*:}
+    run "reuse np=$np block=$block" ok launch -- --mca coll_fastbar_verbose 1 --mca coll_fastbar_node_block "$block" \
+        -np "$np" "$BIN/reuse" 200
+    [ "$(grep -c 'reuse: rank [0-9] passed' "$out")" = "$np" ] || { cat "$out"; fail "reuse np=$np: not every rank passed"; }
+    [ "$(grep -c 'the barrier of a freed communicator of the same ranks' "$out")" = 158 ] ||
+        { cat "$out"; fail "reuse np=$np block=$block: not 158 of the 200 communicators reused a freed one's barrier"; }
+    grep "first barrier" "$out"
+done
 
 step "the program's attribute callbacks run only for its own calls (issue 50 item 5)"
 for block in 0 1; do

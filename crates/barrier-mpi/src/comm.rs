@@ -71,6 +71,8 @@ pub struct BarrierComm {
     /// leave blocks in the program's heap that its next small blocks fill, which moved ISx's
     /// blocks and made glibc trim its heap every iteration (examples/mpi/heap_holes.c).
     made_on_the_way: Vec<OwnedComm>,
+    /// Barrier calls made on it (blocking and split phase), for [`BarrierComm::reuse_key`].
+    pub(crate) calls: std::cell::Cell<u64>,
 }
 
 // SAFETY: the MPI handles are plain handles that MPI lets any thread use at
@@ -217,6 +219,7 @@ impl BarrierComm {
             home: (!raw::any_thread_may_call()).then(this_thread),
             params: params.clone(),
             made_on_the_way: Vec::new(),
+            calls: std::cell::Cell::new(0),
         };
         let mut agreed = agree_settings(me.comm, &params, world_rank)?;
         if !meet_asleep {
@@ -496,6 +499,7 @@ impl BarrierComm {
             home: (!raw::any_thread_may_call()).then(this_thread),
             params: params.clone(),
             made_on_the_way: Vec::new(),
+            calls: std::cell::Cell::new(0),
         }
     }
 
@@ -503,6 +507,7 @@ impl BarrierComm {
     pub fn barrier(&self) -> Result<()> {
         self.on_home_thread()?;
         self.mpi_still_up()?;
+        self.calls.set(self.calls.get() + 1);
         match &self.path {
             Path::Node(node) => node.world().barrier(),
             Path::Hierarchical { hier, .. } => hier.barrier(),
@@ -604,6 +609,30 @@ impl BarrierComm {
     /// Ranks on this rank's node.
     pub fn local_size(&self) -> usize {
         self.local_size
+    }
+
+    /// What identifies this barrier for another communicator of the same ranks (an Open MPI
+    /// component keeps a freed communicator's barrier for the next one: barrier-ompi's
+    /// `reuse.rs`), where it can serve one: `Some((private, calls))`, its private duplicate
+    /// (congruent with the communicator it was built for) and the barrier calls made on it so
+    /// far, when it is ours (not `MPI_Barrier`), no set-up step failed, and every barrier
+    /// started on it has completed on this rank without an error. Ranks that all hold it with
+    /// the same count are in the same state: every barrier of it completed everywhere.
+    #[doc(hidden)]
+    pub fn reuse_key(&self) -> Option<(raw::Comm, u64)> {
+        let quiet = match &self.path {
+            Path::Node(node) => node.world().is_quiet(),
+            Path::Hierarchical { hier, .. } => hier.is_quiet(),
+            Path::Mpi => false,
+        };
+        let has_private = self.comm != raw::comm_null();
+        (quiet && has_private && self.fell_back.is_none()).then_some((self.comm, self.calls.get()))
+    }
+
+    /// The settings it was made with.
+    #[doc(hidden)]
+    pub fn params(&self) -> &Params {
+        &self.params
     }
 
     /// Messages this rank sent to other nodes for barriers so far (node roots only).

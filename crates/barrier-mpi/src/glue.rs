@@ -264,19 +264,29 @@ const TOO_SMALL_HERE: u64 = 2;
 /// component not loaded there, or a lower priority there) never joins, and the ranks that did
 /// say so after `report_after`, naming the communicator and what to check, and go on waiting.
 ///
+/// `extra`: words of the component's own gathered in the same exchange (the coll component's
+/// offers of a freed communicator's barrier to reuse); every rank's, by rank, one after the
+/// other, come back with the verdict.
+///
 /// # Safety
 /// `values` is the component's (its strings null or NUL-terminated); `comm` is valid, and
-/// every rank of it whose component serves it makes this call in its first barrier on it.
+/// every rank of it whose component serves it makes this call in its first barrier on it, with
+/// as many `extra` words as every other.
 pub unsafe fn join(
     framework: &str,
     comm: raw::Comm,
     values: &McaValues,
     report_after: std::time::Duration,
-) -> Result<Option<String>, barrier::Error> {
+    extra: &[u64],
+) -> Result<(Option<String>, Vec<u64>), barrier::Error> {
     let size = raw::size(comm)?;
-    let here = declines_here(values, size);
-    let all = raw::sleeping_allgather(comm, here, report_after, |waited| not_joined(framework, comm, waited))?;
-    verdict(framework, comm, &all)
+    let mut words = vec![declines_here(values, size)];
+    words.extend_from_slice(extra);
+    let row = words.len();
+    let all = raw::sleeping_allgather(comm, words, report_after, |waited| not_joined(framework, comm, waited))?;
+    let declines: Vec<u64> = all.chunks(row).map(|r| r[0]).collect();
+    let extra = all.chunks(row).flat_map(|r| r[1..].iter().copied()).collect();
+    Ok((verdict(framework, comm, &declines)?, extra))
 }
 
 /// What this rank's own settings say of a communicator of `size` ranks: 0 to serve it, else

@@ -382,18 +382,18 @@ pub fn wait_asleep(
     )
 }
 
-/// Every rank's `word`, by rank, gathered without blocking (`MPI_Iallgather`) and waited for
+/// Every rank's `words` (the same count on each), by rank, one after the other, gathered without blocking (`MPI_Iallgather`) and waited for
 /// asleep as [`sleeping_rendezvous`] waits. After `report_after`, `said(waited)` is called once:
 /// a rank that never joins (one where another component's barrier serves: the component was
 /// not loaded there, or its priority is lower there) leaves the others here, and they must say
 /// so rather than hang silently.
 pub(crate) fn sleeping_allgather(
     comm: Comm,
-    word: u64,
+    words: Vec<u64>,
     report_after: std::time::Duration,
     said: impl FnOnce(std::time::Duration),
 ) -> Result<Vec<u64>> {
-    let mut gather = Gather::start(comm, vec![word])?;
+    let mut gather = Gather::start(comm, words)?;
     wait_asleep(&mut gather.req, Some(report_after), said)?;
     Ok(gather.take())
 }
@@ -584,9 +584,15 @@ pub(crate) fn release(req: &mut Request) {
 
 /// Whether `comm` has the same group as `MPI_COMM_WORLD` (`MPI_IDENT` or `MPI_CONGRUENT`).
 pub(crate) fn congruent_with_world(comm: Comm) -> Result<bool> {
+    congruent(comm, comm_world())
+}
+
+/// Whether `a` and `b` have the same group, in the same order (`MPI_IDENT` or
+/// `MPI_CONGRUENT`). Local.
+pub fn congruent(a: Comm, b: Comm) -> Result<bool> {
     let mut result: c_int = 0;
     // SAFETY: as for `rank`; `result` is writable.
-    check(unsafe { ffi::PMPI_Comm_compare(comm, comm_world(), &mut result) }, "MPI_Comm_compare")?;
+    check(unsafe { ffi::PMPI_Comm_compare(a, b, &mut result) }, "MPI_Comm_compare")?;
     // SAFETY: constants from rsmpi's C shim.
     Ok(result == unsafe { ffi::RSMPI_IDENT } || result == unsafe { ffi::RSMPI_CONGRUENT })
 }

@@ -38,6 +38,14 @@ typedef struct fastbar_rs_req fastbar_rs_req; /* one split-phase barrier */
 
 /* Called by the Rust side at MPI_Finalize (defined below). */
 void fastbar_drain_in_flight(void);
+/* Called by the Rust side: a communicator's context id, the same on every rank of it in Open
+ * MPI and unique among the live communicators of a process (the reuse of a freed
+ * communicator's barrier names the barrier by its private duplicate's). */
+uint32_t fastbar_comm_cid(MPI_Comm comm);
+uint32_t fastbar_comm_cid(MPI_Comm comm)
+{
+    return ompi_comm_get_cid(comm);
+}
 /* 1: the component may open; 0: refused (said once per node). */
 extern int fastbar_rs_open(const struct fastbar_built_for *built);
 /* Collective over `comm`'s ranks: 1 and *out set when every rank serves the communicator, 0 when

@@ -10,6 +10,8 @@ use barrier_mpi::glue::{self, BuiltFor, ComponentStorage, McaValues, DONE, FAILE
 use barrier_mpi::mpi::ffi::{self, MPI_Comm};
 use barrier_mpi::{raw, BarrierComm, Detached};
 
+use crate::reuse;
+
 /// The component structure Open MPI looks up by name (see [`ComponentStorage`]). Written
 /// once, by the C side's constructor, before Open MPI can see it; read by Open MPI only.
 #[no_mangle]
@@ -101,6 +103,7 @@ pub extern "C" fn fastbar_rs_at_finalize() {
         let taken = lock(&served).take();
         drop(taken);
     });
+    guarded("MPI_Finalize", reuse::free_all);
 }
 
 /// The info key with which a program keeps one communicator on Open MPI's own barrier
@@ -152,10 +155,25 @@ pub unsafe extern "C" fn fastbar_rs_create(comm: MPI_Comm, values: *const McaVal
         // that never joins is reported by the others (within JOIN_REPORT, or the stall report's
         // delay if shorter).
         let report_after = params.stall_report().map_or(glue::JOIN_REPORT, |s| s.min(glue::JOIN_REPORT));
+        // With it, each rank's offers of a freed communicator's barrier for this one.
+        let offers = reuse::offers(comm, &params);
         // SAFETY: the caller's contract.
-        match unsafe { glue::join("coll", comm, &*values, report_after) } {
-            Ok(None) => {}
-            Ok(Some(_)) => return 0,
+        match unsafe { glue::join("coll", comm, &*values, report_after, &offers) } {
+            Ok((None, all)) => {
+                if let Some(c) = reuse::adopt(&all) {
+                    if verbose && rank == 0 {
+                        say(&format!(
+                            "MPI_Barrier on a communicator of {size} ranks: the barrier of a freed communicator of the \
+                             same ranks ({})",
+                            c.summary()
+                        ));
+                    }
+                    // SAFETY: the caller's contract.
+                    unsafe { *out = keep(Serving::Built(c)) };
+                    return 1;
+                }
+            }
+            Ok((Some(_), _)) => return 0,
             Err(e) => {
                 say(&format!("MPI_Barrier on a communicator of {size} ranks stays Open MPI's own: {e}"));
                 return 0;
@@ -405,7 +423,19 @@ pub unsafe extern "C" fn fastbar_rs_free(served: *mut Served) {
         live().retain(|a| !std::ptr::eq(Arc::as_ptr(a), served));
         // SAFETY: the caller's contract: the C side's reference, given up once.
         let served = unsafe { Arc::from_raw(served.cast_const()) };
-        // Dropped while MPI works (MPI_Comm_free), or already taken at MPI_Finalize.
-        drop(served);
+        // The last reference (no progress callback holds one now) to a built barrier: kept
+        // for the next communicator of the same ranks where it can serve one (`reuse`).
+        // Otherwise dropped while MPI works (MPI_Comm_free), or already taken at MPI_Finalize.
+        let left = match Arc::try_unwrap(served) {
+            Ok(served) => match served.comm.into_inner().unwrap_or_else(|p| p.into_inner()) {
+                Some(Serving::Built(c)) => reuse::park(c).map(Serving::Built),
+                other => other,
+            },
+            Err(shared) => {
+                drop(shared);
+                None
+            }
+        };
+        drop(left);
     })
 }

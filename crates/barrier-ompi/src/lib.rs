@@ -56,3 +56,5 @@ static HEAP: barrier_heap::PrivateHeap = barrier_heap::PrivateHeap::new();
 
 #[cfg(feature = "ompi")]
 mod coll;
+#[cfg(feature = "ompi")]
+mod reuse;

@@ -330,7 +330,7 @@ unsafe fn build(key: &[c_int], values: *const McaValues) -> Option<&'static Set>
         // then the barrier.
         // SAFETY: `values` is the component's; `on` is a valid intracommunicator of exactly the
         // set's members, every one of which makes this call now.
-        let made = match unsafe { glue::join("scoll", on, &*values, report_after) } {
+        let made = match unsafe { glue::join("scoll", on, &*values, report_after, &[]) }.map(|(verdict, _)| verdict) {
             // SAFETY: as above.
             Ok(None) => unsafe { BarrierComm::from_raw_in_component(on, params) }.map(Some),
             Ok(Some(_)) => Ok(None),

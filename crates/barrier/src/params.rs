@@ -115,7 +115,7 @@ impl ParamInfo {
 ///
 /// Each value remembers how it was given ([`Params::source`]), so that an error names the
 /// setting the way the user gave it: the variable, a builder's method, an MCA parameter.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Params {
     overrides: BTreeMap<String, String>,
     /// How an override was given, where not by [`Params::set`] (see [`Params::set_as`]).

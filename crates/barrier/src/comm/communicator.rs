@@ -189,6 +189,13 @@ impl Communicator {
         self.epoch.get()
     }
 
+    /// Whether every barrier started on this communicator has completed on this rank and none
+    /// failed: a layer that keeps a communicator's barrier for another communicator of the
+    /// same ranks (barrier-ompi's reuse) hands over only a quiet one.
+    pub fn is_quiet(&self) -> bool {
+        self.done.get() == self.epoch.get() && self.check_usable().is_ok()
+    }
+
     /// The node this rank runs on (simulated nodes with `barrier run --nodes M`).
     pub fn node(&self) -> usize {
         let s = self.seg.shape();

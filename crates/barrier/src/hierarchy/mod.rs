@@ -131,6 +131,12 @@ impl<L: RootsLink> Hierarchy<L> {
         self.alone
     }
 
+    /// Whether every barrier started on this rank has completed (no flight outstanding, the
+    /// node's halves quiet) and none failed.
+    pub fn is_quiet(&self) -> bool {
+        self.usable().is_ok() && self.flights.finished.get() == self.flights.started.get() && self.halves.is_quiet()
+    }
+
     /// Barriers of ours the roots' phase entered on this rank, timing included.
     pub fn entered(&self) -> u64 {
         let epoch = self.epoch.get();

@@ -1,0 +1,153 @@
+//! A freed communicator's barrier, kept for the next communicator of the same ranks (issue 50
+//! item 3). Libraries that duplicate a communicator per call and free it on return (for
+//! isolation) make every call pay a first `MPI_Barrier`'s build (about 0.14 ms at 2 ranks here:
+//! a private duplicate, the settings' agreement, the node's segment and its universe). The
+//! next duplicate has the same ranks in the same order, so the barrier built for the last one
+//! serves it as it is:
+//!
+//! 1. **Parking.** When Open MPI frees a communicator (its module is destroyed once no
+//!    split-phase barrier of it is in flight), a built barrier that is quiet on this rank
+//!    ([`BarrierComm::reuse_key`]: ours, no set-up step failed, every barrier started on it
+//!    completed here without an error) is kept, up to [`PARKED`] per process, instead of freed.
+//!    Nothing of it changes: its private duplicate, its node's segment and universe, its roots'
+//!    link. Parking calls no MPI (a module may be destroyed inside the progress callback).
+//! 2. **Offering.** At a communicator's first `MPI_Barrier`, each rank offers up to [`OFFERS`]
+//!    parked barriers that could serve it: made with the same settings as this communicator's,
+//!    over a private duplicate congruent with it (the same ranks in the same order). Each is
+//!    offered as its private duplicate's context id and its count of barrier calls, in the
+//!    exchange the component makes anyway (`glue::join`: whether every rank's component
+//!    serves).
+//! 3. **Adopting.** Every rank reads the same gathered words: a barrier that every rank offered,
+//!    with the same count everywhere, serves the new communicator (the smallest context id of
+//!    those, if several). A context id is the same on every rank of a communicator in Open MPI
+//!    and unique among a process's live ones (a parked barrier keeps its duplicate alive), so
+//!    every rank adopts the same barrier; the same count, quiet on every rank, means every
+//!    barrier started on it completed everywhere, so the ranks' states match. Otherwise the
+//!    communicator's barrier is built as before.
+//!
+//! Parked barriers are freed when the list is full (the oldest, at the next first barrier:
+//! never inside the progress callback) and at `MPI_Finalize`. A rank that froze a barrier in a
+//! state the others do not share (one it freed with a split-phase barrier in flight is not
+//! quiet, so it is freed as before) simply never offers it: an offer that is not everyone's
+//! adopts nothing.
+
+use std::sync::{Mutex, MutexGuard};
+
+use barrier::Params;
+use barrier_mpi::mpi::ffi::MPI_Comm;
+use barrier_mpi::{raw, BarrierComm};
+
+/// Parked barriers per process, at most.
+pub const PARKED: usize = 16;
+/// Parked barriers a rank offers to one communicator, at most.
+pub const OFFERS: usize = 4;
+/// Words of one rank's offers in the exchange: (context id + 1, calls) per offer, 0 for none.
+pub const OFFER_WORDS: usize = 2 * OFFERS;
+
+extern "C" {
+    /// The C glue: `comm`'s context id (the same on every rank of it).
+    fn fastbar_comm_cid(comm: MPI_Comm) -> u32;
+}
+
+/// Barriers of freed communicators, oldest first.
+static PARKED_LIST: Mutex<Vec<BarrierComm>> = Mutex::new(Vec::new());
+
+fn parked() -> MutexGuard<'static, Vec<BarrierComm>> {
+    PARKED_LIST.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Keeps `c` (its communicator was freed) for another communicator of the same ranks, if it is
+/// quiet and there is room; else gives it back, to be freed as before. Calls no MPI.
+pub fn park(c: BarrierComm) -> Option<BarrierComm> {
+    if c.reuse_key().is_none() {
+        return Some(c);
+    }
+    let mut list = parked();
+    if list.len() >= PARKED {
+        return Some(c);
+    }
+    list.push(c);
+    None
+}
+
+/// This rank's offers for `comm` (made with `params`): see the module docs. Frees the oldest
+/// parked barrier first when the list is full, so that the next freed one finds room.
+pub fn offers(comm: MPI_Comm, params: &Params) -> [u64; OFFER_WORDS] {
+    let mut list = parked();
+    if list.len() >= PARKED {
+        // A safe place to free MPI communicators (inside MPI_Barrier, not a progress callback).
+        let oldest = list.remove(0);
+        drop(list);
+        drop(oldest);
+        list = parked();
+    }
+    let mut words = [0u64; OFFER_WORDS];
+    let fitting = list.iter().filter_map(|c| {
+        let (private, calls) = c.reuse_key()?;
+        let fits = c.params() == params && raw::congruent(private, comm).unwrap_or(false);
+        // SAFETY: `private` is a live communicator of this process (the parked barrier's own).
+        fits.then(|| (u64::from(unsafe { fastbar_comm_cid(private) }) + 1, calls))
+    });
+    for (slot, (id, calls)) in words.chunks_mut(2).zip(fitting) {
+        slot.copy_from_slice(&[id, calls]);
+    }
+    words
+}
+
+/// The barrier every rank offered (`all`: every rank's [`offers`] words, by rank), taken off
+/// this rank's list; `None` where there is none (then every rank builds).
+pub fn adopt(all: &[u64]) -> Option<BarrierComm> {
+    let (id, calls) = choose(all)?;
+    let mut list = parked();
+    let at = list.iter().position(|c| {
+        c.reuse_key().is_some_and(|(private, n)| {
+            // SAFETY: as in `offers`.
+            n == calls && u64::from(unsafe { fastbar_comm_cid(private) }) + 1 == id
+        })
+    })?;
+    Some(list.remove(at))
+}
+
+/// The offer (context id + 1, calls) that every rank made, the smallest if several: the same
+/// on every rank, which all read the same words.
+fn choose(all: &[u64]) -> Option<(u64, u64)> {
+    let everyone = |offer: &[u64]| all.chunks(OFFER_WORDS).all(|row| row.chunks(2).any(|o| o == offer));
+    all.chunks(OFFER_WORDS)
+        .next()?
+        .chunks(2)
+        .filter(|offer| offer[0] != 0 && everyone(offer))
+        .map(|offer| (offer[0], offer[1]))
+        .min()
+}
+
+/// Frees every parked barrier (`MPI_Finalize`, while MPI still works).
+pub fn free_all() {
+    let all = std::mem::take(&mut *parked());
+    drop(all);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(offers: &[(u64, u64)]) -> Vec<u64> {
+        let mut r = vec![0; OFFER_WORDS];
+        for (i, &(id, n)) in offers.iter().enumerate() {
+            r[2 * i] = id;
+            r[2 * i + 1] = n;
+        }
+        r
+    }
+
+    #[test]
+    fn only_an_offer_of_every_rank_with_the_same_count_is_adopted() {
+        let all = [row(&[(5, 3), (9, 1)]), row(&[(9, 1), (5, 3)])].concat();
+        assert_eq!(choose(&all), Some((5, 3)));
+        let all = [row(&[(5, 3)]), row(&[(5, 4)])].concat();
+        assert_eq!(choose(&all), None, "counts differ: the states differ");
+        let all = [row(&[(5, 3)]), row(&[])].concat();
+        assert_eq!(choose(&all), None, "one rank has nothing to offer");
+        let all = [row(&[]), row(&[])].concat();
+        assert_eq!(choose(&all), None);
+    }
+}
