@@ -158,9 +158,9 @@ pub unsafe extern "C" fn fastbar_rs_create(comm: MPI_Comm, values: *const McaVal
         // With it, each rank's offers of a freed communicator's barrier for this one.
         let offers = reuse::offers(comm, &params);
         // SAFETY: the caller's contract.
-        match unsafe { glue::join("coll", comm, &*values, report_after, &offers) } {
+        match unsafe { glue::join("coll", comm, &*values, report_after, offers.words()) } {
             Ok((None, all)) => {
-                if let Some(c) = reuse::adopt(&all) {
+                if let Some(c) = offers.adopt(&all) {
                     if verbose && rank == 0 {
                         say(&format!(
                             "MPI_Barrier on a communicator of {size} ranks: the barrier of a freed communicator of the \

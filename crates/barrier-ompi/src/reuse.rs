@@ -16,7 +16,8 @@
 //!    over a private duplicate congruent with it (the same ranks in the same order). Each is
 //!    offered as its private duplicate's context id and its count of barrier calls, in the
 //!    exchange the component makes anyway (`glue::join`: whether every rank's component
-//!    serves).
+//!    serves). The offered ones are taken off the list meanwhile, so that a first barrier of
+//!    another communicator on another thread cannot offer them as well.
 //! 3. **Adopting.** Every rank reads the same gathered words: a barrier that every rank offered,
 //!    with the same count everywhere, serves the new communicator (the smallest context id of
 //!    those, if several). A context id is the same on every rank of a communicator in Open MPI
@@ -70,9 +71,14 @@ pub fn park(c: BarrierComm) -> Option<BarrierComm> {
     None
 }
 
-/// This rank's offers for `comm` (made with `params`): see the module docs. Frees the oldest
-/// parked barrier first when the list is full, so that the next freed one finds room.
-pub fn offers(comm: MPI_Comm, params: &Params) -> [u64; OFFER_WORDS] {
+/// This rank's offers for `comm` (made with `params`): see the module docs. The offered
+/// barriers are taken off the list until [`Offered::adopt`] (or a drop) puts back those not
+/// adopted, so that another thread's first barrier on another communicator of the same ranks
+/// (`MPI_THREAD_MULTIPLE`) cannot offer them too: a barrier two communicators' exchanges both
+/// found offered everywhere could be adopted for one of them on some ranks and for the other
+/// on the rest. Frees the oldest parked barrier first when the list is full, so that the next
+/// freed one finds room.
+pub fn offers(comm: MPI_Comm, params: &Params) -> Offered {
     let mut list = parked();
     if list.len() >= PARKED {
         // A safe place to free MPI communicators (inside MPI_Barrier, not a progress callback).
@@ -81,31 +87,51 @@ pub fn offers(comm: MPI_Comm, params: &Params) -> [u64; OFFER_WORDS] {
         drop(oldest);
         list = parked();
     }
-    let mut words = [0u64; OFFER_WORDS];
-    let fitting = list.iter().filter_map(|c| {
-        let (private, calls) = c.reuse_key()?;
-        let fits = c.params() == params && raw::congruent(private, comm).unwrap_or(false);
-        // SAFETY: `private` is a live communicator of this process (the parked barrier's own).
-        fits.then(|| (u64::from(unsafe { fastbar_comm_cid(private) }) + 1, calls))
-    });
-    for (slot, (id, calls)) in words.chunks_mut(2).zip(fitting) {
-        slot.copy_from_slice(&[id, calls]);
+    let mut offered = Offered { barriers: Vec::new(), words: [0; OFFER_WORDS] };
+    let mut i = 0;
+    while i < list.len() && offered.barriers.len() < OFFERS {
+        let key = list[i]
+            .reuse_key()
+            .filter(|&(private, _)| list[i].params() == params && raw::congruent(private, comm).unwrap_or(false));
+        match key {
+            Some((private, calls)) => {
+                let at = 2 * offered.barriers.len();
+                // SAFETY: `private` is a live communicator of this process (the parked barrier's own).
+                offered.words[at] = u64::from(unsafe { fastbar_comm_cid(private) }) + 1;
+                offered.words[at + 1] = calls;
+                offered.barriers.push(list.remove(i));
+            }
+            None => i += 1,
+        }
     }
-    words
+    offered
 }
 
-/// The barrier every rank offered (`all`: every rank's [`offers`] words, by rank), taken off
-/// this rank's list; `None` where there is none (then every rank builds).
-pub fn adopt(all: &[u64]) -> Option<BarrierComm> {
-    let (id, calls) = choose(all)?;
-    let mut list = parked();
-    let at = list.iter().position(|c| {
-        c.reuse_key().is_some_and(|(private, n)| {
-            // SAFETY: as in `offers`.
-            n == calls && u64::from(unsafe { fastbar_comm_cid(private) }) + 1 == id
-        })
-    })?;
-    Some(list.remove(at))
+/// The parked barriers a rank offered to one communicator, and the words that offer them.
+pub struct Offered {
+    barriers: Vec<BarrierComm>,
+    words: [u64; OFFER_WORDS],
+}
+
+impl Offered {
+    /// The words for the exchange.
+    pub fn words(&self) -> &[u64] {
+        &self.words
+    }
+
+    /// The barrier every rank offered (`all`: every rank's [`words`](Self::words), by rank);
+    /// `None` where there is none (then every rank builds). The others go back on the list.
+    pub fn adopt(mut self, all: &[u64]) -> Option<BarrierComm> {
+        let offer = choose(all)?;
+        let at = self.words.chunks(2).position(|o| (o[0], o[1]) == offer)?;
+        Some(self.barriers.remove(at))
+    }
+}
+
+impl Drop for Offered {
+    fn drop(&mut self) {
+        parked().append(&mut self.barriers);
+    }
 }
 
 /// The offer (context id + 1, calls) that every rank made, the smallest if several: the same
