@@ -37,10 +37,15 @@
 //!   and uses the previous functions from then on. A communicator whose barrier would be
 //!   `MPI_Barrier` itself (the `mpi` fall back) is declined the same way, straight to the
 //!   previous module. The communicators the build makes for itself get no module of ours.
+//!   Where every rank kept the barrier of a freed communicator of the same ranks in the same
+//!   order, with the same settings and in the same state, it serves instead of a new build
+//!   (`src/reuse.rs`).
 //! * **`MPI_Ibarrier`**: on a served communicator, our split-phase barrier in an Open MPI
 //!   request; `opal_progress` (every `MPI_Wait`, `MPI_Test`, and any call that progresses)
-//!   advances it without blocking. Before the first `MPI_Barrier` it is the previous
-//!   module's: `MPI_Ibarrier` must not block, and building is collective.
+//!   advances it without blocking. A first `MPI_Ibarrier` must not block, so it starts a
+//!   build in the background while the previous module serves (`barrier_mpi::background`).
+//! * **Free**: a communicator's barrier is freed with its module, or kept for reuse (up to 16
+//!   per process) when it is quiet on this rank.
 //! * **Finalize**: an `MPI_COMM_SELF` attribute (deleted first thing in `MPI_Finalize`, while
 //!   MPI still works) frees every barrier; later calls go to the previous module. It is set
 //!   inside `MPI_Init` (at `MPI_COMM_WORLD`'s `comm_query`), before any of the program's: MPI

@@ -26,11 +26,17 @@
 //!    barrier started on it completed everywhere, so the ranks' states match. Otherwise the
 //!    communicator's barrier is built as before.
 //!
-//! Parked barriers are freed when the list is full (the oldest, at the next first barrier:
-//! never inside the progress callback) and at `MPI_Finalize`. A rank that froze a barrier in a
-//! state the others do not share (one it freed with a split-phase barrier in flight is not
-//! quiet, so it is freed as before) simply never offers it: an offer that is not everyone's
-//! adopts nothing.
+//! A barrier freed while [`PARKED`] are kept is freed at once, as before. While the list is
+//! full, a first barrier frees the oldest kept one (a safe place: never the progress callback),
+//! so that the next freed barrier finds room; `MPI_Finalize` frees them all. A rank that froze
+//! a barrier in a state the others do not share (one freed with a split-phase barrier in flight
+//! is kept only once that completes) never has it offered by every rank: an offer that is not
+//! everyone's adopts nothing, and it ages out.
+//!
+//! "The same settings" are the component's (its MCA values and the communicator's info key);
+//! `BARRIER_*` environment values are read when a barrier is built, and a reused one keeps
+//! those it was built with. Context ids are the same on every rank of a communicator in Open
+//! MPI 4; elsewhere the C glue gives none and nothing is reused.
 
 use std::sync::{Mutex, MutexGuard};
 
@@ -46,8 +52,9 @@ pub const OFFERS: usize = 4;
 pub const OFFER_WORDS: usize = 2 * OFFERS;
 
 extern "C" {
-    /// The C glue: `comm`'s context id (the same on every rank of it).
-    fn fastbar_comm_cid(comm: MPI_Comm) -> u32;
+    /// The C glue: `comm`'s context id (the same on every rank of it), or -1 where it is not
+    /// known to be (nothing is offered then).
+    fn fastbar_comm_cid(comm: MPI_Comm) -> i64;
 }
 
 /// Barriers of freed communicators, oldest first.
@@ -76,34 +83,55 @@ pub fn park(c: BarrierComm) -> Option<BarrierComm> {
 /// adopted, so that another thread's first barrier on another communicator of the same ranks
 /// (`MPI_THREAD_MULTIPLE`) cannot offer them too: a barrier two communicators' exchanges both
 /// found offered everywhere could be adopted for one of them on some ranks and for the other
-/// on the rest. Frees the oldest parked barrier first when the list is full, so that the next
-/// freed one finds room.
+/// on the rest. The newest are offered first (a duplicate per call reuses the last one). Frees
+/// the oldest parked barrier first when the list is full, so that the next freed one finds
+/// room.
 pub fn offers(comm: MPI_Comm, params: &Params) -> Offered {
-    let mut list = parked();
-    if list.len() >= PARKED {
+    // Candidates are taken off the list under its lock, which `park` takes inside the progress
+    // callback: the MPI calls that choose among them run outside it.
+    let (oldest, candidates) = {
+        let mut list = parked();
         // A safe place to free MPI communicators (inside MPI_Barrier, not a progress callback).
-        let oldest = list.remove(0);
-        drop(list);
-        drop(oldest);
-        list = parked();
-    }
-    let mut offered = Offered { barriers: Vec::new(), words: [0; OFFER_WORDS] };
-    let mut i = 0;
-    while i < list.len() && offered.barriers.len() < OFFERS {
-        let key = list[i]
-            .reuse_key()
-            .filter(|&(private, _)| list[i].params() == params && raw::congruent(private, comm).unwrap_or(false));
-        match key {
-            Some((private, calls)) => {
-                let at = 2 * offered.barriers.len();
-                // SAFETY: `private` is a live communicator of this process (the parked barrier's own).
-                offered.words[at] = u64::from(unsafe { fastbar_comm_cid(private) }) + 1;
-                offered.words[at + 1] = calls;
-                offered.barriers.push(list.remove(i));
+        let oldest = (list.len() >= PARKED).then(|| list.remove(0));
+        let mut candidates = Vec::new();
+        let mut i = list.len();
+        while i > 0 {
+            i -= 1;
+            if list[i].params() == params && list[i].reuse_key().is_some() {
+                candidates.push(list.remove(i));
             }
-            None => i += 1,
+        }
+        (oldest, candidates)
+    };
+    drop(oldest);
+    let mut offered = Offered { barriers: Vec::new(), words: [0; OFFER_WORDS] };
+    let mut rest = Vec::new();
+    for c in candidates {
+        let id = match c.reuse_key() {
+            Some((private, calls))
+                if offered.barriers.len() < OFFERS && raw::congruent(private, comm).unwrap_or(false) =>
+            {
+                // SAFETY: `private` is a live communicator of this process (the parked barrier's own).
+                u64::try_from(unsafe { fastbar_comm_cid(private) }).ok().map(|cid| (cid + 1, calls))
+            }
+            _ => None,
+        };
+        match id {
+            Some((id, calls)) => {
+                let at = 2 * offered.barriers.len();
+                offered.words[at..at + 2].copy_from_slice(&[id, calls]);
+                offered.barriers.push(c);
+            }
+            None => rest.push(c),
         }
     }
+    // Back on the list, in their own order (`candidates` ran newest first).
+    rest.reverse();
+    let mut list = parked();
+    for c in rest {
+        list.push(c);
+    }
+    drop(list);
     offered
 }
 
