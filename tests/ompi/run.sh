@@ -146,7 +146,7 @@ for case in 3:0 4:2; do
     run "reuse np=$np block=$block" ok launch -- --mca coll_fastbar_verbose 1 --mca coll_fastbar_node_block "$block" \
         -np "$np" "$BIN/reuse" 200
     [ "$(grep -c 'reuse: rank [0-9] passed' "$out")" = "$np" ] || { cat "$out"; fail "reuse np=$np: not every rank passed"; }
-    [ "$(grep -c 'the barrier of a freed communicator of the same ranks' "$out")" = 158 ] ||
+    [ "$(grep -c "communicator of $np ranks: the barrier of a freed communicator of the same ranks" "$out")" = 158 ] ||
         { cat "$out"; fail "reuse np=$np block=$block: not 158 of the 200 communicators reused a freed one's barrier"; }
     expect_no_text "reuse np=$np block=$block" "pending"
     grep "first barrier" "$out"

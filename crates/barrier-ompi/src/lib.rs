@@ -61,5 +61,6 @@ static HEAP: barrier_heap::PrivateHeap = barrier_heap::PrivateHeap::new();
 
 #[cfg(feature = "ompi")]
 mod coll;
+mod offer;
 #[cfg(feature = "ompi")]
 mod reuse;

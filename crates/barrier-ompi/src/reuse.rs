@@ -44,12 +44,10 @@ use barrier::Params;
 use barrier_mpi::mpi::ffi::MPI_Comm;
 use barrier_mpi::{raw, BarrierComm};
 
+use crate::offer::{choose, OFFERS, OFFER_WORDS};
+
 /// Parked barriers per process, at most.
 pub const PARKED: usize = 16;
-/// Parked barriers a rank offers to one communicator, at most.
-pub const OFFERS: usize = 4;
-/// Words of one rank's offers in the exchange: (context id + 1, calls) per offer, 0 for none.
-pub const OFFER_WORDS: usize = 2 * OFFERS;
 
 extern "C" {
     /// The C glue: `comm`'s context id (the same on every rank of it), or -1 where it is not
@@ -162,46 +160,8 @@ impl Drop for Offered {
     }
 }
 
-/// The offer (context id + 1, calls) that every rank made, the smallest if several: the same
-/// on every rank, which all read the same words.
-fn choose(all: &[u64]) -> Option<(u64, u64)> {
-    let everyone = |offer: &[u64]| all.chunks(OFFER_WORDS).all(|row| row.chunks(2).any(|o| o == offer));
-    all.chunks(OFFER_WORDS)
-        .next()?
-        .chunks(2)
-        .filter(|offer| offer[0] != 0 && everyone(offer))
-        .map(|offer| (offer[0], offer[1]))
-        .min()
-}
-
 /// Frees every parked barrier (`MPI_Finalize`, while MPI still works).
 pub fn free_all() {
     let all = std::mem::take(&mut *parked());
     drop(all);
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn row(offers: &[(u64, u64)]) -> Vec<u64> {
-        let mut r = vec![0; OFFER_WORDS];
-        for (i, &(id, n)) in offers.iter().enumerate() {
-            r[2 * i] = id;
-            r[2 * i + 1] = n;
-        }
-        r
-    }
-
-    #[test]
-    fn only_an_offer_of_every_rank_with_the_same_count_is_adopted() {
-        let all = [row(&[(5, 3), (9, 1)]), row(&[(9, 1), (5, 3)])].concat();
-        assert_eq!(choose(&all), Some((5, 3)));
-        let all = [row(&[(5, 3)]), row(&[(5, 4)])].concat();
-        assert_eq!(choose(&all), None, "counts differ: the states differ");
-        let all = [row(&[(5, 3)]), row(&[])].concat();
-        assert_eq!(choose(&all), None, "one rank has nothing to offer");
-        let all = [row(&[]), row(&[])].concat();
-        assert_eq!(choose(&all), None);
-    }
 }
