@@ -77,12 +77,14 @@ int main(int argc, char **argv) {
     MPI_Barrier(machine);
 
     run(MPI_COMM_WORLD, mine, counts, msize, 0, iters, "MPI_COMM_WORLD");
-    /* A duplicate gets its own barrier; freeing it frees ours (the attribute's delete callback). */
+    /* A duplicate gets a barrier of its own; freeing it frees ours or keeps it for the next
+     * duplicate (the attribute's delete callback; barrier_mpi::reuse). */
     MPI_Comm_dup(MPI_COMM_WORLD, &dup);
     run(dup, mine, counts, msize, (uint64_t)iters, iters / 2, "a duplicate of MPI_COMM_WORLD");
     MPI_Comm_free(&dup);
-    /* Freed handles come back (MPICH reuses them last in, first out): every new duplicate must
-     * get its own barrier, never the freed one's. */
+    /* Freed handles come back (MPICH reuses them last in, first out): every new duplicate's
+     * barrier is looked up anew (the freed one's may serve it, kept for reuse), never through a
+     * lookup remembered from the freed communicator. */
     uint64_t base = (uint64_t)(iters + iters / 2);
     for (int k = 0; k < 20; k++) {
         MPI_Comm_dup(MPI_COMM_WORLD, &dup);

@@ -73,7 +73,7 @@ PRELOAD="$PWD/$TARGET/release/libbarrier_pmpi.so"
 test -f "$PRELOAD" || fail "no $PRELOAD"
 # A library that defines no MPI_Barrier intercepts nothing: never time or test one.
 nm -D --defined-only "$PRELOAD" | grep -qw MPI_Barrier || fail "$PRELOAD defines no MPI_Barrier"
-for prog in barrier_check transport_bench progress_rma progress_p2p busy_ranks thread_multiple heap_holes; do
+for prog in barrier_check transport_bench progress_rma progress_p2p busy_ranks thread_multiple heap_holes reuse; do
     "$MPICC" -O2 -Wall -Werror -pthread -o "$TARGET/mpi/$prog" "examples/mpi/$prog.c"
 done
 # `barrier bench --mpi` embeds this one, so it lives in the CLI's package.
@@ -138,6 +138,20 @@ for np in 2 3 4; do
         run "Fortran, interposed, np=$np block=$block" ok launch "${ours[@]}" -- -np "$np" "$BIN/barrier_check_f" 1000
         expect_text "Fortran interposed" "MPI_Barrier on a communicator of $np ranks: $want"
     done
+done
+
+step "a duplicate per call, freed on return: the next one's first barrier reuses the freed one's (issue 50 item 3)"
+# 200 calls: the first duplicate and the first reversed split build; every other one (the
+# interposer has no opt-out key) reuses the barrier of the last freed communicator of its ranks
+# in its order. Then 50 of all ranks but the last, whose reuses are not counted.
+for case in 3:0 4:2; do
+    np=${case%:*} block=${case#*:}
+    run "reuse, interposed, np=$np block=$block" ok launch LD_PRELOAD="$PRELOAD" BARRIER_VERBOSE=1 \
+        BARRIER_MPI_NODE_BLOCK="$block" -- -np "$np" "$BIN/reuse" 200 mpi-ibarrier
+    [ "$(grep -c 'reuse: rank [0-9] passed' "$out")" = "$np" ] || { cat "$out"; fail "reuse np=$np: not every rank passed"; }
+    [ "$(grep -c "communicator of $np ranks: the barrier of a freed communicator of the same ranks" "$out")" = 198 ] ||
+        { cat "$out"; fail "reuse np=$np block=$block: not 198 of the 200 communicators reused a freed one's barrier"; }
+    grep "first barrier" "$out"
 done
 
 step "the program's heap: our set-up leaves it as MPI's own first barrier does (issue 50 item 0)"

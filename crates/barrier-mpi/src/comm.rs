@@ -73,6 +73,21 @@ pub struct BarrierComm {
     made_on_the_way: Vec<OwnedComm>,
     /// Barrier calls made on it (blocking and split phase), for [`BarrierComm::reuse_key`].
     pub(crate) calls: std::cell::Cell<u64>,
+    /// What names this build on every rank (its rank 0's machine word and build token), where
+    /// the settings' allgather made it.
+    build: Option<[u64; 2]>,
+}
+
+/// What identifies a barrier for another communicator of the same ranks ([`crate::reuse`]).
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug)]
+pub struct ReuseKey {
+    /// Its private duplicate (congruent with the communicator it was built for).
+    pub private: raw::Comm,
+    /// What names its build, the same on every rank.
+    pub build: [u64; 2],
+    /// Barrier calls made on it on this rank.
+    pub calls: u64,
 }
 
 // SAFETY: the MPI handles are plain handles that MPI lets any thread use at
@@ -162,7 +177,18 @@ impl BarrierComm {
     /// the cores the working ranks needed.
     pub unsafe fn from_raw(comm: Comm, params: Params) -> Result<Self> {
         // SAFETY: the caller's contract.
-        unsafe { Self::from_raw_as(comm, params, true) }
+        unsafe { Self::from_raw_as(comm, params, true, true) }
+    }
+
+    /// [`BarrierComm::from_raw`] where the ranks have already met asleep (the interposer's
+    /// exchange of offers, [`crate::reuse`]).
+    ///
+    /// # Safety
+    /// As for [`BarrierComm::from_raw`].
+    #[doc(hidden)]
+    pub unsafe fn from_raw_met(comm: Comm, params: Params) -> Result<Self> {
+        // SAFETY: the caller's contract.
+        unsafe { Self::from_raw_as(comm, params, false, true) }
     }
 
     /// [`BarrierComm::from_raw`] for an Open MPI component (coll, scoll): the ranks meet in
@@ -175,15 +201,16 @@ impl BarrierComm {
     #[doc(hidden)]
     pub unsafe fn from_raw_in_component(comm: Comm, params: Params) -> Result<Self> {
         // SAFETY: the caller's contract.
-        unsafe { Self::from_raw_as(comm, params, false) }
+        unsafe { Self::from_raw_as(comm, params, false, false) }
     }
 
-    /// `meet_asleep` is false for the Open MPI components, which also keep the node roots on
-    /// our rounds: MPI's barrier on the roots' communicator would be the component's own.
+    /// `meet_asleep`: the ranks first meet asleep (not where they already met). `mpi_roots`:
+    /// MPI's barrier may serve among the node roots (not for the Open MPI components: MPI's
+    /// barrier on the roots' communicator would be the component's own).
     ///
     /// # Safety
     /// As for [`BarrierComm::from_raw`].
-    unsafe fn from_raw_as(comm: Comm, params: Params, meet_asleep: bool) -> Result<Self> {
+    unsafe fn from_raw_as(comm: Comm, params: Params, meet_asleep: bool, mpi_roots: bool) -> Result<Self> {
         if !raw::mpi_active() {
             return Err(Error::InvalidArgument(
                 "MPI is not initialized (or already finalized): make barrier communicators between MPI_Init and \
@@ -220,9 +247,11 @@ impl BarrierComm {
             params: params.clone(),
             made_on_the_way: Vec::new(),
             calls: std::cell::Cell::new(0),
+            build: None,
         };
         let mut agreed = agree_settings(me.comm, &params, world_rank)?;
-        if !meet_asleep {
+        me.build = agreed.build;
+        if !mpi_roots {
             agreed.core.internode = barrier::hierarchy::Choice::Fixed(barrier::hierarchy::Way::Ours);
         }
         if agreed.core.own_only {
@@ -500,6 +529,7 @@ impl BarrierComm {
             params: params.clone(),
             made_on_the_way: Vec::new(),
             calls: std::cell::Cell::new(0),
+            build: None,
         }
     }
 
@@ -611,22 +641,24 @@ impl BarrierComm {
         self.local_size
     }
 
-    /// What identifies this barrier for another communicator of the same ranks (an Open MPI
-    /// component keeps a freed communicator's barrier for the next one: barrier-ompi's
-    /// `reuse.rs`), where it can serve one: `Some((private, calls))`, its private duplicate
-    /// (congruent with the communicator it was built for) and the barrier calls made on it so
-    /// far, when it is ours (not `MPI_Barrier`), no set-up step failed, and every barrier
-    /// started on it has completed on this rank without an error. Ranks that all hold it with
-    /// the same count are in the same state: every barrier of it completed everywhere.
+    /// What identifies this barrier for another communicator of the same ranks (the Open MPI
+    /// component and the interposer keep a freed communicator's barrier for the next one:
+    /// [`crate::reuse`]), where it can serve one: when it is ours (not `MPI_Barrier`), built
+    /// over a private duplicate with the settings' allgather (not in the background), of two
+    /// ranks or more, no set-up step failed, and every barrier started on it has completed on
+    /// this rank without an error. Ranks that all hold it with the same count are in the same state: every
+    /// barrier of it completed everywhere.
     #[doc(hidden)]
-    pub fn reuse_key(&self) -> Option<(raw::Comm, u64)> {
+    pub fn reuse_key(&self) -> Option<ReuseKey> {
         let quiet = match &self.path {
             Path::Node(node) => node.world().is_quiet(),
             Path::Hierarchical { hier, .. } => hier.is_quiet(),
             Path::Mpi => false,
         };
         let has_private = self.comm != raw::comm_null();
-        (quiet && has_private && self.fell_back.is_none()).then_some((self.comm, self.calls.get()))
+        // (A communicator of one rank is never offered one: the interposer makes no exchange for it.)
+        let build = self.build.filter(|_| quiet && has_private && self.fell_back.is_none() && self.size > 1)?;
+        Some(ReuseKey { private: self.comm, build, calls: self.calls.get() })
     }
 
     /// The settings it was made with.

@@ -94,6 +94,9 @@ mod internode;
 pub mod raw;
 #[cfg(feature = "mpi")]
 mod request;
+// For the Open MPI coll component and the interposer, not for users.
+#[doc(hidden)]
+pub mod reuse;
 #[cfg(feature = "mpi")]
 mod settings;
 #[cfg(feature = "mpi")]
@@ -115,6 +118,9 @@ pub use census::hybrid_team;
 #[cfg(feature = "mpi")]
 #[cfg_attr(docsrs, doc(cfg(feature = "mpi")))]
 pub use comm::BarrierComm;
+#[cfg(feature = "mpi")]
+#[doc(hidden)]
+pub use comm::ReuseKey;
 #[cfg(feature = "mpi")]
 #[cfg_attr(docsrs, doc(cfg(feature = "mpi")))]
 pub use ext::{

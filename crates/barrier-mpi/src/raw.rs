@@ -350,15 +350,26 @@ pub(crate) fn ibarrier(comm: Comm) -> Result<Request> {
 /// MPI's (its error handler is fatal by default) and, like one of `MPI_Comm_dup`, not agreed.
 pub(crate) fn sleeping_rendezvous(comm: Comm, stall: Option<std::time::Duration>) -> Result<()> {
     let mut req = ibarrier(comm)?;
-    wait_asleep(&mut req, stall, |waited| {
-        let me = rank(comm_world()).unwrap_or(0);
-        let size = size(comm).unwrap_or(0);
-        barrier::text::say(&format!(
-            "barrier: world rank {me} has waited {waited:.1?} for the other ranks of a communicator of {size} to set \
-             up our barrier on it (its first barrier, or a dup, split or attach); still waiting, asleep (this \
-             report, once: BARRIER_STALL_REPORT)"
-        ))
-    })
+    wait_asleep(&mut req, stall, |waited| still_meeting(comm, waited))
+}
+
+/// [`sleeping_rendezvous`] that gathers every rank's `words` (the same count on each; by rank,
+/// one after the other): the interposer's, with its offers of a kept barrier.
+pub fn meet_asleep(comm: Comm, words: Vec<u64>, stall: Option<std::time::Duration>) -> Result<Vec<u64>> {
+    let mut gather = Gather::start(comm, words)?;
+    wait_asleep(&mut gather.req, stall, |waited| still_meeting(comm, waited))?;
+    Ok(gather.take())
+}
+
+/// The stall report of a rank that waits to meet the others before a build.
+fn still_meeting(comm: Comm, waited: std::time::Duration) {
+    let me = rank(comm_world()).unwrap_or(0);
+    let size = size(comm).unwrap_or(0);
+    barrier::text::say(&format!(
+        "barrier: world rank {me} has waited {waited:.1?} for the other ranks of a communicator of {size} to set up \
+         our barrier on it (its first barrier, or a dup, split or attach); still waiting, asleep (this report, \
+         once: BARRIER_STALL_REPORT)"
+    ))
 }
 
 /// Waits for `req` asleep (tested for 50 µs, then between growing sleeps: see

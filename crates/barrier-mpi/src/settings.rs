@@ -65,13 +65,26 @@ pub(crate) struct Agreed {
     /// Every rank's place words ([`census::my_place`]), by rank, gathered with the settings;
     /// empty where the agreement ran over another allgather.
     pub(crate) places: Vec<Vec<u64>>,
+    /// What names this build on every rank, where the settings' allgather made it (see
+    /// [`build_token`]): the communicator's rank 0's machine and token.
+    pub(crate) build: Option<[u64; 2]>,
 }
 
-/// The communicator's allgather, for the core's agreement; each rank's place words ride along.
+/// A word no other build of the job has, from its rank 0 with that rank's machine word: this
+/// process's ID and its count of builds so far (never 0).
+fn build_token() -> u64 {
+    static BUILDS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let count = BUILDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed).wrapping_add(1);
+    u64::from(std::process::id()) << 32 | u64::from(count)
+}
+
+/// The communicator's allgather, for the core's agreement; each rank's place words and build
+/// token ride along.
 struct Ranks {
     comm: Comm,
     world_rank: usize,
     places: std::cell::RefCell<Vec<Vec<u64>>>,
+    tokens: std::cell::RefCell<Vec<u64>>,
 }
 
 impl Allgather for Ranks {
@@ -82,7 +95,9 @@ impl Allgather for Ranks {
     fn allgather(&self, words: &[u64]) -> Result<Vec<Vec<u64>>> {
         let mut mine = words.to_vec();
         mine.extend(census::my_place(self.world_rank));
+        mine.push(build_token());
         let mut rows = raw::allgather(self.comm, &mine)?;
+        *self.tokens.borrow_mut() = rows.iter_mut().map(|row| row.pop().unwrap_or(0)).collect();
         *self.places.borrow_mut() = rows.iter_mut().map(|row| row.split_off(words.len())).collect();
         Ok(rows)
     }
@@ -91,9 +106,11 @@ impl Allgather for Ranks {
 /// Checks every setting on every rank and agrees on the verdict and on rank 0's values; every
 /// rank's place words come with them (one allgather).
 pub(crate) fn agree_settings(comm: Comm, params: &Params, world_rank: usize) -> Result<Agreed> {
-    let ranks = Ranks { comm, world_rank, places: Default::default() };
+    let ranks = Ranks { comm, world_rank, places: Default::default(), tokens: Default::default() };
     let agreed = agree_settings_over(&ranks, params)?;
-    Ok(Agreed { places: ranks.places.into_inner(), ..agreed })
+    let places = ranks.places.into_inner();
+    let build = places.first().zip(ranks.tokens.into_inner().first()).map(|(place, &token)| [place[0], token]);
+    Ok(Agreed { places, build, ..agreed })
 }
 
 /// [`agree_settings`] over another allgather (the background set-up's, which gathers the words
@@ -101,5 +118,5 @@ pub(crate) fn agree_settings(comm: Comm, params: &Params, world_rank: usize) -> 
 pub(crate) fn agree_settings_over(x: &impl Allgather, params: &Params) -> Result<Agreed> {
     crate::catalogue::register();
     let core = barrier::hierarchy::agree_settings(x, params, &LAYER)?;
-    Ok(Agreed { core, fault: parse_fault(params).ok().flatten(), places: Vec::new() })
+    Ok(Agreed { core, fault: parse_fault(params).ok().flatten(), places: Vec::new(), build: None })
 }

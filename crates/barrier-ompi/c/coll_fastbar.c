@@ -38,21 +38,6 @@ typedef struct fastbar_rs_req fastbar_rs_req; /* one split-phase barrier */
 
 /* Called by the Rust side at MPI_Finalize (defined below). */
 void fastbar_drain_in_flight(void);
-/* Called by the Rust side: a communicator's context id, the same on every rank of it in Open
- * MPI 4 and unique among the live communicators of a process (the reuse of a freed
- * communicator's barrier names the barrier by its private duplicate's); -1 where it is not
- * known to be the same on every rank (Open MPI 5's local index need not be): nothing is
- * reused then. */
-int64_t fastbar_comm_cid(MPI_Comm comm);
-int64_t fastbar_comm_cid(MPI_Comm comm)
-{
-#if OMPI_MAJOR_VERSION == 4
-    return (int64_t)ompi_comm_get_cid(comm);
-#else
-    (void)comm;
-    return -1;
-#endif
-}
 /* 1: the component may open; 0: refused (said once per node). */
 extern int fastbar_rs_open(const struct fastbar_built_for *built);
 /* Collective over `comm`'s ranks: 1 and *out set when every rank serves the communicator, 0 when

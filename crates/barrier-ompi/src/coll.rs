@@ -8,9 +8,7 @@ use barrier::Error;
 use barrier_mpi::background::{Background, Turn};
 use barrier_mpi::glue::{self, BuiltFor, ComponentStorage, McaValues, DONE, FAILED, GONE, PENDING};
 use barrier_mpi::mpi::ffi::{self, MPI_Comm};
-use barrier_mpi::{raw, BarrierComm, Detached};
-
-use crate::reuse;
+use barrier_mpi::{raw, reuse, BarrierComm, Detached};
 
 /// The component structure Open MPI looks up by name (see [`ComponentStorage`]). Written
 /// once, by the C side's constructor, before Open MPI can see it; read by Open MPI only.

@@ -39,7 +39,7 @@
 //!   previous module. The communicators the build makes for itself get no module of ours.
 //!   Where every rank kept the barrier of a freed communicator of the same ranks in the same
 //!   order, with the same settings and in the same state, it serves instead of a new build
-//!   (`src/reuse.rs`).
+//!   (`barrier_mpi::reuse`).
 //! * **`MPI_Ibarrier`**: on a served communicator, our split-phase barrier in an Open MPI
 //!   request; `opal_progress` (every `MPI_Wait`, `MPI_Test`, and any call that progresses)
 //!   advances it without blocking. A first `MPI_Ibarrier` must not block, so it starts a
@@ -61,6 +61,3 @@ static HEAP: barrier_heap::PrivateHeap = barrier_heap::PrivateHeap::new();
 
 #[cfg(feature = "ompi")]
 mod coll;
-mod offer;
-#[cfg(feature = "ompi")]
-mod reuse;

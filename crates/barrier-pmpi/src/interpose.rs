@@ -8,8 +8,8 @@ use std::sync::{Mutex, OnceLock};
 
 use barrier::{Error, Params};
 use barrier_mpi::mpi::ffi::{self, MPI_Comm};
-use barrier_mpi::raw;
 use barrier_mpi::BarrierComm;
+use barrier_mpi::{raw, reuse};
 
 /// `MPI_SUCCESS`.
 const SUCCESS: c_int = 0;
@@ -37,6 +37,8 @@ static KEYVAL: OnceLock<c_int> = OnceLock::new();
 
 /// Set by our `MPI_Finalize`: barriers after it are MPI's (and erroneous).
 static FINALIZED: AtomicBool = AtomicBool::new(false);
+/// Set while our `MPI_Finalize` deletes every cached barrier: none is kept for reuse then.
+static TEARING_DOWN: AtomicBool = AtomicBool::new(false);
 /// Bumped whenever an entry is deleted: a thread's remembered lookup is valid only while this
 /// has not moved (a freed handle may come back as a new communicator).
 static GENERATION: AtomicU64 = AtomicU64::new(0);
@@ -60,7 +62,13 @@ unsafe extern "C" fn delete_attr(comm: MPI_Comm, _keyval: c_int, value: *mut c_v
         // SAFETY: the value was made by Box::into_raw in `entry_for` and is deleted once (MPI
         // calls the callback once per attribute).
         let entry = unsafe { Box::from_raw(value as *mut Entry) };
-        if catch_unwind(AssertUnwindSafe(|| drop(entry))).is_err() {
+        // A barrier quiet here is kept for the next communicator of the same ranks
+        // (`barrier_mpi::reuse`), except at MPI_Finalize.
+        let kept_or_dropped = || match *entry {
+            Entry::Served(c) if !TEARING_DOWN.load(Ordering::Relaxed) => drop(reuse::park(c)),
+            other => drop(other),
+        };
+        if catch_unwind(AssertUnwindSafe(kept_or_dropped)).is_err() {
             return ffi_err_other();
         }
     }
@@ -123,7 +131,21 @@ fn make_entry(comm: MPI_Comm) -> Entry {
         Ok(true) => Err(None),
         // SAFETY: MPI is active (checked by the caller) and `comm` is the application's valid
         // intracommunicator; every rank makes this call in its first MPI_Barrier on it.
-        _ => unsafe { BarrierComm::from_raw(comm, params) }.map_err(Some),
+        _ => match unsafe { adopt_or_meet(comm, &params) } {
+            Ok(Some(c)) => {
+                if verbose && rank == 0 && size > 1 {
+                    barrier::text::say(&format!(
+                        "barrier: MPI_Barrier on a communicator of {size} ranks: the barrier of a freed communicator \
+                         of the same ranks ({})",
+                        c.summary()
+                    ));
+                }
+                return Entry::Served(c);
+            }
+            // SAFETY: as above; the ranks have met.
+            Ok(None) => unsafe { BarrierComm::from_raw_met(comm, params) }.map_err(Some),
+            Err(e) => Err(Some(e)),
+        },
     };
     match made {
         Ok(c) => {
@@ -160,6 +182,20 @@ fn make_entry(comm: MPI_Comm) -> Entry {
             Entry::Declined
         }
     }
+}
+
+/// The ranks of `comm` meet asleep (as a build's first step does), each bringing its offers of
+/// a freed communicator's barrier ([`reuse`]): the one every rank offered, or `None` (then build).
+///
+/// # Safety
+/// As for `BarrierComm::from_raw`: every rank of `comm` makes this call in its first barrier.
+unsafe fn adopt_or_meet(comm: MPI_Comm, params: &Params) -> barrier::Result<Option<BarrierComm>> {
+    if raw::size(comm)? < 2 {
+        return Ok(None);
+    }
+    let offers = reuse::offers(comm, params);
+    let all = raw::meet_asleep(comm, offers.words().to_vec(), params.stall_report())?;
+    Ok(offers.adopt(&all))
 }
 
 fn barrier(comm: MPI_Comm) -> c_int {
@@ -227,7 +263,9 @@ pub extern "C" fn MPI_Barrier(comm: MPI_Comm) -> c_int {
 pub extern "C" fn MPI_Finalize() -> c_int {
     guarded("MPI_Finalize", || {
         if raw::mpi_active() {
+            TEARING_DOWN.store(true, Ordering::SeqCst);
             teardown();
+            reuse::free_all();
         }
         FINALIZED.store(true, Ordering::SeqCst);
         GENERATION.fetch_add(1, Ordering::SeqCst);

@@ -10,11 +10,15 @@
 //!   (bad `BARRIER_*` settings, a node segment that cannot be mapped, an internode set-up that
 //!   fails): either every rank gets our barrier, or every rank declines and calls
 //!   `PMPI_Barrier` from then on. Intercommunicators are declined. The outcome is cached on the
-//!   communicator as an attribute (a keyval of this library).
+//!   communicator as an attribute (a keyval of this library). The ranks first meet asleep in an
+//!   `MPI_Iallgather` that carries each rank's offers of a kept barrier: where every rank kept
+//!   the barrier of a freed communicator of the same ranks in the same order, with the same
+//!   settings and in the same state, it serves instead of a new build (`barrier_mpi::reuse`).
 //! * **Later barriers**: one attribute lookup, then our barrier (or `PMPI_Barrier`).
-//! * **Teardown**: the attribute's delete callback drops our communicator when the application
-//!   frees its communicator (`MPI_Comm_free`); `MPI_Finalize` (also intercepted) deletes every
-//!   attribute still set, before `PMPI_Finalize`, so nothing of ours outlives MPI.
+//! * **Teardown**: the attribute's delete callback keeps our communicator's barrier for reuse (up
+//!   to 16, when it is quiet) or drops it when the application frees its communicator
+//!   (`MPI_Comm_free`); `MPI_Finalize` (also intercepted) deletes every attribute still set and
+//!   drops the kept barriers, before `PMPI_Finalize`, so nothing of ours outlives MPI.
 //! * **Fortran**: Open MPI's Fortran `MPI_BARRIER` calls `PMPI_Barrier` directly, so a C-only
 //!   interposer would miss it: this library also defines `mpi_barrier_`, `mpi_barrier__`,
 //!   `mpi_barrier`, `MPI_BARRIER` and `mpi_barrier_f08_` (and the same for `MPI_FINALIZE`),
