@@ -123,10 +123,11 @@ int main(int argc, char **argv) {
         }
         check(what, i);
     }
-    /* Then a communicator of all ranks but the last (its reports say one rank fewer), freed
-     * after an MPI_Ibarrier released with MPI_Request_free and an MPI_Barrier: its barrier is
-     * kept when the released one completes, perhaps inside the progress callback, so whether
-     * the next one reuses it is not counted; every barrier is checked. */
+    /* Then communicators of all ranks but the last (their reports say one rank fewer), each
+     * freed right after an MPI_Ibarrier released with MPI_Request_free: its barrier is kept when
+     * the released one completes, in a later call's progress (the component: inside Open MPI's
+     * progress callback), so whether the next one reuses it is a matter of timing and is not
+     * counted. Every first barrier is checked. */
     int members = world_size - 1;
     for (long i = 0; members >= 2 && i < calls / 4; i++) {
         MPI_Comm comm;
@@ -140,9 +141,6 @@ int main(int argc, char **argv) {
         ok(MPI_Ibarrier(comm, &r), "MPI_Ibarrier");
         /* (Open MPI 4.1.4 refuses MPI_Request_free on its own MPI_Ibarrier's request.) */
         ok(mpi_ibarrier ? MPI_Wait(&r, MPI_STATUS_IGNORE) : MPI_Request_free(&r), "MPI_Request_free");
-        arrive(i);
-        ok(MPI_Barrier(comm), "MPI_Barrier");
-        check_members(members, "a communicator of all but the last", i);
         ok(MPI_Comm_free(&comm), "MPI_Comm_free");
     }
     MPI_Barrier(MPI_COMM_WORLD);

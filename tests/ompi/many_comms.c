@@ -8,7 +8,7 @@
  * work), then a barrier on each again, then frees them. Prints the time of the first barriers
  * per communicator and "many_comms: rank R passed".
  *
- *   mpirun -np 2 ./many_comms 1100 free
+ *   mpirun -np 2 ./many_comms 500 free
  *
  * With `free`, a library's pattern instead: a duplicate per call, one barrier, freed on return
  * (the next duplicate may reuse the freed one's barrier); the same time is printed.

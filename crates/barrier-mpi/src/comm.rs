@@ -71,14 +71,12 @@ pub struct BarrierComm {
     /// leave blocks in the program's heap that its next small blocks fill, which moved ISx's
     /// blocks and made glibc trim its heap every iteration (examples/mpi/heap_holes.c).
     made_on_the_way: Vec<OwnedComm>,
-    /// Barrier calls made on it (blocking and split phase), for [`BarrierComm::reuse_key`].
-    pub(crate) calls: std::cell::Cell<u64>,
     /// What names this build on every rank (its rank 0's machine word and build token), where
     /// the settings' allgather made it.
     build: Option<[u64; 2]>,
 }
 
-/// What identifies a barrier for another communicator of the same ranks ([`crate::reuse`]).
+/// What identifies a barrier for another communicator of the same ranks (`barrier_mpi::reuse`).
 #[doc(hidden)]
 #[derive(Clone, Copy, Debug)]
 pub struct ReuseKey {
@@ -86,8 +84,6 @@ pub struct ReuseKey {
     pub private: raw::Comm,
     /// What names its build, the same on every rank.
     pub build: [u64; 2],
-    /// Barrier calls made on it on this rank.
-    pub calls: u64,
 }
 
 // SAFETY: the MPI handles are plain handles that MPI lets any thread use at
@@ -180,17 +176,6 @@ impl BarrierComm {
         unsafe { Self::from_raw_as(comm, params, true, true) }
     }
 
-    /// [`BarrierComm::from_raw`] where the ranks have already met asleep (the interposer's
-    /// exchange of offers, [`crate::reuse`]).
-    ///
-    /// # Safety
-    /// As for [`BarrierComm::from_raw`].
-    #[doc(hidden)]
-    pub unsafe fn from_raw_met(comm: Comm, params: Params) -> Result<Self> {
-        // SAFETY: the caller's contract.
-        unsafe { Self::from_raw_as(comm, params, false, true) }
-    }
-
     /// [`BarrierComm::from_raw`] for an Open MPI component (coll, scoll): the ranks meet in
     /// MPI's own collectives, as an `MPI_Ibarrier` of ours on `comm` would come back to the
     /// component that is building this, and the node roots keep our rounds
@@ -210,7 +195,7 @@ impl BarrierComm {
     ///
     /// # Safety
     /// As for [`BarrierComm::from_raw`].
-    unsafe fn from_raw_as(comm: Comm, params: Params, meet_asleep: bool, mpi_roots: bool) -> Result<Self> {
+    pub(crate) unsafe fn from_raw_as(comm: Comm, params: Params, meet_asleep: bool, mpi_roots: bool) -> Result<Self> {
         if !raw::mpi_active() {
             return Err(Error::InvalidArgument(
                 "MPI is not initialized (or already finalized): make barrier communicators between MPI_Init and \
@@ -246,7 +231,6 @@ impl BarrierComm {
             home: (!raw::any_thread_may_call()).then(this_thread),
             params: params.clone(),
             made_on_the_way: Vec::new(),
-            calls: std::cell::Cell::new(0),
             build: None,
         };
         let mut agreed = agree_settings(me.comm, &params, world_rank)?;
@@ -528,7 +512,6 @@ impl BarrierComm {
             home: (!raw::any_thread_may_call()).then(this_thread),
             params: params.clone(),
             made_on_the_way: Vec::new(),
-            calls: std::cell::Cell::new(0),
             build: None,
         }
     }
@@ -537,7 +520,6 @@ impl BarrierComm {
     pub fn barrier(&self) -> Result<()> {
         self.on_home_thread()?;
         self.mpi_still_up()?;
-        self.calls.set(self.calls.get() + 1);
         match &self.path {
             Path::Node(node) => node.world().barrier(),
             Path::Hierarchical { hier, .. } => hier.barrier(),
@@ -643,11 +625,10 @@ impl BarrierComm {
 
     /// What identifies this barrier for another communicator of the same ranks (the Open MPI
     /// component and the interposer keep a freed communicator's barrier for the next one:
-    /// [`crate::reuse`]), where it can serve one: when it is ours (not `MPI_Barrier`), built
-    /// over a private duplicate with the settings' allgather (not in the background), of two
-    /// ranks or more, no set-up step failed, and every barrier started on it has completed on
-    /// this rank without an error. Ranks that all hold it with the same count are in the same state: every
-    /// barrier of it completed everywhere.
+    /// `barrier_mpi::reuse`), where it can serve one: when it is ours (not `MPI_Barrier`, which a
+    /// failed set-up falls back to), of two ranks or more, built with the settings' allgather
+    /// (not in the background), and every barrier started on it has completed on this rank
+    /// without an error. Ranks that all find it quiet are in the same state (see `reuse`).
     #[doc(hidden)]
     pub fn reuse_key(&self) -> Option<ReuseKey> {
         let quiet = match &self.path {
@@ -655,10 +636,10 @@ impl BarrierComm {
             Path::Hierarchical { hier, .. } => hier.is_quiet(),
             Path::Mpi => false,
         };
-        let has_private = self.comm != raw::comm_null();
-        // (A communicator of one rank is never offered one: the interposer makes no exchange for it.)
-        let build = self.build.filter(|_| quiet && has_private && self.fell_back.is_none() && self.size > 1)?;
-        Some(ReuseKey { private: self.comm, build, calls: self.calls.get() })
+        // (A communicator of one rank is never offered one: the interposer makes no exchange
+        // for it.)
+        let build = self.build.filter(|_| quiet && self.size > 1)?;
+        Some(ReuseKey { private: self.comm, build })
     }
 
     /// The settings it was made with.

@@ -283,7 +283,7 @@ pub unsafe fn join(
     let mut words = vec![declines_here(values, size)];
     words.extend_from_slice(extra);
     let row = words.len();
-    let all = raw::sleeping_allgather(comm, words, report_after, |waited| not_joined(framework, comm, waited))?;
+    let all = raw::sleeping_allgather(comm, words, Some(report_after), |waited| not_joined(framework, comm, waited))?;
     let declines: Vec<u64> = all.chunks(row).map(|r| r[0]).collect();
     let extra = all.chunks(row).flat_map(|r| r[1..].iter().copied()).collect();
     Ok((verdict(framework, comm, &declines)?, extra))

@@ -353,16 +353,8 @@ pub(crate) fn sleeping_rendezvous(comm: Comm, stall: Option<std::time::Duration>
     wait_asleep(&mut req, stall, |waited| still_meeting(comm, waited))
 }
 
-/// [`sleeping_rendezvous`] that gathers every rank's `words` (the same count on each; by rank,
-/// one after the other): the interposer's, with its offers of a kept barrier.
-pub fn meet_asleep(comm: Comm, words: Vec<u64>, stall: Option<std::time::Duration>) -> Result<Vec<u64>> {
-    let mut gather = Gather::start(comm, words)?;
-    wait_asleep(&mut gather.req, stall, |waited| still_meeting(comm, waited))?;
-    Ok(gather.take())
-}
-
 /// The stall report of a rank that waits to meet the others before a build.
-fn still_meeting(comm: Comm, waited: std::time::Duration) {
+pub(crate) fn still_meeting(comm: Comm, waited: std::time::Duration) {
     let me = rank(comm_world()).unwrap_or(0);
     let size = size(comm).unwrap_or(0);
     barrier::text::say(&format!(
@@ -401,11 +393,11 @@ pub fn wait_asleep(
 pub(crate) fn sleeping_allgather(
     comm: Comm,
     words: Vec<u64>,
-    report_after: std::time::Duration,
+    report_after: Option<std::time::Duration>,
     said: impl FnOnce(std::time::Duration),
 ) -> Result<Vec<u64>> {
     let mut gather = Gather::start(comm, words)?;
-    wait_asleep(&mut gather.req, Some(report_after), said)?;
+    wait_asleep(&mut gather.req, report_after, said)?;
     Ok(gather.take())
 }
 

@@ -27,7 +27,6 @@ impl BarrierComm {
     pub fn ibarrier(&self) -> Result<Request<'_>> {
         self.on_home_thread()?;
         self.mpi_still_up()?;
-        self.calls.set(self.calls.get() + 1);
         let stage = match &self.path {
             Path::Node(node) => Stage::Node(node.world().ibarrier()?),
             Path::Mpi => Stage::Mpi(raw::ibarrier(self.comm)?),

@@ -8,50 +8,48 @@
 //!
 //! 1. **Parking.** When a communicator is freed (the component's module is destroyed once no
 //!    split-phase barrier of it is in flight; the interposer's attribute is deleted), a built
-//!    barrier that is quiet on this rank
-//!    (`BarrierComm::reuse_key`: ours, of two ranks or more, no set-up step failed, every
-//!    barrier started on it completed here without an error) is kept, up to 16 per process
-//!    (`PARKED`), instead of freed.
-//!    Nothing of it changes: its private duplicate, its node's segment and universe, its roots'
-//!    link. Parking calls no MPI (a module may be destroyed inside Open MPI's progress
-//!    callback).
+//!    barrier that is quiet on this rank (`BarrierComm::reuse_key`: ours, of two ranks or
+//!    more, built with the settings' allgather, and every barrier started on it completed here
+//!    without an error) is kept, up to 16 per process (`PARKED`), instead of freed. Nothing of
+//!    it changes: its private duplicate, its node's segment and universe, its roots' link.
+//!    Parking calls no MPI (a module may be destroyed inside Open MPI's progress callback).
 //! 2. **Offering.** At a communicator's first `MPI_Barrier`, each rank offers up to [`OFFERS`]
-//!    parked barriers that could serve it: made with the same settings as this communicator's,
+//!    kept barriers that could serve it: made with the same settings as this communicator's,
 //!    over a private duplicate congruent with it (the same ranks in the same order). Each is
-//!    offered as what names its build on every rank (its rank 0's machine word and build
-//!    token, from the settings' allgather: that process's ID and its count of builds) and its
-//!    count of barrier calls, in the exchange the ranks make anyway (the
-//!    component's `glue::join`, whether every rank's component serves; the interposer's meeting
-//!    asleep before a build). The offered ones are taken off the list meanwhile, so that a
-//!    first barrier of another communicator on another thread cannot offer them as well.
-//! 3. **Adopting.** Every rank reads the same gathered words: a barrier that every rank offered,
-//!    with the same count everywhere, serves the new communicator (the smallest, if several):
-//!    every rank adopts the same barrier. Two barriers offered with one name are one build: a
-//!    rank offers only barriers over the new communicator's ranks in its order, so their rank 0
-//!    is the new communicator's rank 0, the one process whose token names them, and that
-//!    process never hands out a token twice. The same count, quiet on every rank, means every
-//!    barrier started on it completed everywhere, so the ranks' states match. Otherwise the
-//!    communicator's barrier is built as before.
+//!    offered as what names its build on every rank (its rank 0's machine word and build token,
+//!    from the settings' allgather: that process's ID and its count of builds), in the exchange
+//!    the ranks make anyway (the component's `glue::join`, whether every rank's component
+//!    serves; the interposer's meeting asleep before a build). The offered ones are taken off
+//!    the list meanwhile, so that a first barrier of another communicator on another thread
+//!    cannot offer them as well.
+//! 3. **Adopting.** Every rank reads the same gathered words: a barrier that every rank offered
+//!    serves the new communicator (the smallest, if several), so every rank adopts the same
+//!    one. Two barriers offered with one name are one build: a rank offers only barriers over
+//!    the new communicator's ranks in its order, so their rank 0 is the new communicator's rank
+//!    0, the one process whose token names them, and it never hands out a token twice. Quiet on
+//!    every rank, they are in the same state: a rank completes barrier k only once every rank
+//!    has started it, so no rank can have completed more barriers of it than another started.
+//!    Otherwise the communicator's barrier is built as before.
 //!
-//! A barrier freed while 16 are kept is freed at once, as before. While the list is
-//! full, a first barrier frees the oldest kept one (a safe place: never the progress callback),
-//! so that the next freed barrier finds room; `MPI_Finalize` frees them all. A rank that froze
-//! a barrier in a state the others do not share (one freed with a split-phase barrier in flight
-//! is kept only once that completes) never has it offered by every rank: an offer that is not
-//! everyone's adopts nothing, and it ages out.
+//! A barrier freed while 16 are kept is freed at once, as before. While 16 are kept, a first
+//! barrier that offers (two ranks or more) frees the one kept longest that it did not offer (a
+//! safe place: never the progress callback), so that the next freed barrier finds room;
+//! `MPI_Finalize` frees them all. A rank that froze a barrier in a state the others do not share
+//! (one freed with a split-phase barrier in flight is kept only once that completes) never has
+//! it offered by every rank: an offer that is not everyone's adopts nothing, and it ages out.
 //!
-//! "The same settings" are the layer's (the component's MCA values and the communicator's info
-//! key; the interposer's are the environment's); `BARRIER_*` environment values are read when
-//! a barrier is built, and a reused one keeps those it was built with.
+//! "The same settings": the component compares its MCA values and the communicator's info key.
+//! `BARRIER_*` environment values are not compared (the interposer's settings are those alone):
+//! they are read when a barrier is built, and a reused one keeps those it was built with.
 
 #[cfg(feature = "mpi")]
 pub use with_mpi::*;
 
 /// Parked barriers a rank offers to one communicator, at most.
 pub const OFFERS: usize = 4;
-/// Words of one offer: its build (two words: the rank 0's machine word, its token; a token of
-/// 0 for no offer) and its barrier calls.
-const OFFER: usize = 3;
+/// Words of one offer: its build's name (the rank 0's machine word and token; a token of 0 for
+/// no offer).
+const OFFER: usize = 2;
 /// Words of one rank's offers in the exchange.
 pub const OFFER_WORDS: usize = OFFER * OFFERS;
 
@@ -63,7 +61,7 @@ pub fn choose(all: &[u64]) -> Option<[u64; OFFER]> {
         .next()?
         .chunks(OFFER)
         .filter(|offer| offer[1] != 0 && everyone(offer))
-        .map(|offer| [offer[0], offer[1], offer[2]])
+        .map(|offer| [offer[0], offer[1]])
         .min()
 }
 
@@ -136,7 +134,7 @@ mod with_mpi {
             match fits {
                 Some(key) => {
                     let at = OFFER * offered.barriers.len();
-                    offered.words[at..at + OFFER].copy_from_slice(&[key.build[0], key.build[1], key.calls]);
+                    offered.words[at..at + OFFER].copy_from_slice(&key.build);
                     offered.barriers.push(c);
                 }
                 None => rest.push(c),
@@ -180,6 +178,28 @@ mod with_mpi {
         }
     }
 
+    /// [`BarrierComm::from_raw`], or the barrier of a freed communicator of the same ranks
+    /// where every rank kept one (then `true`): the ranks' meeting asleep before a build
+    /// carries their offers. The interposer's.
+    ///
+    /// # Safety
+    /// As for [`BarrierComm::from_raw`].
+    pub unsafe fn from_raw_or_kept(comm: Comm, params: Params) -> barrier::Result<(BarrierComm, bool)> {
+        if !raw::mpi_active() || raw::is_inter(comm)? || raw::size(comm)? < 2 {
+            // SAFETY: the caller's contract (`from_raw` says what is wrong).
+            return unsafe { BarrierComm::from_raw(comm, params) }.map(|c| (c, false));
+        }
+        let offers = offers(comm, &params);
+        let all = raw::sleeping_allgather(comm, offers.words().to_vec(), params.stall_report(), |waited| {
+            raw::still_meeting(comm, waited)
+        })?;
+        match offers.adopt(&all) {
+            Some(kept) => Ok((kept, true)),
+            // SAFETY: the caller's contract; the ranks have met.
+            None => unsafe { BarrierComm::from_raw_as(comm, params, false, true) }.map(|c| (c, false)),
+        }
+    }
+
     /// Frees every parked barrier (`MPI_Finalize`, while MPI still works).
     pub fn free_all() {
         let all = std::mem::take(&mut *parked());
@@ -200,14 +220,12 @@ mod tests {
     }
 
     #[test]
-    fn only_an_offer_of_every_rank_with_the_same_count_is_adopted() {
-        let all = [row(&[[7, 5, 3], [7, 9, 1]]), row(&[[7, 9, 1], [7, 5, 3]])].concat();
-        assert_eq!(choose(&all), Some([7, 5, 3]));
-        let all = [row(&[[7, 5, 3]]), row(&[[7, 5, 4]])].concat();
-        assert_eq!(choose(&all), None, "counts differ: the states differ");
-        let all = [row(&[[7, 5, 3]]), row(&[[8, 5, 3]])].concat();
+    fn only_an_offer_of_every_rank_is_adopted() {
+        let all = [row(&[[7, 5], [7, 9]]), row(&[[7, 9], [7, 5]])].concat();
+        assert_eq!(choose(&all), Some([7, 5]));
+        let all = [row(&[[7, 5]]), row(&[[8, 5]])].concat();
         assert_eq!(choose(&all), None, "another machine's build of the same token");
-        let all = [row(&[[7, 5, 3]]), row(&[])].concat();
+        let all = [row(&[[7, 5]]), row(&[])].concat();
         assert_eq!(choose(&all), None, "one rank has nothing to offer");
         let all = [row(&[]), row(&[])].concat();
         assert_eq!(choose(&all), None);

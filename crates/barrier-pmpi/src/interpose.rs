@@ -37,8 +37,6 @@ static KEYVAL: OnceLock<c_int> = OnceLock::new();
 
 /// Set by our `MPI_Finalize`: barriers after it are MPI's (and erroneous).
 static FINALIZED: AtomicBool = AtomicBool::new(false);
-/// Set while our `MPI_Finalize` deletes every cached barrier: none is kept for reuse then.
-static TEARING_DOWN: AtomicBool = AtomicBool::new(false);
 /// Bumped whenever an entry is deleted: a thread's remembered lookup is valid only while this
 /// has not moved (a freed handle may come back as a new communicator).
 static GENERATION: AtomicU64 = AtomicU64::new(0);
@@ -63,9 +61,9 @@ unsafe extern "C" fn delete_attr(comm: MPI_Comm, _keyval: c_int, value: *mut c_v
         // calls the callback once per attribute).
         let entry = unsafe { Box::from_raw(value as *mut Entry) };
         // A barrier quiet here is kept for the next communicator of the same ranks
-        // (`barrier_mpi::reuse`), except at MPI_Finalize.
+        // (`barrier_mpi::reuse`; at MPI_Finalize, dropped with the others right after).
         let kept_or_dropped = || match *entry {
-            Entry::Served(c) if !TEARING_DOWN.load(Ordering::Relaxed) => drop(reuse::park(c)),
+            Entry::Served(c) => drop(reuse::park(c)),
             other => drop(other),
         };
         if catch_unwind(AssertUnwindSafe(kept_or_dropped)).is_err() {
@@ -131,8 +129,8 @@ fn make_entry(comm: MPI_Comm) -> Entry {
         Ok(true) => Err(None),
         // SAFETY: MPI is active (checked by the caller) and `comm` is the application's valid
         // intracommunicator; every rank makes this call in its first MPI_Barrier on it.
-        _ => match unsafe { adopt_or_meet(comm, &params) } {
-            Ok(Some(c)) => {
+        _ => match unsafe { reuse::from_raw_or_kept(comm, params) } {
+            Ok((c, true)) => {
                 if verbose && rank == 0 && size > 1 {
                     barrier::text::say(&format!(
                         "barrier: MPI_Barrier on a communicator of {size} ranks: the barrier of a freed communicator \
@@ -142,8 +140,7 @@ fn make_entry(comm: MPI_Comm) -> Entry {
                 }
                 return Entry::Served(c);
             }
-            // SAFETY: as above; the ranks have met.
-            Ok(None) => unsafe { BarrierComm::from_raw_met(comm, params) }.map_err(Some),
+            Ok((c, false)) => Ok(c),
             Err(e) => Err(Some(e)),
         },
     };
@@ -182,20 +179,6 @@ fn make_entry(comm: MPI_Comm) -> Entry {
             Entry::Declined
         }
     }
-}
-
-/// The ranks of `comm` meet asleep (as a build's first step does), each bringing its offers of
-/// a freed communicator's barrier ([`reuse`]): the one every rank offered, or `None` (then build).
-///
-/// # Safety
-/// As for `BarrierComm::from_raw`: every rank of `comm` makes this call in its first barrier.
-unsafe fn adopt_or_meet(comm: MPI_Comm, params: &Params) -> barrier::Result<Option<BarrierComm>> {
-    if raw::size(comm)? < 2 {
-        return Ok(None);
-    }
-    let offers = reuse::offers(comm, params);
-    let all = raw::meet_asleep(comm, offers.words().to_vec(), params.stall_report())?;
-    Ok(offers.adopt(&all))
 }
 
 fn barrier(comm: MPI_Comm) -> c_int {
@@ -263,7 +246,6 @@ pub extern "C" fn MPI_Barrier(comm: MPI_Comm) -> c_int {
 pub extern "C" fn MPI_Finalize() -> c_int {
     guarded("MPI_Finalize", || {
         if raw::mpi_active() {
-            TEARING_DOWN.store(true, Ordering::SeqCst);
             teardown();
             reuse::free_all();
         }

@@ -191,7 +191,7 @@ impl Communicator {
 
     /// Whether every barrier started on this communicator has completed on this rank and none
     /// failed: a layer that keeps a communicator's barrier for another communicator of the
-    /// same ranks (barrier-ompi's reuse) hands over only a quiet one.
+    /// same ranks (`barrier_mpi::reuse`) hands over only a quiet one.
     pub fn is_quiet(&self) -> bool {
         self.done.get() == self.epoch.get() && self.check_usable().is_ok()
     }
