@@ -8,16 +8,23 @@
  * Per round on each communicator: MPI_Ibarrier completed by an MPI_Test loop; two outstanding at
  * once, the second waited for first (they complete in order); one completed by MPI_Wait after
  * some MPI_Allreduce traffic; one released with MPI_Request_free and followed by MPI_Barrier.
+ *
+ *   mpirun -np 4 ./ibarrier_check 500 --ibarrier-first
+ *
+ * The same, with each communicator's first barrier an MPI_Ibarrier completed by MPI_Wait (a
+ * communicator across nodes is then ours from its second call on, set up in the background).
  */
 #include <mpi.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 static int world_rank;
 static uint64_t *const *counts;
 static uint64_t *mine;
+static int ibarrier_first;
 
 /* Every member of `comm` (by world rank, `members`) has reached `expect`. */
 static void check(const int *members, int n, uint64_t expect, const char *what) {
@@ -49,9 +56,16 @@ static long rounds_on(MPI_Comm comm, long iters, const char *what) {
     MPI_Allgather(&world_rank, 1, MPI_INT, members, 1, MPI_INT, comm);
     uint64_t count = __atomic_load_n(mine, __ATOMIC_RELAXED);
     long barriers = 0;
-    /* The first barrier call on a communicator builds ours (collective). */
+    /* The first barrier call on a communicator builds ours (collective), or, an MPI_Ibarrier,
+     * starts building it in the background. */
     __atomic_store_n(mine, ++count, __ATOMIC_RELEASE);
-    ok(MPI_Barrier(comm), "MPI_Barrier");
+    if (ibarrier_first) {
+        MPI_Request first;
+        ok(MPI_Ibarrier(comm, &first), "MPI_Ibarrier");
+        ok(MPI_Wait(&first, MPI_STATUS_IGNORE), "MPI_Wait");
+    } else {
+        ok(MPI_Barrier(comm), "MPI_Barrier");
+    }
     check(members, n, count, what);
     barriers++;
     for (long i = 0; i < iters; i++) {
@@ -98,6 +112,7 @@ static long rounds_on(MPI_Comm comm, long iters, const char *what) {
 
 int main(int argc, char **argv) {
     long iters = argc > 1 ? atol(argv[1]) : 200;
+    ibarrier_first = argc > 2 && strcmp(argv[2], "--ibarrier-first") == 0;
     int size, msize;
     MPI_Comm machine, half;
     MPI_Win win;

@@ -9,7 +9,8 @@
  *
  *   mpicc -O2 -o nbx nbx.c && mpirun -np 4 ./nbx 300        (on MPI_COMM_WORLD and a duplicate,
  *                                                            then 10 MPI_Barrier on the duplicate)
- *   mpirun -np 2 ./nbx --latency 20000                        (MPI_Ibarrier + MPI_Wait, mean us)
+ *   mpirun -np 2 ./nbx --latency 20000                        (MPI_Ibarrier + MPI_Wait, mean us;
+ *                                                            --after-barrier: an MPI_Barrier first)
  *   mpirun -np 3 ./nbx --threads 300     (MPI_THREAD_MULTIPLE: two threads, each on a duplicate of
  *                                         its own, at once)
  */
@@ -144,6 +145,8 @@ int main(int argc, char **argv) {
     if (argc > 2 && strcmp(argv[1], "--latency") == 0) {
         long iters = atol(argv[2]);
         MPI_Request r;
+        /* --after-barrier: a blocking barrier first (where ours is then built at once). */
+        if (argc > 3 && strcmp(argv[3], "--after-barrier") == 0) MPI_Barrier(MPI_COMM_WORLD);
         /* Warm-up: the switch to ours happens within the first calls. */
         for (long i = 0; i < 1000; i++) {
             MPI_Ibarrier(MPI_COMM_WORLD, &r);

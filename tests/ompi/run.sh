@@ -117,6 +117,23 @@ for np in 2 3 4; do
         expect_no_text "ibarrier_check" "still pending"
     done
 done
+# Each communicator's first barrier an MPI_Ibarrier, on simulated nodes (issue 50 item 8 across
+# nodes): ours from the second call on, set up in the background, checked the same way; the
+# split's halves span nodes too, and at 3 and 5 ranks a node holds one rank.
+for shape in "2 1" "3 1" "3 2" "5 1" "5 2"; do
+    read -r np block <<<"$shape"
+    run "ibarrier_check first np=$np block=$block" ok launch BARRIER_TIMEOUT=120s \
+        LD_PRELOAD="$PWD/$BIN/libpmpi_count.so" -- --mca coll_fastbar_verbose 1 \
+        --mca coll_fastbar_node_block "$block" -np "$np" "$BIN/ibarrier_check" 100 --ibarrier-first
+    expect_text "ibarrier_check first" "rank 0 of $np: .* checked barriers passed"
+    expect_text "ibarrier_check first" "coll/fastbar: barriers on a communicator of $np ranks: ours from its barrier call 1 on (its first was MPI_Ibarrier and its ranks span nodes; set up in the background): hierarchical: "
+    [ "$(grep -c 'counted 151 MPI_Barrier and 752 MPI_Ibarrier calls' "$out")" = "$np" ] || {
+        cat "$out"
+        fail "ibarrier_check first np=$np: the PMPI tool did not count every barrier on every rank"
+    }
+    expect_no_text "ibarrier_check first" "still pending"
+    expect_no_text "ibarrier_check first" "stay Open MPI's own"
+done
 
 step "info keys: none of ours where the program set none; the program's own kept and obeyed (issue 50 item 7)"
 for np in 2 3; do
@@ -199,12 +216,36 @@ for np in 2 3; do
     [ "$(grep -c "barriers on a communicator of $np ranks: ours from its barrier call" "$out")" = 2 ] \
         || { cat "$out"; fail "nbx threads np=$np: not both communicators switched to ours"; }
 done
-# Several (simulated) nodes: the background build stops at the verdict; the first MPI_Barrier builds.
-run "nbx node blocks" ok launch BARRIER_TIMEOUT=120s -- --mca coll_fastbar_verbose 1 --mca coll_fastbar_node_block 1 \
-    -np 3 "$BIN/nbx" 200
-[ "$(grep -c 'nbx: rank [0-9] of 3: .* every one received' "$out")" = 3 ] || { cat "$out"; fail "nbx node blocks: not every rank received every message"; }
-expect_text "nbx node blocks" "coll/fastbar: MPI_Barrier on a communicator of 3 ranks: hierarchical: 3 nodes"
-expect_no_text "nbx node blocks" "built in the background"
+# Several (simulated) nodes: ours from the second call on, the hierarchy set up in the
+# background over the private channel (it used to stay Open MPI's until a first MPI_Barrier).
+for shape in "3 1 3" "4 2 2" "5 2 3"; do
+    read -r np block nodes <<<"$shape"
+    run "nbx node blocks np=$np block=$block" ok launch BARRIER_TIMEOUT=120s -- --mca coll_fastbar_verbose 1 \
+        --mca coll_fastbar_node_block "$block" -np "$np" "$BIN/nbx" 200
+    [ "$(grep -c "nbx: rank [0-9] of $np: .* every one received" "$out")" = "$np" ] \
+        || { cat "$out"; fail "nbx node blocks np=$np: not every rank received every message"; }
+    # MPI_COMM_WORLD and the duplicate.
+    [ "$(grep -c "barriers on a communicator of $np ranks: ours from its barrier call 1 on (its first was MPI_Ibarrier and its ranks span nodes; set up in the background): hierarchical: $nodes nodes" "$out")" = 2 ] \
+        || { cat "$out"; fail "nbx node blocks np=$np: not both communicators ours from the second call"; }
+    expect_no_text "nbx node blocks np=$np" "stay Open MPI's own"
+done
+# A rank whose node's set-up fails there: the first flight agrees on it, and every rank's
+# barriers are then a dissemination among all ranks over the private channel; the program runs on.
+for fault in join:1 join:2; do
+    run "nbx node blocks fault $fault" ok launch BARRIER_MPI_FAULT="$fault" -- --mca coll_fastbar_timeout 20s \
+        --mca coll_fastbar_verbose 1 --mca coll_fastbar_node_block 2 -np 4 "$BIN/nbx" 200
+    [ "$(grep -c 'nbx: rank [0-9] of 4: .* every one received' "$out")" = 4 ] || { cat "$out"; fail "nbx node blocks fault $fault: not every rank received every message"; }
+    expect_text "nbx node blocks fault $fault" "world rank ${fault#*:}: the hierarchy for a communicator of 4 ranks could not be set up here (building it in the background failed: .*fault injected by BARRIER_MPI_FAULT=$fault); its barriers are a dissemination among its ranks over the private channel instead, on every rank"
+    expect_text "nbx node blocks fault $fault" "barriers on a communicator of 4 ranks: ours from its barrier call 1 on (.*): a dissemination among its ranks over the private channel"
+    expect_no_text "nbx node blocks fault $fault" ": hierarchical: "
+done
+# Settings that differ between ranks (disable on one): the second calls went two ways, which
+# cannot be agreed without waiting; every rank ends the job within seconds, saying which differ.
+start=$SECONDS
+run "nbx node blocks, disable on one rank" fail "${MPIRUN[@]}" --mca coll_fastbar_node_block 2 \
+    -np 1 -x OMPI_MCA_coll_fastbar_disable=1 "$BIN/nbx" 200 : -np 3 "$BIN/nbx" 200
+expect_text "nbx node blocks, disable on one rank" "are ours from the second call on ranks \[1, 2, 3\] and Open MPI's on ranks \[0\], and cannot be agreed without waiting: the component's settings differ between ranks (coll_fastbar_disable is set on ranks \[0\] of it only): give every rank the same; aborting the job"
+[ $((SECONDS - start)) -lt 25 ] || fail "nbx node blocks, disable on one rank: took $((SECONDS - start))s to end"
 # A rank whose build fails: every rank stays on Open MPI's barrier, and the program runs on.
 for fault in join:1 open:1 join:0; do
     run "nbx fault $fault" ok launch BARRIER_MPI_FAULT="$fault" -- --mca coll_fastbar_timeout 5s \

@@ -55,14 +55,21 @@ pub(crate) fn my_place(world_rank: usize) -> Vec<u64> {
 /// The job on the machine of a communicator whose every rank is on this one, from the ranks'
 /// place words (what [`machine_of`] finds with a split and an allreduce).
 pub(crate) fn one_machine(places: &[Vec<u64>]) -> MachineJob {
+    machine_of_masks(places.iter().map(|row| &row[2..]))
+}
+
+/// The ranks of one machine and the cores their CPU masks ([`affinity_mask`]) cover.
+pub(crate) fn machine_of_masks<'a>(masks: impl Iterator<Item = &'a [u64]>) -> MachineJob {
     let mut mask = [0u64; 16];
-    for row in places {
-        for (m, w) in mask.iter_mut().zip(&row[2..]) {
+    let mut ranks = 0;
+    for row in masks {
+        ranks += 1;
+        for (m, w) in mask.iter_mut().zip(row) {
             *m |= w;
         }
     }
     let cores = mask.iter().map(|w| w.count_ones() as usize).sum::<usize>().max(1);
-    MachineJob { ranks: places.len(), cores }
+    MachineJob { ranks, cores }
 }
 
 /// This machine, as the ranks that can map each other's memfds see it: the host's name, its

@@ -329,15 +329,11 @@ pub fn not_joined(framework: &str, comm: raw::Comm, waited: std::time::Duration)
     )
 }
 
-/// Every rank's [`declines_here`], by rank: `Ok(None)` when every rank serves; else why not
-/// (said once per process by rank 0 where the ranks' settings differ).
-pub fn verdict(framework: &str, comm: raw::Comm, all: &[u64]) -> Result<Option<String>, barrier::Error> {
-    if all.iter().all(|&w| w == 0) {
-        return Ok(None);
-    }
-    let size = all.len();
+/// What every rank's [`declines_here`] (by rank) says, one line per setting that declines
+/// somewhere: on which ranks.
+pub fn declines_named(framework: &str, all: &[u64]) -> Vec<String> {
     let (one, ranks) = words_for(framework);
-    let name = raw::name(comm);
+    let size = all.len();
     let ranks_with = |bit: u64| -> Vec<usize> { (0..all.len()).filter(|&r| all[r] & bit != 0).collect() };
     let mut reasons = Vec::new();
     for (bit, what) in [
@@ -351,8 +347,20 @@ pub fn verdict(framework: &str, comm: raw::Comm, all: &[u64]) -> Result<Option<S
             _ => reasons.push(format!("{what} on {ranks} {these:?} of it only")),
         }
     }
+    reasons
+}
+
+/// Every rank's [`declines_here`], by rank: `Ok(None)` when every rank serves; else why not
+/// (said once per process by rank 0 where the ranks' settings differ).
+pub fn verdict(framework: &str, comm: raw::Comm, all: &[u64]) -> Result<Option<String>, barrier::Error> {
+    if all.iter().all(|&w| w == 0) {
+        return Ok(None);
+    }
+    let size = all.len();
+    let (one, ranks) = words_for(framework);
+    let name = raw::name(comm);
     let differ = all.iter().any(|&w| w != all[0]);
-    let why = reasons.join("; ");
+    let why = declines_named(framework, all).join("; ");
     // Once per process (a program that makes many communicators would repeat it for each).
     static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
     if raw::rank(comm)? == 0 && differ && !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {

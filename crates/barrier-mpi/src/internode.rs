@@ -148,21 +148,37 @@ pub(crate) fn set_up(
         Choice::Fixed(Way::Ours) | Choice::OursForReports => None,
         _ => Some(Box::new(MpiOwn(OwnedComm(raw::dup(roots)?))) as Box<dyn OwnBarrier>),
     };
-    let names = Names {
-        layer: "barrier",
-        member: "rank",
-        me: format!("world rank {} (rank {} of a communicator of {} ranks)", world[index], place.rank, place.size),
-        index,
-        rank: place.rank,
-        world_rank: world[index],
-        size: place.size,
-        roots: (0..nodes)
-            .map(|j| format!("the node root at world rank {} (communicator rank {})", world[j], comm_ranks[j]))
-            .collect(),
-        root_ranks: (0..nodes).map(|j| (comm_ranks[j], world[j])).collect(),
-        limit: place.limit,
-        setting: "BARRIER_MPI_INTERNODE",
-    };
+    let members: Vec<(usize, usize)> = (0..nodes).map(|j| (comm_ranks[j], world[j])).collect();
+    let names = names(place, world[index], index, &members, node_root);
     let link = MpiRoots { outbox: outbox?, transport, fabric };
     Ok(Roots::new(link, own, names, waits))
+}
+
+/// How the roots' reports name things under MPI: this rank (`place`, `world_rank`) as member
+/// `index` of `members` (each its communicator rank and world rank), each named by `name`.
+pub(crate) fn names(
+    place: RootPlace,
+    world_rank: usize,
+    index: usize,
+    members: &[(usize, usize)],
+    name: fn(usize, usize) -> String,
+) -> Names {
+    Names {
+        layer: "barrier",
+        member: "rank",
+        me: format!("world rank {world_rank} (rank {} of a communicator of {} ranks)", place.rank, place.size),
+        index,
+        rank: place.rank,
+        world_rank,
+        size: place.size,
+        roots: members.iter().map(|&(rank, world)| name(rank, world)).collect(),
+        root_ranks: members.to_vec(),
+        limit: place.limit,
+        setting: "BARRIER_MPI_INTERNODE",
+    }
+}
+
+/// A node root, as the reports name it.
+pub(crate) fn node_root(rank: usize, world_rank: usize) -> String {
+    format!("the node root at world rank {world_rank} (communicator rank {rank})")
 }

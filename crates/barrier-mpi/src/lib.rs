@@ -69,6 +69,8 @@
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+#[cfg(feature = "mpi")]
+mod ahead;
 // For the Open MPI coll component's Rust side (barrier-ompi), not for users.
 #[cfg(feature = "mpi")]
 #[doc(hidden)]
@@ -76,6 +78,10 @@ pub mod background;
 pub mod catalogue;
 #[cfg(feature = "mpi")]
 mod census;
+// For the Open MPI coll component's Rust side (barrier-ompi): its private channel.
+#[cfg(feature = "mpi")]
+#[doc(hidden)]
+pub mod channel;
 #[cfg(feature = "mpi")]
 mod comm;
 #[cfg(feature = "mpi")]

@@ -324,6 +324,13 @@ pub(crate) fn isend(comm: Comm, buf: &[u64], dest: usize, tag: c_int) -> Result<
     Ok(req)
 }
 
+/// A point-to-point request of ours and the buffer of `N` words MPI reads or writes until it
+/// completes (kept beside the request: boxed, it does not move).
+pub(crate) struct InFlight<const N: usize> {
+    pub req: Request,
+    pub buf: Box<[u64; N]>,
+}
+
 /// `MPI_REQUEST_NULL`.
 pub fn request_null() -> Request {
     // SAFETY: as for `comm_world`.

@@ -47,10 +47,7 @@ const WORDS: usize = 4;
 const PUT: u64 = 0;
 
 /// A send in flight: the request and the buffer MPI reads from until it completes.
-struct Outgoing {
-    req: Request,
-    buf: Box<[u64; WORDS]>,
-}
+type Outgoing = raw::InFlight<WORDS>;
 
 struct State {
     recv: Request,

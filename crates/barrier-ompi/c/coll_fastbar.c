@@ -25,7 +25,10 @@
 #include "ompi/attribute/attribute.h"
 #include "ompi/communicator/communicator.h"
 #include "ompi/mca/coll/base/base.h"
+#include "ompi/mca/coll/base/coll_tags.h"
 #include "ompi/mca/coll/coll.h"
+#include "ompi/mca/pml/pml.h"
+#include "ompi/proc/proc.h"
 #include "ompi/request/request.h"
 #include "opal/mca/base/mca_base_var.h"
 #include "opal/runtime/opal_progress.h"
@@ -532,6 +535,45 @@ static int fastbar_ibarrier(struct ompi_communicator_t *comm, ompi_request_t **r
     list_unlock();
     *request = &r->super;
     return OMPI_SUCCESS;
+}
+
+/* ---- the private channel of a barrier set up ahead across nodes (barrier-mpi's channel.rs) -- */
+
+/* Reserves `count` tags on `comm` as Open MPI's non-blocking collectives reserve theirs (the
+ * same steps as ompi_coll_base_nbc_reserve_tags, whose header needs Fortran headers Debian does
+ * not ship), and returns the first (they go down from it): every rank that calls it in the same
+ * collective call gets the same tags, and libnbc takes the next ones after them. */
+int fastbar_reserve_tags(MPI_Comm comm, int count)
+{
+    int32_t tag, old;
+    do {
+        tag = old = comm->c_nbc_tag;
+        if (tag - count < MCA_COLL_BASE_TAG_NONBLOCKING_END) {
+            tag = MCA_COLL_BASE_TAG_NONBLOCKING_BASE;
+        }
+    } while (!__atomic_compare_exchange_n(&comm->c_nbc_tag, &old, tag - count, false, __ATOMIC_SEQ_CST,
+                                          __ATOMIC_SEQ_CST));
+    return tag;
+}
+
+/* Point-to-point on the PML with a reserved (negative) tag: no program's receive matches it,
+ * MPI_ANY_TAG included. */
+int fastbar_pml_isend(const uint64_t *buf, int words, int dest, int tag, MPI_Comm comm, MPI_Request *req)
+{
+    return MCA_PML_CALL(isend((void *) buf, (size_t) words, MPI_UINT64_T, dest, tag, MCA_PML_BASE_SEND_STANDARD,
+                              comm, req));
+}
+
+int fastbar_pml_irecv(uint64_t *buf, int words, int source, int tag, MPI_Comm comm, MPI_Request *req)
+{
+    return MCA_PML_CALL(irecv(buf, (size_t) words, MPI_UINT64_T, source, tag, comm, req));
+}
+
+/* 1 when rank `rank` of `comm` runs on this machine, as Open MPI placed it. */
+int fastbar_on_this_machine(MPI_Comm comm, int rank)
+{
+    ompi_proc_t *proc = ompi_comm_peer_lookup(comm, rank);
+    return NULL != proc && OPAL_PROC_ON_LOCAL_NODE(proc->super.proc_flags);
 }
 
 /* ---- the component ------------------------------------------------------------------------ */

@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 
 use barrier::Error;
 use barrier_mpi::background::{Background, Turn};
+use barrier_mpi::channel::PrivateP2p;
 use barrier_mpi::glue::{self, BuiltFor, ComponentStorage, McaValues, DONE, FAILED, GONE, PENDING};
 use barrier_mpi::mpi::ffi::{self, MPI_Comm};
 use barrier_mpi::{raw, reuse, BarrierComm, Detached};
@@ -44,7 +45,43 @@ const PREVIOUS: c_int = 4;
 const BUILD: c_int = 5;
 
 /// A split-phase barrier between `fastbar_rs_ibarrier` and its completion.
-pub struct Started(Option<Detached>);
+pub enum Started {
+    /// Of a barrier of ours.
+    Ours(Option<Detached>),
+    /// A flight of a communicator across nodes served ahead (`Turn::Ahead`).
+    Ahead(u64),
+}
+
+extern "C" {
+    /// The C glue's private channel (Open MPI's PML with reserved tags): see `PrivateP2p`.
+    fn fastbar_reserve_tags(comm: MPI_Comm, count: c_int) -> c_int;
+    fn fastbar_pml_isend(
+        buf: *const u64,
+        words: c_int,
+        dest: c_int,
+        tag: c_int,
+        comm: MPI_Comm,
+        req: *mut ffi::MPI_Request,
+    ) -> c_int;
+    fn fastbar_pml_irecv(
+        buf: *mut u64,
+        words: c_int,
+        source: c_int,
+        tag: c_int,
+        comm: MPI_Comm,
+        req: *mut ffi::MPI_Request,
+    ) -> c_int;
+    fn fastbar_on_this_machine(comm: MPI_Comm, rank: c_int) -> c_int;
+}
+
+/// The private channel a communicator across nodes whose first barrier is `MPI_Ibarrier` is
+/// served over (barrier-mpi's `background`).
+const P2P: PrivateP2p = PrivateP2p {
+    reserve_tags: fastbar_reserve_tags,
+    isend: fastbar_pml_isend,
+    irecv: fastbar_pml_irecv,
+    on_this_machine: fastbar_on_this_machine,
+};
 
 /// Every barrier not yet freed, for the finalize hook and the background builds' progress (the
 /// C side holds one more reference each: `Arc::into_raw`).
@@ -217,8 +254,21 @@ pub unsafe extern "C" fn fastbar_rs_create(comm: MPI_Comm, values: *const McaVal
 }
 
 fn failed(c: &BarrierComm, what: &str, e: &Error) -> c_int {
-    say(&format!("{what} failed on rank {}: {e}", c.rank()));
+    failed_on(c.rank(), what, e)
+}
+
+fn failed_on(rank: usize, what: &str, e: &Error) -> c_int {
+    say(&format!("{what} failed on rank {rank}: {e}"));
     FAILED
+}
+
+/// A flight's outcome (`Background::drive_ahead`) as the C side reads it.
+fn ahead_outcome(done: barrier::Result<bool>, rank: usize, what: &str) -> c_int {
+    match done {
+        Ok(true) => DONE,
+        Ok(false) => PENDING,
+        Err(e) => failed_on(rank, what, &e),
+    }
 }
 
 fn keep(serving: Serving) -> *mut Served {
@@ -246,7 +296,7 @@ pub unsafe extern "C" fn fastbar_rs_start(comm: MPI_Comm, values: *const McaValu
             params = params.set_as("BARRIER_BACKEND", barrier_mpi::MPI_BACKEND, given_in);
         }
         // SAFETY: the caller's contract.
-        match unsafe { Background::start("coll", comm, params, values) } {
+        match unsafe { Background::start("coll", comm, params, values, Some(P2P)) } {
             Ok(b) => {
                 // SAFETY: the caller's contract.
                 unsafe { *out = keep(Serving::Background(b)) };
@@ -313,6 +363,11 @@ pub unsafe extern "C" fn fastbar_rs_barrier(served: *const Served) -> c_int {
                 Turn::Ours(c) => c,
                 Turn::Previous => return PREVIOUS,
                 Turn::BuildNow => return BUILD,
+                Turn::Ahead(flight) => {
+                    let rank = b.rank();
+                    return ahead_outcome(b.drive_ahead(flight, true), rank, "MPI_Barrier");
+                }
+                Turn::Failed(e) => return failed_on(b.rank(), "MPI_Barrier", &e),
             },
             None => return GONE,
         };
@@ -338,12 +393,18 @@ pub unsafe extern "C" fn fastbar_rs_ibarrier(served: *const Served, out: *mut *m
                 Turn::Ours(c) => c,
                 // (A split-phase call never gets `BuildNow`.)
                 Turn::Previous | Turn::BuildNow => return PREVIOUS,
+                Turn::Ahead(flight) => {
+                    // SAFETY: the caller's contract.
+                    unsafe { *out = Box::into_raw(Box::new(Started::Ahead(flight))) };
+                    return DONE;
+                }
+                Turn::Failed(e) => return failed_on(b.rank(), "MPI_Ibarrier", &e),
             },
             None => return GONE,
         };
         let outcome = match c.ibarrier() {
             Ok(request) => {
-                let started = Box::into_raw(Box::new(Started(Some(request.detach()))));
+                let started = Box::into_raw(Box::new(Started::Ours(Some(request.detach()))));
                 // SAFETY: the caller's contract.
                 unsafe { *out = started };
                 DONE
@@ -367,22 +428,35 @@ pub unsafe extern "C" fn fastbar_rs_test(served: *const Served, started: *mut St
     guarded("the progress of MPI_Ibarrier", || {
         // SAFETY: the caller's contract.
         let (served, started) = unsafe { (&*served, &mut *started) };
-        let guard = match served.comm.try_lock() {
+        let mut guard = match served.comm.try_lock() {
             Ok(g) => g,
             Err(TryLockError::Poisoned(p)) => p.into_inner(),
             // This thread is inside this communicator's barrier (a re-entered progress
             // callback), or another thread is: later.
             Err(TryLockError::WouldBlock) => return PENDING,
         };
-        let c = match guard.as_ref() {
-            Some(Serving::Built(c)) => c,
-            Some(Serving::Background(b)) => b.switched().expect("a split-phase barrier of ours runs once switched"),
-            None => {
+        let (c, started) = match (guard.as_mut(), started) {
+            (Some(Serving::Background(b)), Started::Ahead(flight)) => {
+                let rank = b.rank();
+                let outcome = ahead_outcome(b.drive_ahead(*flight, false), rank, "MPI_Ibarrier");
+                if outcome == PENDING && mpi_yields == 0 && b.waits_yield() {
+                    // As the node's requests do where ranks may outnumber cores: the rank this
+                    // one waits for may need the core.
+                    barrier::wait::Pace::Yield.pause();
+                }
+                return outcome;
+            }
+            (Some(Serving::Built(c)), Started::Ours(started)) => (&*c, started),
+            (Some(Serving::Background(b)), Started::Ours(started)) => {
+                (b.switched().expect("a split-phase barrier of ours runs once switched"), started)
+            }
+            (Some(Serving::Built(_)), Started::Ahead(_)) => unreachable!("a flight belongs to a barrier served ahead"),
+            (None, _) => {
                 say("MPI_Ibarrier still pending at MPI_Finalize");
                 return FAILED;
             }
         };
-        let Some(detached) = started.0.take() else { return DONE };
+        let Some(detached) = started.take() else { return DONE };
         let mut request = match c.resume(detached) {
             Ok(r) => r,
             Err(e) => return failed(c, "MPI_Ibarrier", &e),
@@ -391,7 +465,7 @@ pub unsafe extern "C" fn fastbar_rs_test(served: *const Served, started: *mut St
         match done {
             Ok(true) => DONE,
             Ok(false) => {
-                started.0 = Some(request.detach());
+                *started = Some(request.detach());
                 PENDING
             }
             Err(e) => failed(c, "MPI_Ibarrier", &e),

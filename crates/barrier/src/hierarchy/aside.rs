@@ -10,7 +10,8 @@
 //!    ([`Segment::create_for_job_in`]);
 //! 2. a thread of ours (the others': after mapping the first rank's segment through
 //!    `/proc/<pid>/fd`, retrying until it is laid out) joins the node's universe, waiting for the
-//!    node's others in shared memory. The layer's progress call is set on the segment but never
+//!    node's others in shared memory, and, for a communicator across nodes, makes the node's
+//!    part of the hierarchy ([`node_part`]). The layer's progress call is set on the segment but never
 //!    runs on that thread ([`crate::wait::Progress::run`] skips it there: the layer's engine,
 //!    MPI, may not allow it). A failed step marks the segment aborted and the hand-over failed
 //!    ([`crate::wait::handover`]), so that nobody waits for this rank or switches to the
@@ -29,6 +30,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
+use crate::hierarchy::node::{node_part, Node};
 use crate::params::Params;
 use crate::shm::{JobShape, RankNames, Segment};
 use crate::universe::Universe;
@@ -66,6 +68,8 @@ pub struct AsideSpec {
     pub open_limit: Duration,
     /// A test's fault at `open` (a node's other rank maps the segment) or `join`, on this rank.
     pub fault: Fault,
+    /// The communicator spans several nodes: make the node's part of the hierarchy too.
+    pub across_nodes: bool,
 }
 
 impl std::fmt::Debug for AsideSpec {
@@ -78,8 +82,9 @@ impl std::fmt::Debug for AsideSpec {
     }
 }
 
-/// The set-up thread's outcome: the node's segment and its joined universe.
-type Joined = Result<(Arc<Segment>, Universe)>;
+/// The set-up thread's outcome: the node's segment, its joined universe and, across nodes, the
+/// node's part of the hierarchy.
+type Joined = Result<Node>;
 
 /// A node's set-up under way on a thread of ours (see the module docs). Dropped unfinished, it
 /// gives up and waits for its thread to end (a few milliseconds: the thread stops at the
@@ -119,7 +124,9 @@ impl NodeAside {
     /// Starts it: the first rank lays its segment out now (an error here is this rank's,
     /// returned), the thread does the rest.
     pub fn start(spec: AsideSpec) -> Result<NodeAside> {
-        let AsideSpec { local_rank, shape, params, progress, names, first, memfd, open_limit, fault } = spec;
+        let AsideSpec { local_rank, shape, params, progress, names, first, memfd, open_limit, fault, across_nodes } =
+            spec;
+        let forced = params.get("BARRIER_BACKEND").is_some();
         let pool = params
             .parse("BARRIER_SHM_POOL_BYTES", crate::shm::DEFAULT_POOL_BYTES, "")
             .unwrap_or(crate::shm::DEFAULT_POOL_BYTES);
@@ -153,13 +160,17 @@ impl NodeAside {
                     seg.set_progress(progress);
                 }
                 seg.set_rank_names(names);
-                // A failed join marks the segment aborted (the others stop waiting for this rank).
+                // A failed step marks the segment aborted (the others stop waiting for this rank).
                 let joined = fault("join").and_then(|()| Universe::join(seg.clone(), local_rank, params));
-                if joined.is_err() {
+                let made = joined.and_then(|universe| {
+                    let halves = across_nodes.then(|| node_part(&universe, forced)).transpose()?;
+                    Ok(Node { seg: seg.clone(), universe, halves, forced })
+                });
+                if made.is_err() {
                     seg.set_abort(local_rank);
                     seg.handover().fail();
                 }
-                joined.map(|u| (seg, u))
+                made
             })
             .map_err(|e| Error::io("starting a thread for the node's set-up", e))?;
         Ok(NodeAside {
@@ -195,14 +206,14 @@ impl NodeAside {
         self.joiner.as_ref().is_none_or(|j| j.is_finished())
     }
 
-    /// The segment and the joined universe (the first rank's descriptor released), or why not.
-    /// Waits for the thread if it has not finished.
-    pub fn finish(mut self) -> Result<(Arc<Segment>, Universe)> {
+    /// The node: its segment, the joined universe (the first rank's descriptor released) and,
+    /// across nodes, its part of the hierarchy; or why not. Waits for the thread if it has not
+    /// finished.
+    pub fn finish(mut self) -> Result<Node> {
         let joiner = self.joiner.take().expect("a set-up aside is finished once");
-        let (seg, universe) =
-            joiner.join().unwrap_or_else(|_| Err(Error::Setup("the node's set-up thread panicked".into())))?;
-        seg.release_fd();
-        Ok((seg, universe))
+        let node = joiner.join().unwrap_or_else(|_| Err(Error::Setup("the node's set-up thread panicked".into())))?;
+        node.seg.release_fd();
+        Ok(node)
     }
 
     /// Gives up (the layer's communicator is freed, or it declined): the thread stops waiting,
@@ -227,7 +238,9 @@ impl Drop for NodeAside {
 }
 
 /// Maps the segment the node's first rank lays out in its memfd, retrying until it is laid out
-/// (or `limit`, or `stop`).
+/// (or `limit`, or `stop`, or the first rank has closed the memfd it offered: it keeps it open
+/// from the exchange until every rank of the node has mapped the segment, unless its set-up
+/// failed or was given up; then this ends as on the segment's abort, [`Error::Aborted`]).
 fn open_when_laid_out(first: Offer, limit: Duration, stop: &AtomicBool) -> Result<Arc<Segment>> {
     let began = Instant::now();
     let mut pause = Duration::from_micros(20);
@@ -239,11 +252,23 @@ fn open_when_laid_out(first: Offer, limit: Duration, stop: &AtomicBool) -> Resul
                     "the node's first rank did not lay out its segment in {limit:?}: {e}"
                 )))
             }
+            // Its own failure, which it says (or its communicator was freed there): the join ends
+            // as on the segment's abort.
+            Err(_) if closed(first) => return Err(Error::Aborted { failed_rank: 0 }),
             Err(_) => {
                 std::thread::sleep(pause);
                 pause = (pause * 2).min(Duration::from_micros(200));
             }
         }
+    }
+}
+
+/// Whether the descriptor the node's first rank offered no longer names the file it offered.
+fn closed(first: Offer) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match std::fs::metadata(format!("/proc/{}/fd/{}", first.pid, first.fd)) {
+        Ok(m) => (m.dev(), m.ino()) != first.identity,
+        Err(_) => true,
     }
 }
 
@@ -289,8 +314,9 @@ mod tests {
                                     Some(r) if r == rank && stage == "join" => Err(Error::Setup("injected".into())),
                                     _ => Ok(()),
                                 }),
+                                across_nodes: false,
                             };
-                            let (seg, universe) = NodeAside::start(spec)?.finish()?;
+                            let Node { seg, universe, .. } = NodeAside::start(spec)?.finish()?;
                             // Rank 0 made 3 calls, rank 1 made 4: the switch is call 4 on both.
                             seg.handover().ready(3 + rank as u64);
                             let call = loop {
@@ -318,6 +344,65 @@ mod tests {
         }
     }
 
+    /// Across nodes the set-up's thread also makes the node's part of the hierarchy: its gather
+    /// and release run between the node's two ranks.
+    #[test]
+    fn across_nodes_the_set_up_makes_the_nodes_halves() {
+        let fds: Vec<OwnedFd> = (0..2).map(|_| crate::sys::memfd_empty("barrier-test").unwrap()).collect();
+        let (fd0, identity) = (fds[0].as_raw_fd(), crate::sys::fd_identity(fds[0].as_raw_fd()).unwrap());
+        let first = Offer { pid: std::process::id(), fd: fd0, identity };
+        std::thread::scope(|s| {
+            for (rank, fd) in fds.into_iter().enumerate() {
+                s.spawn(move || {
+                    let spec = AsideSpec {
+                        local_rank: rank,
+                        shape: JobShape::local(2, 1),
+                        params: Params::defaults_only().set("BARRIER_TIMEOUT", "20s"),
+                        progress: None,
+                        names: RankNames { world: vec![0, 1], comm: vec![0, 1], comm_size: 4, hierarchical: true },
+                        first,
+                        memfd: Some(fd),
+                        open_limit: Duration::from_secs(20),
+                        fault: Box::new(|_| Ok(())),
+                        across_nodes: true,
+                    };
+                    let node = NodeAside::start(spec).unwrap().finish().unwrap();
+                    assert!(!node.forced && !node.alone());
+                    let halves = node.halves.expect("across nodes");
+                    assert_eq!(halves.size(), 2);
+                    for _ in 0..4 {
+                        halves.barrier().unwrap();
+                    }
+                });
+            }
+        });
+    }
+
+    /// A node's other rank whose first rank has closed the memfd it offered (its set-up failed
+    /// there) stops waiting for it at once, not at its open limit, as on the segment's abort.
+    #[test]
+    fn a_closed_offer_ends_the_wait_for_it() {
+        let offered = crate::sys::memfd_empty("barrier-test").unwrap();
+        let (fd, identity) = (offered.as_raw_fd(), crate::sys::fd_identity(offered.as_raw_fd()).unwrap());
+        drop(offered);
+        let spec = AsideSpec {
+            local_rank: 1,
+            shape: JobShape::local(2, 1),
+            params: Params::defaults_only().set("BARRIER_TIMEOUT", "60s"),
+            progress: None,
+            names: RankNames { world: vec![0, 1], comm: vec![0, 1], comm_size: 2, hierarchical: false },
+            first: Offer { pid: std::process::id(), fd, identity },
+            memfd: Some(crate::sys::memfd_empty("barrier-test").unwrap()),
+            open_limit: Duration::from_secs(60),
+            fault: Box::new(|_| Ok(())),
+            across_nodes: false,
+        };
+        let began = Instant::now();
+        let e = NodeAside::start(spec).unwrap().finish().unwrap_err();
+        assert!(began.elapsed() < Duration::from_secs(20), "took {:?}", began.elapsed());
+        assert!(matches!(e, Error::Aborted { failed_rank: 0 }), "{e}");
+    }
+
     /// Dropped unfinished (a rank that never comes), a set-up aside gives up and its thread
     /// ends: on the node's first rank (waiting in the universe's join for rank 1) and on another
     /// rank (waiting for a first rank that never lays its segment out). Each would otherwise
@@ -339,6 +424,7 @@ mod tests {
                 memfd: Some(if rank == 0 { fd } else { crate::sys::memfd_empty("barrier-test").unwrap() }),
                 open_limit: Duration::from_secs(60),
                 fault: Box::new(|_| Ok(())),
+                across_nodes: false,
             };
             let aside = NodeAside::start(spec).unwrap();
             std::thread::sleep(Duration::from_millis(50));

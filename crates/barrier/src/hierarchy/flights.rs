@@ -11,6 +11,9 @@
 //!   there is none), runs the roots' phase once the gather completes, and only then arrives at
 //!   the release.
 //!
+//! A root alone on its node (no backend forced there) has no halves to pair: its flight is the
+//! roots' phase alone.
+//!
 //! So every rank's halves go gather 1, release 1, gather 2, release 2, …, and no rank of any
 //! node is released before every root has finished the phase that proves every node gathered.
 //! A flight completes only while its rank keeps calling test, wait or another barrier, as

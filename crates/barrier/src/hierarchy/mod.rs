@@ -22,9 +22,9 @@
 //!    timeout or a stall report is set: only our rounds can name the root a wait is for;
 //! 3. **release**: the node's second half; the root stores it, the others wait for it.
 //!
-//! A rank alone on its node skips its node's halves (they would wait for nobody): its barrier
-//! is the roots' phase alone, fenced (release before, acquire after). Split-phase barriers
-//! (`ibarrier`) are *flights* queued in order (see [`flights`]).
+//! A rank alone on its node skips its node's halves (they would wait for nobody): its barrier,
+//! blocking or split-phase, is the roots' phase alone, fenced (release before, acquire after).
+//! Split-phase barriers (`ibarrier`) are *flights* queued in order (see [`flights`]).
 //!
 //! **Waits.** The node's halves wait as every core communicator does (spin, yield, park, the
 //! layer's progress hook on the slow path: [`crate::wait`]). The roots' phase polls
@@ -216,9 +216,10 @@ impl<L: RootsLink> Hierarchy<L> {
         let flights = &self.flights;
         let first = flights.queue.borrow().is_empty();
         let leg = if self.roots.is_some() {
-            // The root: it joins this gather once the flights before it are done.
+            // The root: it joins this gather (alone on its node: the roots' phase) once the
+            // flights before it are done.
             match first {
-                true => Leg::Gather(self.halves.ibarrier()?.detach()),
+                true => self.first_leg()?,
                 false => Leg::Queued,
             }
         } else {
@@ -229,6 +230,16 @@ impl<L: RootsLink> Hierarchy<L> {
         flights.queue.borrow_mut().push_back(leg);
         flights.started.set(flights.started.get() + 1);
         Ok(flights.started.get())
+    }
+
+    /// A root's first leg of a flight: the node's gather or, alone on its node, the roots' phase
+    /// (the release fence of the blocking barrier's: this rank's stores come before it).
+    fn first_leg(&self) -> Result<Leg> {
+        if self.alone {
+            fence(Ordering::Release);
+            return Ok(Leg::Roots(Flight::new(self.next_epoch())));
+        }
+        Ok(Leg::Gather(self.halves.ibarrier()?.detach()))
     }
 
     /// Completes every flight started so far (a blocking barrier's first step).
@@ -266,7 +277,7 @@ impl<L: RootsLink> Hierarchy<L> {
             let mut queue = flights.queue.borrow_mut();
             let Some(leg) = queue.front_mut() else { break };
             match leg {
-                Leg::Queued => *leg = Leg::Gather(halves.ibarrier()?.detach()),
+                Leg::Queued => *leg = self.first_leg()?,
                 Leg::Gather(epoch) => {
                     if !node_done(*epoch)? {
                         return Ok(false);
@@ -278,6 +289,12 @@ impl<L: RootsLink> Hierarchy<L> {
                     let done = if blocking { roots.finish(phase).map(|()| true) } else { roots.advance(phase) };
                     match done {
                         Ok(false) => return Ok(false),
+                        Ok(true) if self.alone => {
+                            // Every other rank's stores are visible after it.
+                            fence(Ordering::Acquire);
+                            queue.pop_front();
+                            flights.finished.set(flights.finished.get() + 1);
+                        }
                         Ok(true) => *leg = Leg::Release(halves.ibarrier()?.detach()),
                         Err(e) => {
                             // As the blocking barrier does: the node's ranks waiting for this

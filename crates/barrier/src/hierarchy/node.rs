@@ -91,8 +91,8 @@ pub struct Node {
 }
 
 impl Node {
-    /// This rank is alone on its node and the node's halves are the gather and the release: a
-    /// blocking barrier skips them ([`super::Hierarchy::new`]'s `alone`).
+    /// This rank is alone on its node and the node's halves are the gather and the release: its
+    /// barriers, blocking and split-phase, skip them ([`super::Hierarchy::new`]'s `alone`).
     pub fn alone(&self) -> bool {
         self.universe.world().size() == 1 && !self.forced
     }
@@ -147,12 +147,30 @@ pub fn set_up_node(x: &impl NodeExchange, spec: NodeSpec) -> std::result::Result
     let universe = agree(x, joined, "join the node")?;
 
     // 4. The node's part of the hierarchy.
-    let halves = match (spec.across_nodes, forced) {
-        (false, _) => None,
-        (true, true) => Some(agree(x, universe.world().dup(), "make the node's forced barrier")?),
-        (true, false) => Some(agree(x, universe.world().halves(), "make the node's gather and release")?),
+    let halves = match spec.across_nodes {
+        false => None,
+        true => Some(agree(x, node_part(&universe, forced), node_part_what(forced))?),
     };
     Ok(Node { seg, universe, halves, forced })
+}
+
+/// The node's part of the hierarchy across nodes (collective over the node's ranks): the
+/// gather and the release ([`Communicator::halves`]), or, where `BARRIER_BACKEND` forces the
+/// node's backend (`forced`), a duplicate of the node's communicator whose whole barriers run in
+/// both places.
+pub fn node_part(universe: &Universe, forced: bool) -> Result<Communicator> {
+    match forced {
+        true => universe.world().dup(),
+        false => universe.world().halves(),
+    }
+}
+
+/// What [`node_part`] does, for a failure's text.
+fn node_part_what(forced: bool) -> &'static str {
+    match forced {
+        true => "make the node's forced barrier",
+        false => "make the node's gather and release",
+    }
 }
 
 /// A step's outcome, agreed over the layer's exchange (collective): every rank goes on with its value only if every rank

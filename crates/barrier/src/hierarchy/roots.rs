@@ -238,6 +238,12 @@ impl<L: RootsLink> Roots<L> {
         &self.link
     }
 
+    /// Waits from here on as `waits` says (a layer whose first barrier allows for a set-up
+    /// still running on other roots: barrier-mpi's flights of a barrier set up in the background).
+    pub fn set_waits(&mut self, waits: RootsWaits) {
+        self.waits = waits;
+    }
+
     /// How the roots meet.
     pub fn chosen(&self) -> Chosen {
         self.chosen

@@ -229,3 +229,95 @@ fn choices_and_verdicts_survive_their_words() {
     assert_eq!(Choice::from_setting(Some(" MPI "), "mpi", false), Choice::Fixed(Way::Own));
     assert_eq!(Choice::from_setting(None, "mpi", true), Choice::OursForReports);
 }
+
+/// The node's set-up of a rank alone on its node: no exchange to make.
+struct Alone(usize);
+
+impl NodeExchange for Alone {
+    fn me(&self) -> usize {
+        self.0
+    }
+    fn name(&self, id: usize) -> String {
+        format!("rank {id}")
+    }
+    fn share_from_node_first(&self, _words: &mut [u64; 5]) -> Result<()> {
+        Ok(())
+    }
+    fn first_failed(&self, ok: bool) -> Result<Option<usize>> {
+        Ok((!ok).then_some(self.0))
+    }
+}
+
+/// Every rank alone on its node (a flat barrier is a hierarchy of such nodes): no rank leaves a
+/// barrier early, blocking or split phase, with two flights outstanding at times, at odd rank
+/// counts, with random delays; the flights skip the node's halves.
+#[test]
+fn ranks_alone_on_their_nodes_never_leave_early() {
+    for r in [1, 2, 3, 5] {
+        let board = board(r);
+        const BARRIERS: u64 = 60;
+        let arrived: Arc<Vec<AtomicUsize>> = Arc::new((0..=BARRIERS).map(|_| AtomicUsize::new(0)).collect());
+        std::thread::scope(|s| {
+            for index in 0..r {
+                let (board, arrived) = (board.clone(), arrived.clone());
+                s.spawn(move || {
+                    let spec = NodeSpec {
+                        local_rank: 0,
+                        shape: crate::shm::JobShape { world_size: 1, nodes: 1, ranks_on_machine: r, cores: 2 },
+                        params: crate::params::Params::default(),
+                        progress: None,
+                        names: crate::shm::RankNames {
+                            world: vec![index],
+                            comm: vec![index],
+                            comm_size: r,
+                            hierarchical: true,
+                        },
+                        across_nodes: true,
+                    };
+                    let node = set_up_node(&Alone(index), spec).expect("a node of one");
+                    assert!(node.alone());
+                    let halves = node.halves.expect("across nodes");
+                    let roots = roots(&board, index, Some(Duration::from_secs(60)));
+                    let hier = Hierarchy::new(halves, Some(roots), node.seg, true, index, "BARRIER_TIMEOUT".into());
+                    let mut seed = index as u64 * 7919 + 1;
+                    let mut e = 1;
+                    while e <= BARRIERS {
+                        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                        if seed >> 60 == 0 {
+                            std::thread::sleep(Duration::from_micros(seed >> 50 & 0x3ff));
+                        }
+                        arrived[e as usize].fetch_add(1, Ordering::AcqRel);
+                        match e % 3 {
+                            0 => hier.barrier().unwrap(),
+                            1 if e < BARRIERS => {
+                                // Two at once: completing the second completes the first.
+                                hier.ibarrier().unwrap();
+                                arrived[e as usize + 1].fetch_add(1, Ordering::AcqRel);
+                                let second = hier.ibarrier().unwrap();
+                                while !hier.drive(second, false).unwrap() {
+                                    std::thread::yield_now();
+                                }
+                                e += 1;
+                            }
+                            _ => {
+                                let flight = hier.ibarrier().unwrap();
+                                while !hier.drive(flight, false).unwrap() {
+                                    std::thread::yield_now();
+                                }
+                            }
+                        }
+                        for b in 1..=e {
+                            assert_eq!(
+                                arrived[b as usize].load(Ordering::Acquire),
+                                r,
+                                "rank {index} left barrier {b} early"
+                            );
+                        }
+                        e += 1;
+                    }
+                    assert!(hier.is_quiet());
+                });
+            }
+        });
+    }
+}

@@ -1,0 +1,258 @@
+//! A link for the core's roots' phase ([`barrier::hierarchy::RootsLink`]) over point-to-point
+//! messages on the program's own communicator, with tags no program's message can carry: for a
+//! barrier built without blocking (`ahead.rs`), which has no private communicator (making
+//! one is collective, and an `MPI_Ibarrier` must not wait for the others).
+//!
+//! The layer below MPI's API provides it ([`PrivateP2p`]: the coll component's C glue, over Open
+//! MPI's PML): tags are reserved on the communicator the way Open MPI's non-blocking collectives
+//! reserve theirs (`ompi_coll_base_nbc_reserve_tags`, in the same call on every rank, so every
+//! rank gets the same ones), and negative tags never match a program's receive, `MPI_ANY_TAG`
+//! included.
+//!
+//! * **A signal** of round `r` is one message `[r, value]` to the round's partner.
+//! * **No receive stays posted** between barriers. A member's round-`r` slot has one sender
+//!   (the member `2^r` before it; `2^r` differs from round to round below the member count), so
+//!   a receive from that sender is posted when a wait finds the slot short, and applied when it
+//!   completes (a slot keeps the largest value it was sent: a late message changes nothing).
+//!   With no barrier under way the communicator has no request of ours, so the program can free
+//!   it (a posted receive holds a communicator in Open MPI until it completes).
+//! * **Agreement** (optional, `ChannelLink::agreeing`): every value carries one more bit, "a
+//!   member's set-up failed" (value `2 × epoch + bit`). A member sends the OR of its own bit and
+//!   every bit it has received, and a bit, once set, stays set, so after one whole barrier every
+//!   member has the OR of every member's bit at its start (dissemination reaches every member
+//!   from every member), and nothing but a real failure ever sets it.
+
+use std::cell::{Cell, RefCell};
+use std::ffi::c_int;
+
+use barrier::hierarchy::RootsLink;
+use barrier::{Error, Result};
+
+use crate::mpi::ffi::{MPI_Comm, MPI_Request};
+use crate::raw::{self, Comm};
+
+/// The point-to-point layer below MPI's API, with private tags (the coll component's C glue).
+#[derive(Clone, Copy, Debug)]
+pub struct PrivateP2p {
+    /// Reserves `count` consecutive tags on `comm` and returns the first (they go down from
+    /// it). Every rank that calls it in the same collective call gets the same tags.
+    pub reserve_tags: unsafe extern "C" fn(comm: MPI_Comm, count: c_int) -> c_int,
+    /// Starts a send of `words` u64 to `dest` with `tag`; 0 on success.
+    pub isend: unsafe extern "C" fn(
+        buf: *const u64,
+        words: c_int,
+        dest: c_int,
+        tag: c_int,
+        comm: MPI_Comm,
+        req: *mut MPI_Request,
+    ) -> c_int,
+    /// Posts a receive of `words` u64 from `source` with `tag`; 0 on success.
+    pub irecv: unsafe extern "C" fn(
+        buf: *mut u64,
+        words: c_int,
+        source: c_int,
+        tag: c_int,
+        comm: MPI_Comm,
+        req: *mut MPI_Request,
+    ) -> c_int,
+    /// 1 when rank `rank` of `comm` runs on this machine, as the MPI library knows it.
+    pub on_this_machine: unsafe extern "C" fn(comm: MPI_Comm, rank: c_int) -> c_int,
+}
+
+/// Words of a message: the round and the value.
+const WORDS: usize = 2;
+
+/// A posted receive and the buffer MPI writes into until it completes.
+type Incoming = raw::InFlight<WORDS>;
+
+/// A send in flight and the buffer MPI reads from until it completes.
+type Outgoing = raw::InFlight<WORDS>;
+
+/// One member's link to the others over private point-to-point messages (see the module docs).
+pub(crate) struct ChannelLink {
+    comm: Comm,
+    tag: c_int,
+    p2p: PrivateP2p,
+    /// Every member's rank in `comm`, in member order.
+    members: Vec<usize>,
+    /// This member's index.
+    me: usize,
+    /// The largest value received per round.
+    inbox: Vec<Cell<u64>>,
+    receiving: RefCell<Vec<Option<Incoming>>>,
+    sends: RefCell<Vec<Outgoing>>,
+    /// A receive `reached` could not post: the next progress call's error.
+    post_failed: RefCell<Option<Error>>,
+    /// With agreement: the OR of this member's bit and every bit it has received.
+    failed: Option<Cell<bool>>,
+}
+
+impl std::fmt::Debug for ChannelLink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChannelLink")
+            .field("tag", &self.tag)
+            .field("me", &self.me)
+            .field("members", &self.members.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl ChannelLink {
+    /// Member `me` of `members` (ranks of `comm`) over tag `tag`. Local: nothing is sent yet.
+    pub(crate) fn new(comm: Comm, tag: c_int, p2p: PrivateP2p, members: Vec<usize>, me: usize) -> Self {
+        let rounds = barrier::rounds(members.len());
+        ChannelLink {
+            comm,
+            tag,
+            p2p,
+            members,
+            me,
+            inbox: (0..rounds).map(|_| Cell::new(0)).collect(),
+            receiving: RefCell::new((0..rounds).map(|_| None).collect()),
+            sends: RefCell::new(Vec::new()),
+            post_failed: RefCell::new(None),
+            failed: None,
+        }
+    }
+
+    /// The same link, carrying the agreement's bit (see the module docs); `failed`: this
+    /// member's own.
+    pub(crate) fn agreeing(mut self, failed: bool) -> Self {
+        self.failed = Some(Cell::new(failed));
+        self
+    }
+
+    /// With agreement: whether a member's bit reached this one (after one whole barrier begun
+    /// by every member with its bit set, whether any member's was).
+    pub(crate) fn any_failed(&self) -> bool {
+        self.failed.as_ref().is_some_and(Cell::get)
+    }
+
+    /// What the slots hold for barrier `epoch`.
+    fn value_of(&self, epoch: u64) -> u64 {
+        match &self.failed {
+            Some(bit) => 2 * epoch + u64::from(bit.get()),
+            None => epoch,
+        }
+    }
+
+    fn post(&self, round: usize) -> Result<Incoming> {
+        let mut buf = Box::new([0u64; WORDS]);
+        let sender = (self.me + self.members.len() - (1 << round) % self.members.len()) % self.members.len();
+        let mut req = raw::request_null();
+        // SAFETY: the buffer is boxed and kept beside the request until it completes or is
+        // cancelled (`Drop`); `comm` is valid while the communicator's barrier lives.
+        let rc = unsafe {
+            (self.p2p.irecv)(
+                buf.as_mut_ptr(),
+                WORDS as c_int,
+                self.members[sender] as c_int,
+                self.tag,
+                self.comm,
+                &mut req,
+            )
+        };
+        raw::check(rc, "a receive of the barrier's private channel")?;
+        Ok(Incoming { req, buf })
+    }
+
+    /// Applies the receives that completed, and retires the sends that did.
+    fn pump(&self) -> Result<()> {
+        for (round, slot) in self.receiving.borrow_mut().iter_mut().enumerate() {
+            let Some(incoming) = slot else { continue };
+            if !raw::test(&mut incoming.req)? {
+                continue;
+            }
+            let [sent_round, value] = *incoming.buf;
+            *slot = None;
+            if sent_round as usize != round {
+                return Err(Error::Transport(format!(
+                    "the barrier's private channel got round {sent_round} where round {round} was due: another \
+                     program's message with a reserved tag?"
+                )));
+            }
+            let held = &self.inbox[round];
+            held.set(held.get().max(value));
+            if let Some(bit) = &self.failed {
+                bit.set(bit.get() || value & 1 == 1);
+            }
+        }
+        let mut sends = self.sends.borrow_mut();
+        let mut i = 0;
+        while i < sends.len() {
+            if raw::test(&mut sends[i].req)? {
+                sends.swap_remove(i);
+            } else {
+                i += 1;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl RootsLink for ChannelLink {
+    fn signal(&self, round: usize, epoch: u64) -> Result<()> {
+        let n = self.members.len();
+        let partner = self.members[(self.me + (1 << round)) % n];
+        let buf = Box::new([round as u64, self.value_of(epoch)]);
+        let mut req = raw::request_null();
+        // SAFETY: the buffer is boxed and kept until the send completes (`pump`, `Drop`).
+        let rc =
+            unsafe { (self.p2p.isend)(buf.as_ptr(), WORDS as c_int, partner as c_int, self.tag, self.comm, &mut req) };
+        raw::check(rc, "a send of the barrier's private channel")?;
+        let mut sent = Outgoing { req, buf };
+        if !raw::test(&mut sent.req)? {
+            self.sends.borrow_mut().push(sent);
+        }
+        Ok(())
+    }
+
+    fn reached(&self, round: usize, epoch: u64) -> bool {
+        let due = match &self.failed {
+            Some(_) => 2 * epoch,
+            None => epoch,
+        };
+        if self.inbox[round].get() >= due {
+            return true;
+        }
+        // Short: a receive from the round's sender, posted once (a failure to post surfaces at
+        // the progress call that follows).
+        let mut receiving = self.receiving.borrow_mut();
+        if receiving[round].is_none() {
+            match self.post(round) {
+                Ok(incoming) => receiving[round] = Some(incoming),
+                Err(e) => *self.post_failed.borrow_mut() = Some(e),
+            }
+        }
+        false
+    }
+
+    fn progress(&self) -> Result<()> {
+        if let Some(e) = self.post_failed.borrow_mut().take() {
+            return Err(e);
+        }
+        self.pump()
+    }
+}
+
+impl Drop for ChannelLink {
+    fn drop(&mut self) {
+        if !raw::mpi_active() {
+            // After MPI_Finalize nothing of MPI's can be touched; its buffers are left to it.
+            self.receiving.get_mut().drain(..).flatten().for_each(|i| std::mem::forget(i.buf));
+            self.sends.get_mut().drain(..).for_each(|s| std::mem::forget(s.buf));
+            return;
+        }
+        for incoming in self.receiving.get_mut().iter_mut().flatten() {
+            raw::cancel(&mut incoming.req);
+        }
+        // A last signal may still be on its way (eager sends complete at once where measured):
+        // MPI keeps the request, and the buffer must stay while it may read it.
+        for mut sent in self.sends.get_mut().drain(..) {
+            if !raw::test(&mut sent.req).unwrap_or(true) {
+                raw::release(&mut sent.req);
+                std::mem::forget(sent.buf);
+            }
+        }
+    }
+}
