@@ -12,7 +12,8 @@ export MPI_PKG_CONFIG="${MPI_PKG_CONFIG:-ompi}"
 cargo metadata --no-deps --format-version 1 | python3 -c '
 import json, sys
 for p in json.load(sys.stdin)["packages"]:
-    docs = ((p.get("metadata") or {}).get("docs.rs") or {})
+    # [package.metadata.docs.rs] is the table "docs", then "rs", in cargo metadata.
+    docs = (((p.get("metadata") or {}).get("docs") or {}).get("rs") or {})
     print(p["name"], ",".join(docs.get("features", [])) or "-")
 ' | while read -r package features; do
     for f in - "$features"; do

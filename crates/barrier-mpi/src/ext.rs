@@ -154,7 +154,7 @@ fn finalized_while_pending() -> Error {
 }
 
 /// `mpi::initialize()`, then our finalize hook set at once, before the program or a library
-/// can set an `MPI_COMM_SELF` attribute of its own (see the [module docs](self)): a library's
+/// can set an `MPI_COMM_SELF` attribute of its own (see [`set_finalize_hook`]): a library's
 /// callback that runs a fast barrier at `MPI_Finalize` then finds ours serving on every rank.
 /// `None` where MPI was already initialized, as rsmpi's.
 ///
@@ -182,8 +182,10 @@ pub fn initialize_with_threading(threading: mpi::Threading) -> Option<(mpi::envi
 
 /// Sets our finalize hook now, for a program whose MPI was initialized by other code (a C
 /// `main`, another library): call it right after `MPI_Init`, before anything else sets an
-/// `MPI_COMM_SELF` attribute (see the [module docs](self)). Idempotent; an error when MPI is not
-/// active, or when MPI refused the hook's key or attribute.
+/// `MPI_COMM_SELF` attribute. MPI deletes those in the reverse order of their setting, so a
+/// library's callback set later runs first at `MPI_Finalize` and finds ours serving on every
+/// rank. Idempotent; an error when MPI is not active, or when MPI refused the hook's key or
+/// attribute.
 pub fn set_finalize_hook() -> Result<()> {
     if !raw::mpi_active() {
         return Err(not_active());

@@ -372,7 +372,7 @@ pub(crate) fn still_meeting(comm: Comm, waited: std::time::Duration) {
 }
 
 /// Waits for `req` asleep (tested for 50 µs, then between growing sleeps: see
-/// [`sleeping_rendezvous`]); after `report_after`, `said(waited)` is called once.
+/// `sleeping_rendezvous`); after `report_after`, `said(waited)` is called once.
 pub fn wait_asleep(
     req: &mut Request,
     report_after: Option<std::time::Duration>,
