@@ -1,6 +1,6 @@
 //! A link for the core's roots' phase ([`barrier::hierarchy::RootsLink`]) over point-to-point
 //! messages on the program's own communicator, with tags no program's message can carry: for a
-//! barrier built without blocking (`ahead.rs`), which has no private communicator (making
+//! barrier built without blocking (`background`'s, across nodes), which has no private communicator (making
 //! one is collective, and an `MPI_Ibarrier` must not wait for the others).
 //!
 //! The layer below MPI's API provides it ([`PrivateP2p`]: the coll component's C glue, over Open
@@ -25,6 +25,7 @@
 use std::cell::{Cell, RefCell};
 use std::ffi::c_int;
 
+use barrier::hierarchy::ahead::AgreeingLink;
 use barrier::hierarchy::RootsLink;
 use barrier::{Error, Result};
 
@@ -120,12 +121,6 @@ impl ChannelLink {
     pub(crate) fn agreeing(mut self, failed: bool) -> Self {
         self.failed = Some(Cell::new(failed));
         self
-    }
-
-    /// With agreement: whether a member's bit reached this one (after one whole barrier begun
-    /// by every member with its bit set, whether any member's was).
-    pub(crate) fn any_failed(&self) -> bool {
-        self.failed.as_ref().is_some_and(Cell::get)
     }
 
     /// What the slots hold for barrier `epoch`.
@@ -232,6 +227,14 @@ impl RootsLink for ChannelLink {
             return Err(e);
         }
         self.pump()
+    }
+}
+
+impl AgreeingLink for ChannelLink {
+    /// With agreement: whether a member's bit reached this one (after one whole barrier begun
+    /// by every member with its bit set, whether any member's was).
+    fn any_failed(&self) -> bool {
+        self.failed.as_ref().is_some_and(Cell::get)
     }
 }
 

@@ -69,8 +69,6 @@
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-#[cfg(feature = "mpi")]
-mod ahead;
 // For the Open MPI coll component's Rust side (barrier-ompi), not for users.
 #[cfg(feature = "mpi")]
 #[doc(hidden)]

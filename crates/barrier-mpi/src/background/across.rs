@@ -3,7 +3,7 @@
 //!
 //! Where the component offers a private channel on the communicator ([`PrivateP2p`]) and the
 //! ranks span nodes, the switch cannot be decided in a node's segment, so it is fixed in
-//! advance: from its second barrier call on, every barrier is ours (the flights of `ahead.rs`).
+//! advance: from its second barrier call on, every barrier is ours (the core's flights ahead, `barrier::hierarchy::ahead`).
 //! Each rank decides that in the first call, from what it knows alone: its component serves
 //! here (`disable`, `min_comm_size`, the settings' backend list) and the MPI library places a
 //! rank of the communicator on another machine (or in another node block). It says so in the
@@ -23,13 +23,13 @@ use barrier::wait::Pace;
 use barrier::{Error, Params, Result};
 
 use super::record::{self, node_key, offer_of, open_limit, HEAD, OPEN_LIMIT, SETTINGS};
-use crate::ahead::{self, Ahead, Built};
 use crate::census;
 use crate::channel::{ChannelLink, PrivateP2p};
 use crate::glue;
 use crate::internode::{self, RootPlace};
 use crate::raw::{self, Comm};
 use crate::settings::{self, LAYER};
+use barrier::hierarchy::ahead::{self, Ahead, Built};
 
 /// What the hierarchy needs once the node's set-up aside has finished.
 #[derive(Debug)]
@@ -54,7 +54,7 @@ pub(super) struct Across {
     verbose: bool,
     /// The private channel and its first reserved tag (the roots' is the next one down).
     channel: (PrivateP2p, c_int),
-    flights: Ahead,
+    flights: Ahead<ChannelLink>,
     /// Every rank's world rank, once gathered.
     world: Vec<usize>,
     /// How a split-phase barrier that finds itself waiting paces its rank: yield until the
@@ -254,7 +254,7 @@ impl Across {
                     barrier::text::count(local_size, "rank"),
                 );
                 let hier = Hierarchy::new(halves, roots, node.seg, alone, self.rank, limit);
-                self.resolve(Some(Built { hier, _node: node.universe, detail }), waits);
+                self.resolve(Some(Built { hier, node: node.universe, detail }), waits);
             }
             // Another rank's failure (which that rank says) ended this one's join.
             Err(Error::Aborted { .. }) => self.failed(None, waits),
@@ -292,7 +292,7 @@ impl Across {
     /// This rank's set-up resolved: the flights begin (the first carries `built.is_none()`). The
     /// first flight's timeout allows for the others' set-up too: a node's first rank may wait
     /// its open limit and [`JOIN_SLACK`] more for a node's other rank before it gives up.
-    fn resolve(&mut self, built: Option<Built>, waits: RootsWaits) {
+    fn resolve(&mut self, built: Option<Built<ChannelLink>>, waits: RootsWaits) {
         let (p2p, tag) = self.channel;
         let everyone: Vec<usize> = (0..self.size).collect();
         let link = ChannelLink::new(self.comm, tag, p2p, everyone.clone(), self.rank).agreeing(built.is_none());

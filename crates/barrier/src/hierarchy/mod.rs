@@ -41,6 +41,7 @@
 //! called again would join the failed barrier's release as a new gather and let its node's
 //! ranks through before the others arrived. Every later call fails with the first error.
 
+pub mod ahead;
 pub mod aside;
 pub mod flights;
 pub mod node;

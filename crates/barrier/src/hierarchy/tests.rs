@@ -321,3 +321,151 @@ fn ranks_alone_on_their_nodes_never_leave_early() {
         });
     }
 }
+
+/// An in-process link with put semantics (a slot keeps the largest value sent, one sender per
+/// slot) that can carry the agreement's bit as barrier-mpi's private channel does: `2 × epoch +
+/// bit`.
+#[derive(Debug)]
+struct PutLink {
+    /// board[member][round].
+    board: Arc<Vec<Vec<AtomicU64>>>,
+    index: usize,
+    /// With agreement: the OR of this member's bit and every bit it has read.
+    failed: Option<std::cell::Cell<bool>>,
+}
+
+impl RootsLink for PutLink {
+    fn signal(&self, round: usize, epoch: u64) -> Result<()> {
+        let n = self.board.len();
+        let value = match &self.failed {
+            Some(bit) => 2 * epoch + u64::from(bit.get()),
+            None => epoch,
+        };
+        self.board[(self.index + (1 << round)) % n][round].fetch_max(value, Ordering::AcqRel);
+        Ok(())
+    }
+
+    fn reached(&self, round: usize, epoch: u64) -> bool {
+        let held = self.board[self.index][round].load(Ordering::Acquire);
+        match &self.failed {
+            Some(bit) if held >= 2 * epoch => {
+                bit.set(bit.get() || held & 1 == 1);
+                true
+            }
+            Some(_) => false,
+            None => held >= epoch,
+        }
+    }
+
+    fn progress(&self) -> Result<()> {
+        Ok(())
+    }
+}
+
+impl ahead::AgreeingLink for PutLink {
+    fn any_failed(&self) -> bool {
+        self.failed.as_ref().is_some_and(std::cell::Cell::get)
+    }
+}
+
+fn put_board(r: usize) -> Arc<Vec<Vec<AtomicU64>>> {
+    let rounds = crate::region::rounds(r);
+    Arc::new((0..r).map(|_| (0..rounds).map(|_| AtomicU64::new(0)).collect()).collect())
+}
+
+/// Flights fixed in advance: every rank calls a few before its set-up resolves (at a moment of
+/// its own), the first flight agrees, and every rank then takes the same way (the hierarchy, or
+/// the flat dissemination where one rank's set-up failed); no rank leaves a flight early,
+/// blocking or split phase, at odd rank counts, with random delays.
+#[test]
+fn flights_ahead_agree_on_one_way_and_never_leave_early() {
+    use ahead::{Agreed, Ahead, Built};
+    for (r, failing) in [(1, None), (2, None), (3, Some(1)), (5, None), (5, Some(4)), (8, Some(0))] {
+        let (flat_board, roots_board) = (put_board(r), put_board(r));
+        const FLIGHTS: u64 = 40;
+        let arrived: Arc<Vec<AtomicUsize>> = Arc::new((0..=FLIGHTS).map(|_| AtomicUsize::new(0)).collect());
+        let ways: Vec<Agreed> = std::thread::scope(|s| {
+            let runs: Vec<_> = (0..r)
+                .map(|index| {
+                    let (flat_board, roots_board, arrived) = (flat_board.clone(), roots_board.clone(), arrived.clone());
+                    s.spawn(move || {
+                        let waits =
+                            RootsWaits { pace: Pace::Yield, timeout: Some(Duration::from_secs(60)), stall: None };
+                        let mut flights = Ahead::<PutLink>::new(index);
+                        let mut seed = index as u64 * 7919 + 11;
+                        let mut next = || {
+                            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                            seed >> 33
+                        };
+                        let check = |upto: u64| {
+                            for b in 1..=upto {
+                                let seen = arrived[b as usize].load(Ordering::Acquire);
+                                assert_eq!(seen, r, "rank {index} left flight {b} early");
+                            }
+                        };
+                        // Flights called before this rank's set-up resolves: none begins.
+                        let early = 1 + next() % 4;
+                        for e in 1..=early {
+                            arrived[e as usize].fetch_add(1, Ordering::AcqRel);
+                            assert_eq!(flights.start().unwrap(), e);
+                            assert!(!flights.drive(e, false).unwrap(), "a flight began before the set-up resolved");
+                        }
+                        std::thread::sleep(Duration::from_micros(next() % 500));
+                        let flat_link = PutLink {
+                            board: flat_board,
+                            index,
+                            failed: Some(std::cell::Cell::new(failing == Some(index))),
+                        };
+                        let flat = Roots::new(flat_link, None, names(r, index), waits);
+                        let built = (failing != Some(index)).then(|| {
+                            let spec = NodeSpec {
+                                local_rank: 0,
+                                shape: crate::shm::JobShape { world_size: 1, nodes: 1, ranks_on_machine: r, cores: 2 },
+                                params: crate::params::Params::default(),
+                                progress: None,
+                                names: crate::shm::RankNames {
+                                    world: vec![index],
+                                    comm: vec![index],
+                                    comm_size: r,
+                                    hierarchical: true,
+                                },
+                                across_nodes: true,
+                            };
+                            let node = set_up_node(&Alone(index), spec).expect("a node of one");
+                            let link = PutLink { board: roots_board, index, failed: None };
+                            let roots = Roots::new(link, None, names(r, index), waits);
+                            let halves = node.halves.expect("across nodes");
+                            let hier =
+                                Hierarchy::new(halves, Some(roots), node.seg, true, index, "BARRIER_TIMEOUT".into());
+                            Built { hier, node: node.universe, detail: "the hierarchy".into() }
+                        });
+                        flights.resolve(flat, built, waits);
+                        assert!(flights.drive(early, true).unwrap());
+                        check(early);
+                        let way = flights.take_agreed().expect("the first flight agreed");
+                        for e in early + 1..=FLIGHTS {
+                            if next() % 8 == 0 {
+                                std::thread::sleep(Duration::from_micros(next() % 300));
+                            }
+                            arrived[e as usize].fetch_add(1, Ordering::AcqRel);
+                            assert_eq!(flights.start().unwrap(), e);
+                            if e % 3 == 0 {
+                                assert!(flights.drive(e, true).unwrap());
+                            } else {
+                                while !flights.drive(e, false).unwrap() {
+                                    std::thread::yield_now();
+                                }
+                            }
+                            check(e);
+                        }
+                        assert_eq!(flights.detail().is_some(), way == Agreed::Hierarchy);
+                        way
+                    })
+                })
+                .collect();
+            runs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let want = if failing.is_some() { Agreed::Flat } else { Agreed::Hierarchy };
+        assert!(ways.iter().all(|w| *w == want), "r={r}, failing={failing:?}: {ways:?}");
+    }
+}

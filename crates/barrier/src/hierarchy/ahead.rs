@@ -1,70 +1,78 @@
-//! The flights of a communicator across nodes whose first barrier is `MPI_Ibarrier`, fixed in
-//! advance as ours from its second barrier call on (issue 50 item 8; the set-up that feeds them
-//! is [`crate::background`]'s). Not for users.
+//! Flights fixed in advance: a layer's barrier whose every call from some call on must be ours
+//! before anyone knows what will serve, because its set-up runs in the background and the switch
+//! cannot be decided anywhere (barrier-mpi's coll component: a communicator across nodes whose
+//! first barrier is `MPI_Ibarrier`; see its `background` module for why).
 //!
-//! On one node the switch from Open MPI's barrier to ours is decided in the node's shared
-//! segment, atomically, at a call above every call any rank has made ([`barrier::wait::handover`]).
-//! Across nodes there is no such place, and a rank may start any number of `MPI_Ibarrier`
-//! without completing one, so no word from the other ranks can bound the call at which it
-//! switches; and a call served by Open MPI's barrier cannot be put off either (its non-blocking
-//! collectives match by the order they start in on the communicator). So the switch is fixed
-//! before anyone knows what will serve: every rank's second barrier call and every later one is
-//! a *flight* of ours, queued in the order it was called, and flights complete in that order.
+//! Every call is a *flight*, queued in the order it was called; flights complete in that order.
 //!
-//! * **Before this rank's set-up has resolved** (succeeded, or failed here), no flight begins.
-//! * **The first flight** is a dissemination among all ranks over the communicator's private
-//!   channel ([`crate::channel`]), begun once this rank's set-up has resolved, carrying the
-//!   agreement's bit: "my set-up failed". When it completes, every rank has the OR of every
-//!   rank's bit, so every rank takes the same way from the second flight on: the hierarchy
-//!   ([`barrier::hierarchy::Hierarchy`] over the node's halves and the node roots' link on the same
-//!   channel), or, where a set-up failed anywhere, the same dissemination among all ranks for
-//!   good. Flights called meanwhile begin in the hierarchy, in order, at the switch.
-//! * **A failure** of a flight breaks the communicator on this rank, as a failed blocking
-//!   barrier does: every later call fails with the first error (a rank that went on would be
-//!   out of step with the others' rounds and let a rank through early).
+//! * **Before this rank's set-up has resolved** (built, or failed here), no flight begins
+//!   ([`Ahead::drive`] returns `Ok(false)`; the layer advances the set-up).
+//! * **The first flight** is a dissemination among all ranks (a [`Roots`] in which every rank is
+//!   alone on its node) over a link that carries the agreement's bit ([`AgreeingLink`]: "my
+//!   set-up failed"). When it completes, every rank has the OR of every rank's bit, so every rank
+//!   takes the same way from the second flight on: the hierarchy ([`Hierarchy`], this rank's
+//!   [`Built`]), or, where a set-up failed anywhere, the same dissemination for good. Flights
+//!   called meanwhile begin in the hierarchy, in order, at the switch.
+//! * **A failure** of a flight breaks the flights on this rank, as a failed blocking barrier
+//!   does: every later call fails with the first error (a rank that went on would be out of step
+//!   with the others' rounds and let a rank through early).
 
-use barrier::hierarchy::{Flight, Hierarchy, Roots, RootsWaits};
-use barrier::{Error, Result, Universe};
+use crate::error::{Error, Result};
+use crate::universe::Universe;
 
-use crate::channel::ChannelLink;
+use super::roots::{Flight, Roots, RootsLink, RootsWaits};
+use super::Hierarchy;
+
+/// A link whose signals can carry the agreement's bit: every signal carries the OR of this
+/// member's own bit and every bit it has received, and a bit once set stays set, so after one
+/// whole dissemination begun by every member with its bit set, every member has the OR of all
+/// (dissemination reaches every member from every member), and nothing but a member's own bit
+/// ever sets it. (barrier-mpi's private channel carries `2 × epoch + bit`, its slots keeping the
+/// largest value sent.)
+pub trait AgreeingLink: RootsLink {
+    /// Whether a member's bit has reached this one (its own included).
+    fn any_failed(&self) -> bool;
+}
 
 /// A rank's hierarchy across nodes, set up in the background.
 #[derive(Debug)]
-pub(crate) struct Built {
+pub struct Built<L> {
     /// Declared (and so dropped) before the node's universe its halves were made from.
-    pub hier: Hierarchy<ChannelLink>,
+    pub hier: Hierarchy<L>,
     /// Held only so that it outlives the halves (nothing calls it).
-    pub _node: Universe,
+    pub node: Universe,
     /// What serves, in words (for the verbose line).
     pub detail: String,
 }
 
 #[derive(Debug)]
-enum Way {
+enum Serving<L> {
     /// This rank's set-up has not resolved: no flight has begun.
     SettingUp,
     /// The dissemination among all ranks: the first flight (the agreement's), and every flight
     /// for good where a set-up failed. `hier`: this rank's hierarchy, until the agreement;
     /// `later`: the waits after the first flight (whose timeout allows for the others' set-up).
-    Flat { flat: Box<Roots<ChannelLink>>, current: Option<Flight>, hier: Option<Box<Built>>, later: RootsWaits },
+    Flat { flat: Box<Roots<L>>, current: Option<Flight>, hier: Option<Box<Built<L>>>, later: RootsWaits },
     /// Every rank's set-up succeeded: flight `base + k` is the hierarchy's flight `k`.
-    Hierarchy { built: Box<Built>, base: u64 },
+    Hierarchy { built: Box<Built<L>>, base: u64 },
 }
 
 /// What the agreement decided, once (for the verbose line).
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Agreed {
+pub enum Agreed {
+    /// Every rank's set-up succeeded: the hierarchy from the second flight on.
     Hierarchy,
+    /// A set-up failed somewhere: the dissemination among all ranks for good.
     Flat,
 }
 
 /// A communicator's flights (see the module docs).
 #[derive(Debug)]
-pub(crate) struct Ahead {
+pub struct Ahead<L> {
     /// Flights called so far (the newest's number) and completed.
     started: u64,
     finished: u64,
-    way: Way,
+    serving: Serving<L>,
     /// Why the communicator is unusable, once a flight failed.
     broken: Option<String>,
     /// Rank, for the error that breaks it.
@@ -73,33 +81,34 @@ pub(crate) struct Ahead {
     news: Option<Agreed>,
 }
 
-impl Ahead {
-    pub(crate) fn new(rank: usize) -> Self {
-        Ahead { started: 0, finished: 0, way: Way::SettingUp, broken: None, rank, news: None }
+impl<L: AgreeingLink> Ahead<L> {
+    /// Flights of rank `rank` (for its errors), before its set-up has resolved.
+    pub fn new(rank: usize) -> Self {
+        Ahead { started: 0, finished: 0, serving: Serving::SettingUp, broken: None, rank, news: None }
     }
 
     /// Whether this rank's set-up has resolved.
-    pub(crate) fn resolved(&self) -> bool {
-        !matches!(self.way, Way::SettingUp)
+    pub fn resolved(&self) -> bool {
+        !matches!(self.serving, Serving::SettingUp)
     }
 
     /// This rank's set-up resolved: `flat` is the dissemination among all ranks, its link
     /// carrying this rank's bit (`built` is `None`: it failed here); `built`, the hierarchy;
     /// `later`, the flat dissemination's waits after the first flight.
-    pub(crate) fn resolve(&mut self, flat: Roots<ChannelLink>, built: Option<Built>, later: RootsWaits) {
+    pub fn resolve(&mut self, flat: Roots<L>, built: Option<Built<L>>, later: RootsWaits) {
         debug_assert!(!self.resolved());
-        self.way = Way::Flat { flat: Box::new(flat), current: None, hier: built.map(Box::new), later };
+        self.serving = Serving::Flat { flat: Box::new(flat), current: None, hier: built.map(Box::new), later };
     }
 
     /// The agreement's outcome, once, after the first flight.
-    pub(crate) fn take_agreed(&mut self) -> Option<Agreed> {
+    pub fn take_agreed(&mut self) -> Option<Agreed> {
         self.news.take()
     }
 
     /// What serves now, in words, once agreed.
-    pub(crate) fn detail(&self) -> Option<&str> {
-        match &self.way {
-            Way::Hierarchy { built, .. } => Some(&built.detail),
+    pub fn detail(&self) -> Option<&str> {
+        match &self.serving {
+            Serving::Hierarchy { built, .. } => Some(&built.detail),
             _ => None,
         }
     }
@@ -112,11 +121,11 @@ impl Ahead {
     }
 
     /// Calls a flight (a barrier call): its number.
-    pub(crate) fn start(&mut self) -> Result<u64> {
+    pub fn start(&mut self) -> Result<u64> {
         self.usable()?;
         self.started += 1;
         let n = self.started;
-        if let Way::Hierarchy { built, base } = &self.way {
+        if let Serving::Hierarchy { built, base } = &self.serving {
             let (started, base) = (built.hier.ibarrier(), *base);
             let k = started.map_err(|e| self.break_with(e))?;
             debug_assert_eq!(k + base, n, "the hierarchy numbers its flights as they are called");
@@ -135,7 +144,7 @@ impl Ahead {
     /// Advances the flights in order until flight `flight` has completed (`Ok(true)`) or, unless
     /// `blocking`, until one must wait (`Ok(false)`). Before this rank's set-up has resolved it
     /// returns `Ok(false)`: the caller advances the set-up (and waits for it where `blocking`).
-    pub(crate) fn drive(&mut self, flight: u64, blocking: bool) -> Result<bool> {
+    pub fn drive(&mut self, flight: u64, blocking: bool) -> Result<bool> {
         self.usable()?;
         let outcome = self.drive_flights(flight, blocking);
         outcome.map_err(|e| self.break_with(e))
@@ -143,9 +152,9 @@ impl Ahead {
 
     fn drive_flights(&mut self, flight: u64, blocking: bool) -> Result<bool> {
         while self.finished < flight {
-            match &mut self.way {
-                Way::SettingUp => return Ok(false),
-                Way::Flat { flat, current, .. } => {
+            match &mut self.serving {
+                Serving::SettingUp => return Ok(false),
+                Serving::Flat { flat, current, .. } => {
                     let next = self.finished + 1;
                     let f = current.get_or_insert_with(|| Flight::new(next));
                     let done = match blocking {
@@ -161,7 +170,7 @@ impl Ahead {
                         self.agree()?;
                     }
                 }
-                Way::Hierarchy { built, base } => {
+                Serving::Hierarchy { built, base } => {
                     if !built.hier.drive(flight - *base, blocking)? {
                         return Ok(false);
                     }
@@ -174,7 +183,9 @@ impl Ahead {
 
     /// The first flight completed: the way of every later one, the same on every rank.
     fn agree(&mut self) -> Result<()> {
-        let Way::Flat { flat, hier, later, .. } = &mut self.way else { unreachable!("the first flight is flat") };
+        let Serving::Flat { flat, hier, later, .. } = &mut self.serving else {
+            unreachable!("the first flight is flat")
+        };
         flat.set_waits(*later);
         let everyone_ready = !flat.link().any_failed();
         match (everyone_ready, hier.take()) {
@@ -183,7 +194,7 @@ impl Ahead {
                 for _ in 2..=self.started {
                     built.hier.ibarrier()?;
                 }
-                self.way = Way::Hierarchy { built, base: 1 };
+                self.serving = Serving::Hierarchy { built, base: 1 };
                 self.news = Some(Agreed::Hierarchy);
             }
             (ready, built) => {
