@@ -190,9 +190,13 @@ impl<L: AgreeingLink> Ahead<L> {
         let everyone_ready = !flat.link().any_failed();
         match (everyone_ready, hier.take()) {
             (true, Some(built)) => {
-                // The flights called meanwhile begin in the hierarchy, in order.
+                // The flights called meanwhile begin in the hierarchy, in order (one that cannot
+                // tells the node's other ranks, which would wait for it).
                 for _ in 2..=self.started {
-                    built.hier.ibarrier()?;
+                    if let Err(e) = built.hier.ibarrier() {
+                        built.hier.abandon(format!("a flight could not begin in the hierarchy: {e}"));
+                        return Err(e);
+                    }
                 }
                 self.serving = Serving::Hierarchy { built, base: 1 };
                 self.news = Some(Agreed::Hierarchy);

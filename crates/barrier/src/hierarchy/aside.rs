@@ -263,12 +263,14 @@ fn open_when_laid_out(first: Offer, limit: Duration, stop: &AtomicBool) -> Resul
     }
 }
 
-/// Whether the descriptor the node's first rank offered no longer names the file it offered.
+/// Whether the descriptor the node's first rank offered no longer names the file it offered:
+/// gone (the descriptor or the process), or another file now. (A refusal to look, as for
+/// another user's process, is not taken for it: the open's own error says so at its limit.)
 fn closed(first: Offer) -> bool {
     use std::os::unix::fs::MetadataExt;
     match std::fs::metadata(format!("/proc/{}/fd/{}", first.pid, first.fd)) {
         Ok(m) => (m.dev(), m.ino()) != first.identity,
-        Err(_) => true,
+        Err(e) => e.kind() == std::io::ErrorKind::NotFound,
     }
 }
 

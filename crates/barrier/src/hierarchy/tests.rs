@@ -248,6 +248,19 @@ impl NodeExchange for Alone {
     }
 }
 
+/// Rank `index` of `r`, alone on its node across nodes: its node set up.
+fn node_of_one(index: usize, r: usize) -> Node {
+    let spec = NodeSpec {
+        local_rank: 0,
+        shape: crate::shm::JobShape { world_size: 1, nodes: 1, ranks_on_machine: r, cores: 2 },
+        params: crate::params::Params::default(),
+        progress: None,
+        names: crate::shm::RankNames { world: vec![index], comm: vec![index], comm_size: r, hierarchical: true },
+        across_nodes: true,
+    };
+    set_up_node(&Alone(index), spec).expect("a node of one")
+}
+
 /// Every rank alone on its node (a flat barrier is a hierarchy of such nodes): no rank leaves a
 /// barrier early, blocking or split phase, with two flights outstanding at times, at odd rank
 /// counts, with random delays; the flights skip the node's halves.
@@ -261,20 +274,7 @@ fn ranks_alone_on_their_nodes_never_leave_early() {
             for index in 0..r {
                 let (board, arrived) = (board.clone(), arrived.clone());
                 s.spawn(move || {
-                    let spec = NodeSpec {
-                        local_rank: 0,
-                        shape: crate::shm::JobShape { world_size: 1, nodes: 1, ranks_on_machine: r, cores: 2 },
-                        params: crate::params::Params::default(),
-                        progress: None,
-                        names: crate::shm::RankNames {
-                            world: vec![index],
-                            comm: vec![index],
-                            comm_size: r,
-                            hierarchical: true,
-                        },
-                        across_nodes: true,
-                    };
-                    let node = set_up_node(&Alone(index), spec).expect("a node of one");
+                    let node = node_of_one(index, r);
                     assert!(node.alone());
                     let halves = node.halves.expect("across nodes");
                     let roots = roots(&board, index, Some(Duration::from_secs(60)));
@@ -373,8 +373,9 @@ fn put_board(r: usize) -> Arc<Vec<Vec<AtomicU64>>> {
     Arc::new((0..r).map(|_| (0..rounds).map(|_| AtomicU64::new(0)).collect()).collect())
 }
 
-/// Flights fixed in advance: every rank calls a few before its set-up resolves (at a moment of
-/// its own), the first flight agrees, and every rank then takes the same way (the hierarchy, or
+/// Flights fixed in advance: every rank calls up to three before its set-up resolves (at a
+/// moment of its own) and up to two more before it drives them, the first flight agrees (within
+/// a blocking or a split-phase drive), and every rank then takes the same way (the hierarchy, or
 /// the flat dissemination where one rank's set-up failed); no rank leaves a flight early,
 /// blocking or split phase, at odd rank counts, with random delays.
 #[test]
@@ -390,12 +391,17 @@ fn flights_ahead_agree_on_one_way_and_never_leave_early() {
                     let (flat_board, roots_board, arrived) = (flat_board.clone(), roots_board.clone(), arrived.clone());
                     s.spawn(move || {
                         let waits =
-                            RootsWaits { pace: Pace::Yield, timeout: Some(Duration::from_secs(60)), stall: None };
+                            RootsWaits { pace: Pace::Yield, timeout: Some(Duration::from_secs(20)), stall: None };
+                        let first = RootsWaits { timeout: Some(Duration::from_secs(40)), ..waits };
                         let mut flights = Ahead::<PutLink>::new(index);
-                        let mut seed = index as u64 * 7919 + 11;
+                        // splitmix64, seeded by rank and rank count.
+                        let mut seed = (index * 131 + r) as u64;
                         let mut next = || {
-                            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-                            seed >> 33
+                            seed = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
+                            let mut z = seed;
+                            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+                            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+                            z ^ (z >> 31)
                         };
                         let check = |upto: u64| {
                             for b in 1..=upto {
@@ -404,7 +410,7 @@ fn flights_ahead_agree_on_one_way_and_never_leave_early() {
                             }
                         };
                         // Flights called before this rank's set-up resolves: none begins.
-                        let early = 1 + next() % 4;
+                        let early = next() % 4;
                         for e in 1..=early {
                             arrived[e as usize].fetch_add(1, Ordering::AcqRel);
                             assert_eq!(flights.start().unwrap(), e);
@@ -416,22 +422,9 @@ fn flights_ahead_agree_on_one_way_and_never_leave_early() {
                             index,
                             failed: Some(std::cell::Cell::new(failing == Some(index))),
                         };
-                        let flat = Roots::new(flat_link, None, names(r, index), waits);
+                        let flat = Roots::new(flat_link, None, names(r, index), first);
                         let built = (failing != Some(index)).then(|| {
-                            let spec = NodeSpec {
-                                local_rank: 0,
-                                shape: crate::shm::JobShape { world_size: 1, nodes: 1, ranks_on_machine: r, cores: 2 },
-                                params: crate::params::Params::default(),
-                                progress: None,
-                                names: crate::shm::RankNames {
-                                    world: vec![index],
-                                    comm: vec![index],
-                                    comm_size: r,
-                                    hierarchical: true,
-                                },
-                                across_nodes: true,
-                            };
-                            let node = set_up_node(&Alone(index), spec).expect("a node of one");
+                            let node = node_of_one(index, r);
                             let link = PutLink { board: roots_board, index, failed: None };
                             let roots = Roots::new(link, None, names(r, index), waits);
                             let halves = node.halves.expect("across nodes");
@@ -440,10 +433,22 @@ fn flights_ahead_agree_on_one_way_and_never_leave_early() {
                             Built { hier, node: node.universe, detail: "the hierarchy".into() }
                         });
                         flights.resolve(flat, built, waits);
-                        assert!(flights.drive(early, true).unwrap());
-                        check(early);
+                        // Flights called after the set-up resolved, before the agreement.
+                        let called = early + 1 + next() % 2;
+                        for e in early + 1..=called {
+                            arrived[e as usize].fetch_add(1, Ordering::AcqRel);
+                            assert_eq!(flights.start().unwrap(), e);
+                        }
+                        if next() % 2 == 0 {
+                            assert!(flights.drive(called, true).unwrap());
+                        } else {
+                            while !flights.drive(called, false).unwrap() {
+                                std::thread::yield_now();
+                            }
+                        }
+                        check(called);
                         let way = flights.take_agreed().expect("the first flight agreed");
-                        for e in early + 1..=FLIGHTS {
+                        for e in called + 1..=FLIGHTS {
                             if next() % 8 == 0 {
                                 std::thread::sleep(Duration::from_micros(next() % 300));
                             }
