@@ -1,7 +1,7 @@
 //! A link for the core's roots' phase ([`barrier::hierarchy::RootsLink`]) over point-to-point
 //! messages on the program's own communicator, with tags no program's message can carry: for a
-//! barrier built without blocking (`background`'s, across nodes), which has no private communicator (making
-//! one is collective, and an `MPI_Ibarrier` must not wait for the others).
+//! barrier built without blocking (`background`'s, across nodes), which has no private
+//! communicator (making one is collective, and an `MPI_Ibarrier` must not wait for the others).
 //!
 //! The layer below MPI's API provides it ([`PrivateP2p`]: the coll component's C glue, over Open
 //! MPI's PML): tags are reserved on the communicator the way Open MPI's non-blocking collectives

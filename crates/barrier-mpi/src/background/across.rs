@@ -3,7 +3,8 @@
 //!
 //! Where the component offers a private channel on the communicator ([`PrivateP2p`]) and the
 //! ranks span nodes, the switch cannot be decided in a node's segment, so it is fixed in
-//! advance: from its second barrier call on, every barrier is ours (the core's flights ahead, `barrier::hierarchy::ahead`).
+//! advance: from its second barrier call on, every barrier is ours (the core's flights ahead,
+//! [`barrier::hierarchy::ahead`]).
 //! Each rank decides that in the first call, from what it knows alone: its component serves
 //! here (`disable`, `min_comm_size`, the settings' backend list) and the MPI library places a
 //! rank of the communicator on another machine (or in another node block). It says so in the
