@@ -3,8 +3,9 @@
  * barrier is ceil(log2 P) dissemination rounds, round r signalling rank (me + 2^r) mod P.
  *
  *   p2p: one MPI_Isend of the epoch per round; the target keeps one MPI_Irecv(ANY_SOURCE)
- *        posted and raises its slot for the round when a message lands (what the MPI transport
- *        of barrier-mpi does);
+ *        posted and raises its slot for the round when a message lands (barrier-mpi's MPI
+ *        transport until 2026-11-29; its roots' link now posts a receive from the round's one
+ *        sender when a wait finds the slot short: the same messages, matched the same way);
  *   rma: MPI_Accumulate(MPI_REPLACE) of the epoch into the target's window slot for the
  *        round, then MPI_Win_flush; the target polls its own slot after MPI_Win_sync
  *        (passive target, MPI_Win_lock_all for the whole run).

@@ -1,26 +1,37 @@
-//! A link for the core's roots' phase ([`barrier::hierarchy::RootsLink`]) over point-to-point
-//! messages on the program's own communicator, with tags no program's message can carry: for a
-//! barrier built without blocking (`background`'s, across nodes), which has no private
-//! communicator (making one is collective, and an `MPI_Ibarrier` must not wait for the others).
+//! The node roots' link for the core's roots' phase ([`barrier::hierarchy::RootsLink`]):
+//! point-to-point messages, one per round, carried one of two ways (`Carrier`):
 //!
-//! The layer below MPI's API provides it ([`PrivateP2p`]: the coll component's C glue, over Open
-//! MPI's PML): tags are reserved on the communicator the way Open MPI's non-blocking collectives
-//! reserve theirs (`ompi_coll_base_nbc_reserve_tags`, in the same call on every rank, so every
-//! rank gets the same ones), and negative tags never match a program's receive, `MPI_ANY_TAG`
-//! included.
+//! * **MPI's own point-to-point** (`MPI_Isend`/`MPI_Irecv`, as profiled calls `PMPI_*`) on the
+//!   roots' private communicator, which the blocking set-up makes (`comm.rs`);
+//! * **a private channel on the program's own communicator** ([`PrivateP2p`]), for a barrier
+//!   built without blocking (`background`'s, across nodes), which has no private communicator
+//!   (making one is collective, and an `MPI_Ibarrier` must not wait for the others). The layer
+//!   below MPI's API provides it (the coll component's C glue, over Open MPI's PML): tags are
+//!   reserved on the communicator the way Open MPI's non-blocking collectives reserve theirs
+//!   (`ompi_coll_base_nbc_reserve_tags`, in the same call on every rank, so every rank gets the
+//!   same ones), and negative tags never match a program's receive, `MPI_ANY_TAG` included.
 //!
-//! * **A signal** of round `r` is one message `[r, value]` to the round's partner.
+//! * **A signal** of round `r` is one message `[r, value]` to the round's partner (an eager send
+//!   in every MPI measured: it completes at once, and its buffer is kept until it does).
 //! * **No receive stays posted** between barriers. A member's round-`r` slot has one sender
 //!   (the member `2^r` before it; `2^r` differs from round to round below the member count), so
 //!   a receive from that sender is posted when a wait finds the slot short, and applied when it
 //!   completes (a slot keeps the largest value it was sent: a late message changes nothing).
 //!   With no barrier under way the communicator has no request of ours, so the program can free
-//!   it (a posted receive holds a communicator in Open MPI until it completes).
+//!   it (a posted receive holds a communicator in Open MPI until it completes). MPI gives no
+//!   progress of its own: a message lands while the receiver calls MPI, which the roots' waits
+//!   do ([`RootsLink::progress`] on every poll that finds a slot short).
 //! * **Agreement** (optional, `ChannelLink::agreeing`): every value carries one more bit, "a
 //!   member's set-up failed" (value `2 × epoch + bit`). A member sends the OR of its own bit and
 //!   every bit it has received, and a bit, once set, stays set, so after one whole barrier every
 //!   member has the OR of every member's bit at its start (dissemination reaches every member
 //!   from every member), and nothing but a real failure ever sets it.
+//!
+//! Why point-to-point and not one-sided (`MPI_Put` into a window): the owner must call into MPI
+//! either way (passive-target RMA completes only when the target makes progress in Open MPI's
+//! `osc/pt2pt`, and a load from a window needs `MPI_Win_sync` besides), and a matched eager
+//! message costs one copy; measured on Open MPI 4.1 the message path was the faster one
+//! (`docs/mpi.md`).
 
 use std::cell::{Cell, RefCell};
 use std::ffi::c_int;
@@ -29,8 +40,8 @@ use barrier::hierarchy::ahead::AgreeingLink;
 use barrier::hierarchy::RootsLink;
 use barrier::{Error, Result};
 
-use crate::mpi::ffi::{MPI_Comm, MPI_Request};
 use crate::raw::{self, Comm};
+use mpi::ffi::{MPI_Comm, MPI_Request};
 
 /// The point-to-point layer below MPI's API, with private tags (the coll component's C glue).
 #[derive(Clone, Copy, Debug)]
@@ -60,6 +71,15 @@ pub struct PrivateP2p {
     pub on_this_machine: unsafe extern "C" fn(comm: MPI_Comm, rank: c_int) -> c_int,
 }
 
+/// How a link's messages travel.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Carrier {
+    /// MPI's own point-to-point on a private communicator, with one tag of the caller's.
+    Mpi,
+    /// The layer's private channel on the program's communicator, with a reserved tag.
+    Private(PrivateP2p),
+}
+
 /// Words of a message: the round and the value.
 const WORDS: usize = 2;
 
@@ -73,7 +93,7 @@ type Outgoing = raw::InFlight<WORDS>;
 pub(crate) struct ChannelLink {
     comm: Comm,
     tag: c_int,
-    p2p: PrivateP2p,
+    carrier: Carrier,
     /// Every member's rank in `comm`, in member order.
     members: Vec<usize>,
     /// This member's index.
@@ -86,6 +106,8 @@ pub(crate) struct ChannelLink {
     post_failed: RefCell<Option<Error>>,
     /// With agreement: the OR of this member's bit and every bit it has received.
     failed: Option<Cell<bool>>,
+    /// Messages sent (the network operations a communicator reports).
+    sent: Cell<u64>,
 }
 
 impl std::fmt::Debug for ChannelLink {
@@ -99,13 +121,14 @@ impl std::fmt::Debug for ChannelLink {
 }
 
 impl ChannelLink {
-    /// Member `me` of `members` (ranks of `comm`) over tag `tag`. Local: nothing is sent yet.
-    pub(crate) fn new(comm: Comm, tag: c_int, p2p: PrivateP2p, members: Vec<usize>, me: usize) -> Self {
+    /// Member `me` of `members` (ranks of `comm`) over tag `tag`, carried by `carrier`. Local:
+    /// nothing is sent yet. `comm` must outlive the link.
+    pub(crate) fn new(comm: Comm, tag: c_int, carrier: Carrier, members: Vec<usize>, me: usize) -> Self {
         let rounds = barrier::rounds(members.len());
         ChannelLink {
             comm,
             tag,
-            p2p,
+            carrier,
             members,
             me,
             inbox: (0..rounds).map(|_| Cell::new(0)).collect(),
@@ -113,7 +136,13 @@ impl ChannelLink {
             sends: RefCell::new(Vec::new()),
             post_failed: RefCell::new(None),
             failed: None,
+            sent: Cell::new(0),
         }
+    }
+
+    /// Messages this member has sent.
+    pub(crate) fn messages_sent(&self) -> u64 {
+        self.sent.get()
     }
 
     /// The same link, carrying the agreement's bit (see the module docs); `failed`: this
@@ -133,21 +162,22 @@ impl ChannelLink {
 
     fn post(&self, round: usize) -> Result<Incoming> {
         let mut buf = Box::new([0u64; WORDS]);
-        let sender = (self.me + self.members.len() - (1 << round) % self.members.len()) % self.members.len();
-        let mut req = raw::request_null();
-        // SAFETY: the buffer is boxed and kept beside the request until it completes or is
-        // cancelled (`Drop`); `comm` is valid while the communicator's barrier lives.
-        let rc = unsafe {
-            (self.p2p.irecv)(
-                buf.as_mut_ptr(),
-                WORDS as c_int,
-                self.members[sender] as c_int,
-                self.tag,
-                self.comm,
-                &mut req,
-            )
+        let n = self.members.len();
+        let sender = self.members[(self.me + n - (1 << round) % n) % n];
+        let req = match self.carrier {
+            // The buffer is boxed and kept beside the request until it completes or is
+            // cancelled (`Drop`); `comm` outlives the link.
+            Carrier::Mpi => raw::irecv(self.comm, &mut buf[..], sender, self.tag)?,
+            Carrier::Private(p2p) => {
+                let mut req = raw::request_null();
+                // SAFETY: as above.
+                let rc = unsafe {
+                    (p2p.irecv)(buf.as_mut_ptr(), WORDS as c_int, sender as c_int, self.tag, self.comm, &mut req)
+                };
+                raw::check(rc, "a receive of the barrier's private channel")?;
+                req
+            }
         };
-        raw::check(rc, "a receive of the barrier's private channel")?;
         Ok(Incoming { req, buf })
     }
 
@@ -162,8 +192,8 @@ impl ChannelLink {
             *slot = None;
             if sent_round as usize != round {
                 return Err(Error::Transport(format!(
-                    "the barrier's private channel got round {sent_round} where round {round} was due: another \
-                     program's message with a reserved tag?"
+                    "the barrier's point-to-point messages got round {sent_round} where round {round} was due: a \
+                     message of another part of the program with the barrier's tag?"
                 )));
             }
             let held = &self.inbox[round];
@@ -190,14 +220,25 @@ impl RootsLink for ChannelLink {
         let n = self.members.len();
         let partner = self.members[(self.me + (1 << round)) % n];
         let buf = Box::new([round as u64, self.value_of(epoch)]);
-        let mut req = raw::request_null();
-        // SAFETY: the buffer is boxed and kept until the send completes (`pump`, `Drop`).
-        let rc =
-            unsafe { (self.p2p.isend)(buf.as_ptr(), WORDS as c_int, partner as c_int, self.tag, self.comm, &mut req) };
-        raw::check(rc, "a send of the barrier's private channel")?;
-        let mut sent = Outgoing { req, buf };
-        if !raw::test(&mut sent.req)? {
-            self.sends.borrow_mut().push(sent);
+        // The buffer is boxed and kept until the send completes (`pump`, `Drop`).
+        let req = match self.carrier {
+            Carrier::Mpi => raw::isend(self.comm, &buf[..], partner, self.tag)?,
+            Carrier::Private(p2p) => {
+                let mut req = raw::request_null();
+                // SAFETY: as above; `comm` outlives the link.
+                let rc = unsafe {
+                    (p2p.isend)(buf.as_ptr(), WORDS as c_int, partner as c_int, self.tag, self.comm, &mut req)
+                };
+                raw::check(rc, "a send of the barrier's private channel")?;
+                req
+            }
+        };
+        self.sent.set(self.sent.get() + 1);
+        // Kept before it is tested: a test that fails leaves MPI reading the buffer.
+        let mut sends = self.sends.borrow_mut();
+        sends.push(Outgoing { req, buf });
+        if raw::test(&mut sends.last_mut().expect("just pushed").req)? {
+            sends.pop();
         }
         Ok(())
     }

@@ -7,7 +7,8 @@ use barrier::shm::JobShape;
 use barrier::{Error, Params, Result, Universe};
 
 use crate::census;
-use crate::internode::{MpiRoots, RootPlace};
+use crate::channel::ChannelLink;
+use crate::internode::RootPlace;
 use crate::raw::{self, Comm, OwnedComm};
 use crate::settings::{agree_settings, Agreed, FAULT, HIERARCHICAL, LAYER, MPI_BACKEND};
 
@@ -25,7 +26,7 @@ pub(crate) enum Path {
         /// communicator. A rank alone on its node (no forced backend) skips the node's two
         /// barriers, which would wait for nobody: at one rank per node with MPI's barrier among
         /// the roots, a barrier is MPI's barrier and nothing else, never slower than MPI's own.
-        hier: Box<barrier::hierarchy::Hierarchy<MpiRoots>>,
+        hier: Box<barrier::hierarchy::Hierarchy<ChannelLink>>,
         /// The node's universe, held only so that it outlives the halves (nothing calls it).
         _node: Universe,
     },
@@ -331,7 +332,8 @@ impl BarrierComm {
                 true => raw::split(self.comm, leader.then_some(0), self.rank).map_err(local)?,
                 false => None,
             };
-            // Kept from here on, so that a later step that fails leaves nothing behind either.
+            // Kept from here on, so that a later step that fails leaves nothing behind either (and
+            // until the roots' link, which runs on it, is dropped: see `Drop`).
             if let Some(r) = roots {
                 self.made_on_the_way.push(OwnedComm(r));
             }
@@ -651,7 +653,7 @@ impl BarrierComm {
     /// Messages this rank sent to other nodes for barriers so far (node roots only).
     pub fn network_ops(&self) -> u64 {
         match &self.path {
-            Path::Hierarchical { hier, .. } => hier.roots().map_or(0, |r| r.link().fabric().network_ops()),
+            Path::Hierarchical { hier, .. } => hier.roots().map_or(0, |r| r.link().messages_sent()),
             _ => 0,
         }
     }
@@ -659,8 +661,10 @@ impl BarrierComm {
 
 impl Drop for BarrierComm {
     fn drop(&mut self) {
-        // The node's communicator and the transport go first (they record their departure in
-        // the node's segment and free their own MPI resources), then the private duplicate.
+        // The node's communicator and the roots' link go first (they record their departure in
+        // the node's segment and cancel their own MPI requests on the roots' communicator, which
+        // `made_on_the_way` holds), then the communicators made on the way, then the private
+        // duplicate.
         self.path = Path::Mpi;
         // Below MPI_THREAD_SERIALIZED only the home thread may call MPI: dropped elsewhere, the
         // private duplicate is left to MPI_Finalize rather than freed from the wrong thread.

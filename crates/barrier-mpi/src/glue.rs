@@ -8,8 +8,8 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use barrier::Params;
 
-use crate::mpi::ffi;
 use crate::raw;
+use mpi::ffi;
 
 /// Bytes of a component's exported structure storage (each component's build.rs passes the
 /// same number to its C side, which checks that Open MPI's structure fits).

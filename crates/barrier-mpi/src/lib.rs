@@ -48,9 +48,9 @@
 //! 4. **The node's communicator.** Each rank joins the node's segment as a core
 //!    [`barrier::Universe`]: the core selector picks the node's backend (dissemination on shared
 //!    memory, or a barrier device), with its own agreement inside the node. Agreed across nodes.
-//! 5. **The internode phase.** With more than one node, the roots set up dissemination over the
-//!    MPI transport (module `transport`: point-to-point messages on a private communicator, ranked
-//!    below shared memory). Agreed.
+//! 5. **The internode phase.** With more than one node, the roots set up dissemination over
+//!    MPI point-to-point messages on their private communicator (one message per round, no
+//!    receive posted between barriers), or MPI's own barrier among them. Agreed.
 //!
 //! Any step that fails on any rank makes every rank fall back together to the `mpi` backend
 //! (`PMPI_Barrier` on a private duplicate, `PMPI_Ibarrier` for the split phase), with the
@@ -76,7 +76,8 @@ pub mod background;
 pub mod catalogue;
 #[cfg(feature = "mpi")]
 mod census;
-// For the Open MPI coll component's Rust side (barrier-ompi): its private channel.
+// The node roots' link; public for the Open MPI coll component's Rust side (barrier-ompi): its
+// private channel.
 #[cfg(feature = "mpi")]
 #[doc(hidden)]
 pub mod channel;
@@ -92,7 +93,7 @@ mod ext;
 pub mod glue;
 #[cfg(feature = "mpi")]
 mod internode;
-// `raw` and `transport` are public for the interposer (barrier-pmpi), not for users.
+// `raw` is public for the interposer (barrier-pmpi), not for users.
 #[cfg(feature = "mpi")]
 #[doc(hidden)]
 pub mod raw;
@@ -103,9 +104,6 @@ mod request;
 pub mod reuse;
 #[cfg(feature = "mpi")]
 mod settings;
-#[cfg(feature = "mpi")]
-#[doc(hidden)]
-pub mod transport;
 
 /// How a waiting rank waits ([`FastBarrierSettings::wait_policy`]), re-exported so that a
 /// program needs no dependency on the core crate to name one.

@@ -289,22 +289,14 @@ pub(crate) fn world_ranks(comm: Comm) -> Result<Vec<usize>> {
     Ok(out.into_iter().map(|r| r.max(0) as usize).collect())
 }
 
-/// Posts a receive of `buf.len()` u64 from any rank with `tag`.
-pub(crate) fn irecv_any(comm: Comm, buf: &mut [u64], tag: c_int) -> Result<Request> {
+/// Posts a receive of `buf.len()` u64 from rank `source` with `tag`.
+pub(crate) fn irecv(comm: Comm, buf: &mut [u64], source: usize, tag: c_int) -> Result<Request> {
     let mut req = request_null();
     check(
         // SAFETY: `buf` stays valid and unmoved until the request completes or is cancelled (the
         // caller keeps it in a box beside the request).
         unsafe {
-            ffi::PMPI_Irecv(
-                buf.as_mut_ptr().cast(),
-                buf.len() as c_int,
-                uint64(),
-                ffi::RSMPI_ANY_SOURCE,
-                tag,
-                comm,
-                &mut req,
-            )
+            ffi::PMPI_Irecv(buf.as_mut_ptr().cast(), buf.len() as c_int, uint64(), source as c_int, tag, comm, &mut req)
         },
         "MPI_Irecv",
     )?;
@@ -315,7 +307,7 @@ pub(crate) fn irecv_any(comm: Comm, buf: &mut [u64], tag: c_int) -> Result<Reque
 pub(crate) fn isend(comm: Comm, buf: &[u64], dest: usize, tag: c_int) -> Result<Request> {
     let mut req = request_null();
     check(
-        // SAFETY: as for `irecv_any`: the caller keeps `buf` until the request completes.
+        // SAFETY: as for `irecv`: the caller keeps `buf` until the request completes.
         unsafe {
             ffi::PMPI_Isend(buf.as_ptr().cast(), buf.len() as c_int, uint64(), dest as c_int, tag, comm, &mut req)
         },

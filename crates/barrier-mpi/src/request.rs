@@ -36,7 +36,7 @@ impl BarrierComm {
     }
 
     /// The hierarchy across nodes (the paths of flights).
-    fn hierarchy(&self) -> &barrier::hierarchy::Hierarchy<crate::internode::MpiRoots> {
+    fn hierarchy(&self) -> &barrier::hierarchy::Hierarchy<crate::channel::ChannelLink> {
         match &self.path {
             Path::Hierarchical { hier, .. } => hier,
             _ => unreachable!("flights run only across nodes"),

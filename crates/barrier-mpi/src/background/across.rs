@@ -25,7 +25,7 @@ use barrier::{Error, Params, Result};
 
 use super::record::{self, node_key, offer_of, open_limit, HEAD, OPEN_LIMIT, SETTINGS};
 use crate::census;
-use crate::channel::{ChannelLink, PrivateP2p};
+use crate::channel::{Carrier, ChannelLink, PrivateP2p};
 use crate::glue;
 use crate::internode::{self, RootPlace};
 use crate::raw::{self, Comm};
@@ -191,7 +191,7 @@ impl Across {
         let limit = self.params.source("BARRIER_TIMEOUT");
         // The node roots' link, on each node's first rank.
         let roots = (local_rank == 0).then(|| {
-            let link = ChannelLink::new(self.comm, tag - 1, p2p, firsts.clone(), node);
+            let link = ChannelLink::new(self.comm, tag - 1, Carrier::Private(p2p), firsts.clone(), node);
             let names = self.names(&firsts, node, internode::node_root);
             Roots::new(link, None, names, waits)
         });
@@ -296,7 +296,8 @@ impl Across {
     fn resolve(&mut self, built: Option<Built<ChannelLink>>, waits: RootsWaits) {
         let (p2p, tag) = self.channel;
         let everyone: Vec<usize> = (0..self.size).collect();
-        let link = ChannelLink::new(self.comm, tag, p2p, everyone.clone(), self.rank).agreeing(built.is_none());
+        let link = ChannelLink::new(self.comm, tag, Carrier::Private(p2p), everyone.clone(), self.rank)
+            .agreeing(built.is_none());
         let names = self.names(&everyone, self.rank, |j, w| format!("world rank {w} (communicator rank {j})"));
         let set_up = waits.timeout.unwrap_or(OPEN_LIMIT).max(OPEN_LIMIT) + JOIN_SLACK;
         let first = RootsWaits { timeout: waits.timeout.map(|t| t + set_up), ..waits };

@@ -7,7 +7,7 @@
 //!   every rank of the node arrived, and a release), or, where a backend is forced on the
 //!   node, a whole barrier of that backend in each place;
 //! * **the roots' link** ([`RootsLink`]): its transport among the node roots (MPI
-//!   point-to-point, OpenSHMEM atomics) with the dissemination's slots exchanged, and its
+//!   point-to-point, OpenSHMEM atomics), set up for the dissemination's rounds, and its
 //!   progress call; and, where it has one, the implementation's own barrier among the roots
 //!   ([`OwnBarrier`]).
 //!

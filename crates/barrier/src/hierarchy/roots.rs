@@ -11,7 +11,8 @@ use crate::wait::{poll_until, Pace};
 use super::report::{self, Names};
 
 /// The link among the node roots a layer provides: its transport (MPI point-to-point, OpenSHMEM
-/// atomics), with the slots of the dissemination's rounds set up and exchanged.
+/// atomics), with whatever the dissemination's rounds need set up (OpenSHMEM: a symmetric inbox;
+/// MPI: nothing, each round's partner and sender are known).
 ///
 /// ⌈log2 R⌉ rounds for R roots: in round `r`, root `j` signals round-`r` slot of root
 /// `(j + 2^r) mod R` and waits until its own round-`r` slot reaches the barrier's epoch. Epochs

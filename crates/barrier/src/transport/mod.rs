@@ -23,8 +23,8 @@
 //! signal after that is one CPU store), and `net-sim`, the simulated network between the
 //! simulated nodes of `barrier run --nodes M` and `threads::Job::nodes(M)`: same machine, but
 //! every internode operation goes through it, is counted, and waits out
-//! `BARRIER_NET_PUT_LATENCY` before it lands. The MPI transport (real nodes) plugs in beside
-//! them.
+//! `BARRIER_NET_PUT_LATENCY` before it lands. Real nodes use no transport: the layers above give
+//! the hierarchy's roots' phase a link of their own ([`crate::hierarchy::RootsLink`]).
 //!
 //! On the barrier path a module holds [`Signal`]s: slots resolved once at set-up, either to a
 //! direct store (self, shm) or to a put through the chosen transport.
@@ -92,8 +92,8 @@ pub struct RemoteSlot {
 }
 
 impl RemoteSlot {
-    /// A slot without a local address: how a transport outside this crate (the MPI one) that
-    /// only reaches slots through a network builds what its `resolve` returns.
+    /// A slot without a local address: how a transport outside this crate that only reaches
+    /// slots through a network builds what its `resolve` returns.
     pub fn new(peer: Peer, handle: MemHandle, slot: usize) -> Self {
         RemoteSlot { peer, handle, slot, addr: None }
     }

@@ -9,8 +9,8 @@
 //! on this core still runs. These waits never park: the thing they wait for needs their calls.
 //!
 //! Every such wait of the house is this function: the node roots' rounds and the
-//! implementation's own barrier among them ([`crate::hierarchy`]), MPI's set-up rendezvous, the
-//! MPI transport's atomics and drains, OpenSHMEM's active sets.
+//! implementation's own barrier among them ([`crate::hierarchy`]), MPI's set-up rendezvous,
+//! OpenSHMEM's active sets.
 
 use std::time::{Duration, Instant};
 
