@@ -189,23 +189,28 @@ pub fn agree<T>(x: &impl NodeExchange, outcome: Result<T>, what: &str) -> std::r
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use std::sync::{Barrier, Mutex};
 
     use super::*;
 
-    /// The layer's collectives among threads: a board of each rank's words, read between two
-    /// barriers (as OpenSHMEM's exchange does).
-    struct Threads {
-        rank: usize,
-        board: Arc<(Barrier, Mutex<Vec<[u64; 5]>>)>,
-        fault: Option<(&'static str, usize)>,
+    /// The layer's collectives among the threads of one node: a board of each rank's words,
+    /// read between two barriers (as OpenSHMEM's exchange does). Its `first_failed` is the
+    /// node's alone: a node's set-up decided by its own ranks, as a set-up aside is (and as
+    /// every rank's is where the communicator is one node).
+    pub(in crate::hierarchy) struct Threads {
+        /// This rank's name, and its index on the node.
+        pub rank: usize,
+        pub local: usize,
+        pub board: Arc<(Barrier, Mutex<Vec<[u64; 5]>>)>,
+        /// A fault injected at a stage on a rank (by name).
+        pub fault: Option<(&'static str, usize)>,
     }
 
     impl Threads {
         fn all(&self, words: [u64; 5]) -> Vec<[u64; 5]> {
             let (barrier, rows) = &*self.board;
-            rows.lock().unwrap()[self.rank] = words;
+            rows.lock().unwrap()[self.local] = words;
             barrier.wait();
             let all = rows.lock().unwrap().clone();
             barrier.wait();
@@ -225,7 +230,8 @@ mod tests {
             Ok(())
         }
         fn first_failed(&self, ok: bool) -> Result<Option<usize>> {
-            Ok(self.all([u64::from(ok), 0, 0, 0, 0]).iter().position(|w| w[0] == 0))
+            let first = self.rank - self.local;
+            Ok(self.all([u64::from(ok), 0, 0, 0, 0]).iter().position(|w| w[0] == 0).map(|i| first + i))
         }
         fn fault(&self, stage: &str) -> Result<()> {
             match self.fault {
@@ -245,7 +251,7 @@ mod tests {
         let outcomes: Vec<_> = std::thread::scope(|s| {
             let handles: Vec<_> = (0..n)
                 .map(|rank| {
-                    let x = Threads { rank, board: board.clone(), fault };
+                    let x = Threads { rank, local: rank, board: board.clone(), fault };
                     let params = params.clone();
                     s.spawn(move || {
                         let spec = NodeSpec {

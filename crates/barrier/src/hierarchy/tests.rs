@@ -376,26 +376,53 @@ fn put_board(r: usize) -> Arc<Vec<Vec<AtomicU64>>> {
 /// Flights fixed in advance: every rank calls up to three before its set-up resolves (at a
 /// moment of its own) and up to two more before it drives them, the first flight agrees (within
 /// a blocking or a split-phase drive), and every rank then takes the same way (the hierarchy, or
-/// the flat dissemination where one rank's set-up failed); no rank leaves a flight early,
-/// blocking or split phase, at odd rank counts, with random delays.
+/// the flat dissemination where one node's set-up failed); no rank leaves a flight early,
+/// blocking or split phase, at odd rank counts, with nodes of one, two and three ranks (a node's
+/// other ranks go through the node's halves, its root through the roots' phase too), with random
+/// delays.
 #[test]
 fn flights_ahead_agree_on_one_way_and_never_leave_early() {
     use ahead::{Agreed, Ahead, Built};
-    for (r, failing) in [(1, None), (2, None), (3, Some(1)), (5, None), (5, Some(4)), (8, Some(0))] {
-        let (flat_board, roots_board) = (put_board(r), put_board(r));
+    // (ranks, ranks per node, the rank whose set-up fails: its whole node's does)
+    let layouts: [(usize, usize, Option<usize>); 12] = [
+        (1, 1, None),
+        (2, 1, None),
+        (3, 1, Some(1)),
+        (5, 1, None),
+        (5, 1, Some(4)),
+        (8, 1, Some(0)),
+        (4, 2, None),
+        (5, 2, None),
+        (5, 2, Some(3)),
+        (3, 2, Some(2)),
+        (7, 3, None),
+        (7, 3, Some(0)),
+    ];
+    for (r, k, failing) in layouts {
+        let nodes = r.div_ceil(k);
+        let (flat_board, roots_board) = (put_board(r), put_board(nodes));
+        let node_boards: Vec<_> = (0..nodes)
+            .map(|n| {
+                let size = k.min(r - n * k);
+                Arc::new((Barrier::new(size), Mutex::new(vec![[0u64; 5]; size])))
+            })
+            .collect();
         const FLIGHTS: u64 = 40;
         let arrived: Arc<Vec<AtomicUsize>> = Arc::new((0..=FLIGHTS).map(|_| AtomicUsize::new(0)).collect());
         let ways: Vec<Agreed> = std::thread::scope(|s| {
             let runs: Vec<_> = (0..r)
                 .map(|index| {
                     let (flat_board, roots_board, arrived) = (flat_board.clone(), roots_board.clone(), arrived.clone());
+                    let (node, local) = (index / k, index % k);
+                    let fault = failing.filter(|&f| f == index).map(|f| ("join", f));
+                    let exchange = node::tests::Threads { rank: index, local, board: node_boards[node].clone(), fault };
                     s.spawn(move || {
                         let waits =
                             RootsWaits { pace: Pace::Yield, timeout: Some(Duration::from_secs(20)), stall: None };
                         let first = RootsWaits { timeout: Some(Duration::from_secs(40)), ..waits };
                         let mut flights = Ahead::<PutLink>::new(index);
-                        // splitmix64, seeded by rank and rank count.
-                        let mut seed = (index * 131 + r) as u64;
+                        // splitmix64, seeded by rank, rank count and node size.
+                        let mut seed = (index * 131 + r * 7 + k) as u64;
                         let mut next = || {
                             seed = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
                             let mut z = seed;
@@ -417,21 +444,37 @@ fn flights_ahead_agree_on_one_way_and_never_leave_early() {
                             assert!(!flights.drive(e, false).unwrap(), "a flight began before the set-up resolved");
                         }
                         std::thread::sleep(Duration::from_micros(next() % 500));
-                        let flat_link = PutLink {
-                            board: flat_board,
-                            index,
-                            failed: Some(std::cell::Cell::new(failing == Some(index))),
+                        let size = k.min(r - node * k);
+                        let spec = NodeSpec {
+                            local_rank: local,
+                            shape: crate::shm::JobShape { world_size: size, nodes: 1, ranks_on_machine: r, cores: 2 },
+                            params: crate::params::Params::default(),
+                            progress: None,
+                            names: crate::shm::RankNames {
+                                world: (node * k..node * k + size).collect(),
+                                comm: (node * k..node * k + size).collect(),
+                                comm_size: r,
+                                hierarchical: true,
+                            },
+                            across_nodes: true,
                         };
-                        let flat = Roots::new(flat_link, None, names(r, index), first);
-                        let built = (failing != Some(index)).then(|| {
-                            let node = node_of_one(index, r);
-                            let link = PutLink { board: roots_board, index, failed: None };
-                            let roots = Roots::new(link, None, names(r, index), waits);
-                            let halves = node.halves.expect("across nodes");
+                        let built = set_up_node(&exchange, spec).ok().map(|set_up| {
+                            let roots = (local == 0).then(|| {
+                                let link = PutLink { board: roots_board, index: node, failed: None };
+                                Roots::new(link, None, names(nodes, node), waits)
+                            });
+                            let alone = set_up.alone();
+                            assert_eq!(alone, size == 1);
+                            let halves = set_up.halves.expect("across nodes");
                             let hier =
-                                Hierarchy::new(halves, Some(roots), node.seg, true, index, "BARRIER_TIMEOUT".into());
-                            Built { hier, node: node.universe, detail: "the hierarchy".into() }
+                                Hierarchy::new(halves, roots, set_up.seg, alone, index, "BARRIER_TIMEOUT".into());
+                            Built { hier, node: set_up.universe, detail: "the hierarchy".into() }
                         });
+                        // A node's set-up fails on all its ranks or none.
+                        assert_eq!(built.is_none(), failing.is_some_and(|f| f / k == node));
+                        let flat_link =
+                            PutLink { board: flat_board, index, failed: Some(std::cell::Cell::new(built.is_none())) };
+                        let flat = Roots::new(flat_link, None, names(r, index), first);
                         flights.resolve(flat, built, waits);
                         // Flights called after the set-up resolved, before the agreement.
                         let called = early + 1 + next() % 2;
@@ -471,6 +514,6 @@ fn flights_ahead_agree_on_one_way_and_never_leave_early() {
             runs.into_iter().map(|h| h.join().unwrap()).collect()
         });
         let want = if failing.is_some() { Agreed::Flat } else { Agreed::Hierarchy };
-        assert!(ways.iter().all(|w| *w == want), "r={r}, failing={failing:?}: {ways:?}");
+        assert!(ways.iter().all(|w| *w == want), "r={r}, k={k}, failing={failing:?}: {ways:?}");
     }
 }
