@@ -13,6 +13,10 @@
  *                                                            --after-barrier: an MPI_Barrier first)
  *   mpirun -np 3 ./nbx --threads 300     (MPI_THREAD_MULTIPLE: two threads, each on a duplicate of
  *                                         its own, at once)
+ *
+ * NBX_LATE=r:s makes world rank r start round 100 of the exchange on MPI_COMM_WORLD s seconds
+ * late: the others wait in that round's barrier (a stall report below s must name whom they
+ * wait for).
  */
 #include <mpi.h>
 #include <pthread.h>
@@ -20,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 static int world_rank;
 
@@ -46,7 +51,11 @@ static long exchange(MPI_Comm comm, long rounds, const char *what) {
     MPI_Comm_size(comm, &n);
     MPI_Request *sends = malloc(sizeof(MPI_Request) * (size_t)n);
     long messages = 0;
+    int late_rank = -1, late_seconds = 0;
+    const char *late = getenv("NBX_LATE");
+    if (late && comm == MPI_COMM_WORLD) sscanf(late, "%d:%d", &late_rank, &late_seconds);
     for (long round = 0; round < rounds; round++) {
+        if (round == 100 && world_rank == late_rank) sleep((unsigned)late_seconds);
         int tag = (int)(round % 30000);
         int nsends = 0, expect = 0, got = 0;
         long payload = round * 1000 + me;

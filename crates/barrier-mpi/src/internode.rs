@@ -118,6 +118,7 @@ pub(crate) fn names(
         root_ranks: members.to_vec(),
         limit: place.limit,
         setting: "BARRIER_MPI_INTERNODE",
+        flat: false,
     }
 }
 

@@ -95,6 +95,7 @@ impl ShmemRoots {
             root_ranks: self.roots.iter().map(|&pe| (pe, pe)).collect(),
             limit: "BARRIER_TIMEOUT".into(),
             setting: crate::settings::INTERNODE,
+            flat: false,
         }
     }
 

@@ -298,7 +298,10 @@ impl Across {
         let everyone: Vec<usize> = (0..self.size).collect();
         let link = ChannelLink::new(self.comm, tag, Carrier::Private(p2p), everyone.clone(), self.rank)
             .agreeing(built.is_none());
-        let names = self.names(&everyone, self.rank, |j, w| format!("world rank {w} (communicator rank {j})"));
+        let names = Names {
+            flat: true,
+            ..self.names(&everyone, self.rank, |j, w| format!("world rank {w} (communicator rank {j})"))
+        };
         let set_up = waits.timeout.unwrap_or(OPEN_LIMIT).max(OPEN_LIMIT) + JOIN_SLACK;
         let first = RootsWaits { timeout: waits.timeout.map(|t| t + set_up), ..waits };
         let flat = Roots::new(link, None, names, first);

@@ -29,6 +29,10 @@ pub struct Names {
     pub limit: String,
     /// The layer's setting that chooses the roots' way (its name, as the layer declares it).
     pub setting: &'static str,
+    /// The members are every rank of the communicator, not node roots (barrier-mpi's flat
+    /// dissemination, where a set-up across nodes failed): the reports speak of a dissemination
+    /// among all ranks, not of an internode phase.
+    pub flat: bool,
 }
 
 /// Whom a wait of the roots' phase waits for.
@@ -43,6 +47,12 @@ pub(super) enum Awaited {
 /// Where the wait is, and for whom, as both reports say it.
 fn waiting_for(names: &Names, epoch: u64, awaited: Awaited, verb: &str) -> String {
     match awaited {
+        Awaited::Root { round, sender } if names.flat => format!(
+            "in barrier {epoch}, in its dissemination among all {m}s (round {round}): {} {verb}: it has not arrived \
+             (or it waits for another {m} in turn)",
+            names.roots[sender],
+            m = names.member
+        ),
         Awaited::Root { round, sender } => format!(
             "in barrier {epoch}, in its internode phase (round {round}): {} {verb}: that node, or a {} on it, has \
              not arrived (or it waits for another root in turn)",
@@ -82,11 +92,19 @@ pub(super) fn timed_out(names: &Names, epoch: u64, awaited: Awaited, waited: Dur
             world_rank: names.world_rank,
             size: names.size,
             epoch,
-            during: format!(
-                "the internode phase of barrier {epoch} (round {round}): {} never signalled: that node, or a {} on \
-                 it, has not arrived (or it waits for another root in turn)",
-                names.roots[sender], names.member
-            ),
+            during: match names.flat {
+                true => format!(
+                    "the dissemination among all {m}s of barrier {epoch} (round {round}): {} never signalled: it has \
+                     not arrived (or it waits for another {m} in turn)",
+                    names.roots[sender],
+                    m = names.member
+                ),
+                false => format!(
+                    "the internode phase of barrier {epoch} (round {round}): {} never signalled: that node, or a {} \
+                     on it, has not arrived (or it waits for another root in turn)",
+                    names.roots[sender], names.member
+                ),
+            },
             waited,
             missing: vec![names.root_ranks[sender].0],
             missing_world: vec![names.root_ranks[sender].1],

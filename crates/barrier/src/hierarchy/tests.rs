@@ -83,6 +83,7 @@ fn names(r: usize, index: usize) -> Names {
         root_ranks: (0..r).map(|j| (j, j)).collect(),
         limit: "BARRIER_TIMEOUT".into(),
         setting: "TEST_INTERNODE",
+        flat: false,
     }
 }
 
@@ -164,6 +165,24 @@ fn a_timeout_names_the_root_waited_for() {
             }
             other => panic!("not a timeout: {other}"),
         }
+    }
+}
+
+/// The same wait where the members are every rank (a flat dissemination): the error speaks of a
+/// dissemination among all ranks, not of nodes and roots.
+#[test]
+fn a_flat_timeout_speaks_of_ranks() {
+    let board = board(2);
+    let names = Names { flat: true, roots: vec!["rank 0".into(), "rank 1".into()], ..names(2, 0) };
+    let waits = RootsWaits { pace: Pace::Yield, timeout: Some(Duration::from_millis(100)), stall: None };
+    let me = Roots::new(MemLink { board, index: 0 }, None, names, waits);
+    match me.barrier(1).unwrap_err() {
+        Error::Timeout { missing_world, during, .. } => {
+            assert_eq!(missing_world, vec![1]);
+            assert!(during.starts_with("the dissemination among all ranks of barrier 1 (round 0): rank 1"), "{during}");
+            assert!(!during.contains("node"), "{during}");
+        }
+        other => panic!("not a timeout: {other}"),
     }
 }
 
