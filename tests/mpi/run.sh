@@ -144,10 +144,11 @@ step "odd sizes across many nodes: our rounds among 13, 7 and 3 node roots, chec
 # Up to four rounds among the roots (their link: one message per round over MPI point-to-point),
 # nodes of one, two and three ranks, a node of one rank among larger ones; auto would time MPI's
 # own barrier against ours and may keep it, so ours is named.
-for case in 13:1 13:2 8:3; do
-    np=${case%:*} block=${case#*:}
+for case in 13:1:13 13:2:7 8:3:3; do
+    IFS=: read -r np block nodes <<<"$case"
     run "many nodes, np=$np block=$block" ok launch LD_PRELOAD="$PRELOAD" BARRIER_MPI_NODE_BLOCK="$block" \
-        BARRIER_MPI_INTERNODE=dissemination BARRIER_VERBOSE=1 -- -np "$np" "$BIN/barrier_check" 200
+        BARRIER_MPI_INTERNODE=dissemination BARRIER_TIMEOUT=120s BARRIER_VERBOSE=1 -- -np "$np" "$BIN/barrier_check" 200
+    expect_text "many nodes, np=$np block=$block" "communicator of $np ranks: hierarchical: $nodes nodes: "
     expect_text "many nodes, np=$np block=$block" "internode dissemination over mpi-p2p among the node roots"
     [ "$(grep -c 'checked barriers passed' "$out")" = "$np" ] ||
         { cat "$out"; fail "many nodes, np=$np block=$block: not every rank passed"; }

@@ -199,8 +199,9 @@ pub(super) mod tests {
     /// node's alone: a node's set-up decided by its own ranks, as a set-up aside is (and as
     /// every rank's is where the communicator is one node).
     pub(in crate::hierarchy) struct Threads {
-        /// This rank's name, and its index on the node.
+        /// This rank's name.
         pub rank: usize,
+        /// Its index on the node (its row of the board).
         pub local: usize,
         pub board: Arc<(Barrier, Mutex<Vec<[u64; 5]>>)>,
         /// A fault injected at a stage on a rank (by name).

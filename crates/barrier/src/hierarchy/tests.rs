@@ -467,7 +467,9 @@ fn flights_ahead_agree_on_one_way_and_never_leave_early() {
                         let spec = NodeSpec {
                             local_rank: local,
                             shape: crate::shm::JobShape { world_size: size, nodes: 1, ranks_on_machine: r, cores: 2 },
-                            params: crate::params::Params::default(),
+                            // A failure on another thread must not leave this node's ranks waiting for
+                            // ever in the node's halves (and the environment sets nothing here).
+                            params: crate::params::Params::defaults_only().set("BARRIER_TIMEOUT", "30s"),
                             progress: None,
                             names: crate::shm::RankNames {
                                 world: (node * k..node * k + size).collect(),
