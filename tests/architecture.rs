@@ -1,9 +1,9 @@
 //! The rule that keeps the house (docs/architecture.md), read from the sources themselves:
 //!
 //! * no file in `crates/*/src` imports a file that imports it back, directly or around a cycle;
-//! * in `barrier`, no backend imports another (what two share lives in `algo/`; one runs another
-//!   through `backend::subset`, by name), and every import points down the layers of the
-//!   diagram (or sideways within a layer, without a cycle).
+//! * in `barrier`, no backend imports another (what two share lives in `algo/`; the hierarchical
+//!   backend's device among the roots is a communicator whose selection names it), and every
+//!   import points down the layers of the diagram (or sideways within a layer, without a cycle).
 //!
 //! Each crate is parsed with `syn` from its root (`lib.rs`, and `main.rs` as a crate of its
 //! own), following `mod` declarations into files and into inline modules. What a file imports
@@ -30,6 +30,7 @@ const LAYERS: &[&[&str]] = &[
     &["watch", "ctrl"],
     &["backend"],
     &["algo"],
+    &["compose"],
     &["backends"],
     &["registry", "engine"],
     &["selector"],
@@ -602,22 +603,24 @@ fn imports_in_barrier_point_down_and_no_backend_imports_another() {
     assert!(wrong.is_empty(), "imports against the layers:\n{}", wrong.join("\n"));
 }
 
+/// Every file under `dir` whose extension is one of `exts`.
+fn sources(dir: &Path, exts: &[&str], out: &mut Vec<PathBuf>) {
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            sources(&p, exts, out);
+        } else if p.extension().is_some_and(|x| exts.iter().any(|e| x == *e)) {
+            out.push(p);
+        }
+    }
+}
+
 /// The core names no setting of a layer above it (issue 48 item 2): barrier-mpi and
 /// barrier-openshmem declare theirs and register them (`registry::register_layer`).
 #[test]
 fn the_core_names_no_setting_of_a_layer_above_it() {
-    fn files(dir: &Path, out: &mut Vec<PathBuf>) {
-        for e in std::fs::read_dir(dir).unwrap() {
-            let p = e.unwrap().path();
-            if p.is_dir() {
-                files(&p, out);
-            } else if p.extension().is_some_and(|x| x == "rs") {
-                out.push(p);
-            }
-        }
-    }
     let mut all = Vec::new();
-    files(&Path::new(env!("CARGO_MANIFEST_DIR")).join("crates/barrier/src"), &mut all);
+    sources(&Path::new(env!("CARGO_MANIFEST_DIR")).join("crates/barrier/src"), &["rs"], &mut all);
     assert!(all.len() > 20, "the core's sources were not found");
     let mut found = Vec::new();
     for path in all {
@@ -648,8 +651,8 @@ fn the_reader_sees_what_it_must() {
     let barrier = workspace().into_iter().find(|c| c.name == "barrier (lib.rs)").expect("crates/barrier");
     let graph = barrier.imports();
     let of = |s: &str| graph.get(&m(s)).unwrap_or_else(|| panic!("{s} was read"));
-    assert!(of("backends/hierarchical").contains(&m("algo/topology")));
-    assert!(of("backend/subset").contains(&m("backend/component")), "super:: paths resolve");
+    assert!(of("backends/hierarchical/roots").contains(&m("algo/dissemination")));
+    assert!(of("comm/create").contains(&m("comm/composed")), "super:: paths resolve");
     assert!(of("wait").contains(&m("wait/flag")), "a folder's re-exports are read");
     assert!(of("comm/communicator").contains(&m("wait/flag")), "re-exports are followed to the definer");
     assert!(!graph.contains_key(&m("wait/tests")), "unit tests are left out");

@@ -366,3 +366,85 @@ fn hierarchical_runs_the_flat_barrier_on_one_node_and_its_node_phases_across_nod
         assert!(out[0].starts_with(want), "{nodes} node(s): {}", out[0]);
     }
 }
+
+#[test]
+fn a_late_node_root_is_named_by_the_roots_and_its_node_and_a_root_that_left_fails_the_rest_at_once() {
+    // Two nodes of two: rank 2 (node 1's root) is 3 s late with a 500 ms timeout.
+    let p = params().set("BARRIER_TIMEOUT", "500ms");
+    let out = Job::new(4)
+        .nodes(2)
+        .params(p.clone())
+        .run(|w| {
+            w.barrier().map_err(|e| e.to_string())?;
+            if w.rank() == 2 {
+                std::thread::sleep(Duration::from_secs(3));
+            }
+            w.barrier().map_err(|e| e.to_string())
+        })
+        .unwrap();
+    // The other root names it as the node root its round waits for, in the words barrier-mpi
+    // and barrier-openshmem use (one report function).
+    let root = out[0].as_ref().unwrap_err();
+    assert!(root.contains("internode phase") && root.contains("the node root at world rank 2"), "{root}");
+    assert!(root.contains("world ranks [2]"), "{root}");
+    // The nodes' other ranks wait in their release: reported in the user's barriers and ranks
+    // (barrier 2 of the communicator of 4), not the node's communicator's. Each times out
+    // naming its root, or (node 0's, when its root's timeout came first) learns at once that
+    // its root failed.
+    for (rank, root) in [(1, 0), (3, 2)] {
+        let other = out[rank].as_ref().unwrap_err();
+        assert!(other.contains("barrier 2 (within this node, its release phase)"), "{other}");
+        let timed_out = other.contains(&format!("rank {rank} of a communicator of 4"))
+            && other.contains(&format!("world ranks [{root}]"));
+        let root_failed =
+            rank == 1 && other.contains("rank 0 (world rank 0) left the communicator after barrier 1, when");
+        assert!(timed_out || root_failed, "{other}");
+    }
+    assert!(out[2].is_ok(), "{:?}", out[2]);
+
+    // Node 1's root leaves after one barrier: the other root fails at once, not at the timeout.
+    let started = std::time::Instant::now();
+    let out = Job::new(4)
+        .nodes(2)
+        .params(params().set("BARRIER_TIMEOUT", "30s"))
+        .run(|w| {
+            w.barrier().map_err(|e| e.to_string())?;
+            if w.rank() == 2 {
+                return Ok(());
+            }
+            w.barrier().map_err(|e| e.to_string())
+        })
+        .unwrap();
+    let root = out[0].as_ref().unwrap_err();
+    assert!(root.contains("rank 2 (world rank 2) left the communicator"), "{root}");
+    let other = out[3].as_ref().unwrap_err();
+    assert!(other.contains("rank 2 (world rank 2) left") && other.contains("its release phase"), "{other}");
+    assert!(started.elapsed() < Duration::from_secs(20), "the roots waited for their timeout: {root}");
+}
+
+#[test]
+fn a_node_root_that_arrived_and_then_panicked_is_named_after_the_grace_not_at_the_timeout() {
+    // Node 1's root starts barrier 2 (its arrival is recorded) and panics while it holds the
+    // request: it leaves as failed, having arrived. The other root's looks at the departures
+    // must let the grace run out across them and name it, not wait for the 30 s timeout.
+    let started = std::time::Instant::now();
+    let out = Job::new(4)
+        .nodes(2)
+        .params(params().set("BARRIER_TIMEOUT", "30s"))
+        .run(|w| {
+            w.barrier().map_err(|e| e.to_string())?;
+            if w.rank() == 2 {
+                let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+                    let _request = w.ibarrier();
+                    panic!("node 1's root panics on purpose");
+                }));
+                assert!(unwound.is_err());
+                return Ok(());
+            }
+            w.barrier().map_err(|e| e.to_string())
+        })
+        .unwrap();
+    let root = out[0].as_ref().unwrap_err();
+    assert!(root.contains("rank 2 (world rank 2) panicked"), "{root}");
+    assert!(started.elapsed() < Duration::from_secs(20), "the other root waited for its timeout: {root}");
+}

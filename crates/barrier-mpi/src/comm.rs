@@ -458,7 +458,7 @@ impl BarrierComm {
             let hier = barrier::hierarchy::Hierarchy::new(
                 halves,
                 internode,
-                seg,
+                Some(seg),
                 solo,
                 self.rank,
                 params.source("BARRIER_TIMEOUT"),

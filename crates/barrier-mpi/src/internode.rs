@@ -34,6 +34,12 @@ struct MpiOwn(OwnedComm);
 #[derive(Debug)]
 struct MpiPending(raw::Request);
 
+// SAFETY: a plain MPI handle, used only through the `BarrierComm` that holds the hierarchy,
+// whose own `Send` says why moving it to another thread makes no MPI call there.
+unsafe impl Send for MpiOwn {}
+// SAFETY: as `MpiOwn`'s: a plain MPI request of the same `BarrierComm`'s hierarchy.
+unsafe impl Send for MpiPending {}
+
 impl OwnPending for MpiPending {
     fn test(&mut self) -> Result<bool> {
         raw::test(&mut self.0)

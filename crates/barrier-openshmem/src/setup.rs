@@ -335,7 +335,7 @@ pub fn run(real: &Real, params: &Params) -> (Outcome, Symmetric) {
         // the job as a failed barrier does.
         Err(e) => crate::waits::end_job(real, "timing our barrier in shmem_init", &e.into()),
     };
-    let hier = halves.map(|h| Hierarchy::new(h, roots_phase, seg.clone(), alone, me, "BARRIER_TIMEOUT".into()));
+    let hier = halves.map(|h| Hierarchy::new(h, roots_phase, Some(seg.clone()), alone, me, "BARRIER_TIMEOUT".into()));
     let place = crate::serve::Place { node_of: topo.node_of.clone(), me, waits };
     let mut serving = Serving::new(node, hier, seg, place, crate::sets::Sets::new(table, members), describe);
     if let Some(chosen) = chosen.filter(|_| one_each) {

@@ -51,12 +51,6 @@ impl<'a> Ctrl<'a> {
         Ctrl { region, rank, members, epoch, wait, stall, call: "communicator creation" }
     }
 
-    /// A control plane over another region (a subset of these ranks, such as the node roots),
-    /// with the same timeout and stall report.
-    pub fn over<'b>(&self, region: &'b Region, rank: usize, members: &'b [usize], epoch: &'b Cell<u64>) -> Ctrl<'b> {
-        Ctrl { region, rank, members, epoch, wait: self.wait, stall: self.stall, call: self.call }
-    }
-
     /// The same control plane, serving the collective call `call`.
     pub fn call(mut self, call: &'static str) -> Self {
         self.call = call;

@@ -61,6 +61,8 @@ pub mod backends;
 #[cfg(not(loom))]
 mod comm;
 #[cfg(not(loom))]
+pub mod compose;
+#[cfg(not(loom))]
 mod ctrl;
 #[cfg(not(loom))]
 mod engine;

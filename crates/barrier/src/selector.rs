@@ -105,6 +105,8 @@ pub(crate) struct SelectInput<'a> {
     pub policy: WaitPolicy,
     pub ctrl: &'a Ctrl<'a>,
     pub region: &'a Region,
+    /// Builds the hierarchical backend's composition across nodes (the communicator layer's).
+    pub compose: crate::engine::Compose<'a>,
 }
 
 /// A backend's name as the ranks compare it (FNV-1a of the lowercase name; never 0, which
@@ -270,13 +272,7 @@ pub(crate) fn select(input: SelectInput<'_>) -> Result<(Engine, Selection)> {
     let agreed_mask = all.iter().fold(u64::MAX, |m, w| m & w[0]);
     let agreed_order = unpack_order(all[0][1]);
 
-    let enable_ctx = EnableContext {
-        query: input.query,
-        policy: input.policy,
-        ctrl: input.ctrl,
-        region: input.region,
-        backends: &registry,
-    };
+    let enable_ctx = EnableContext { query: input.query, policy: input.policy, ctrl: input.ctrl, region: input.region };
     let mut chosen: Option<(&'static dyn Backend, Engine)> = None;
     for &i in &agreed_order {
         // A backend this rank lacks has no name here to report it by: the ranks that have it
@@ -309,6 +305,10 @@ pub(crate) fn select(input: SelectInput<'_>) -> Result<(Engine, Selection)> {
             // On one node the hierarchical backend runs the flat barrier: dispatched statically
             // like the software backend's, so that it costs what that one does.
             crate::backends::hierarchical::one_node(&enable_ctx).map(Engine::Software)
+        } else if b.name() == crate::backends::hierarchical::NAME {
+            // Across nodes it is the composer's hierarchy over the communicator's nodes and
+            // roots, which waits in its own parts: not a module.
+            (input.compose)(&enable_ctx).map(Engine::Composed)
         } else {
             b.enable(&enable_ctx).map(Engine::Dyn)
         };
@@ -344,8 +344,7 @@ pub(crate) fn select(input: SelectInput<'_>) -> Result<(Engine, Selection)> {
 
     match chosen {
         Some((b, module)) => {
-            let selection =
-                Selection { backend: b.name(), algorithm: module.module().algorithm().to_string(), candidates };
+            let selection = Selection { backend: b.name(), algorithm: module.algorithm(), candidates };
             tracing::debug!(backend = selection.backend, algorithm = %selection.algorithm, "barrier backend selected");
             Ok((module, selection))
         }

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use crate::error::Error;
 use crate::region::Region;
-use crate::shm::Segment;
+use crate::shm::{RankNames, Segment};
 use crate::wait::{WaitError, Watch};
 
 /// How long a wait goes on, once every live member has arrived, after a member left the
@@ -70,6 +70,9 @@ pub(crate) struct PeerWatch<'a> {
     pub need: Need,
     /// Report a stall after this long (None: never).
     pub stall: Option<Duration>,
+    /// The names of the communicator's ranks as the user knows them, where they are not the
+    /// segment's own ([`PeerWatch::named`]).
+    names: Option<&'a RankNames>,
     /// When this wait first found only a member that left after a failure to blame.
     exit_seen: Cell<Option<Instant>>,
     /// The first check (the wait's slow path began): hardware waits come back every recheck
@@ -95,10 +98,38 @@ impl<'a> PeerWatch<'a> {
             rank,
             need,
             stall,
+            names: None,
             exit_seen: Cell::new(None),
             first_check: Cell::new(None),
             reported: Cell::new(false),
         }
+    }
+
+    /// Names the ranks with `names` (a communicator that is one node of a hierarchical barrier
+    /// in the job's segment: the core's simulated nodes) instead of the segment's
+    /// ([`Segment::rank_names`], a node segment of barrier-mpi or barrier-shmem).
+    pub fn named(mut self, names: Option<&'a RankNames>) -> Self {
+        self.names = names;
+        self
+    }
+
+    /// Carries on a wait that earlier watches of the same need looked at: when the first of
+    /// them found only a member that left after a failure to blame (see
+    /// [`PeerWatch::exit_seen`]), so that its grace runs out across them.
+    pub fn seen_since(self, exit_seen: Option<Instant>) -> Self {
+        self.exit_seen.set(exit_seen);
+        self
+    }
+
+    /// When this watch (or one before it, [`PeerWatch::seen_since`]) first found only a member
+    /// that left after a failure to blame.
+    pub fn exit_seen(&self) -> Option<Instant> {
+        self.exit_seen.get()
+    }
+
+    /// The names of the ranks as the user knows them, if they differ from the segment's.
+    fn rank_names(&self) -> Option<&RankNames> {
+        self.names.or_else(|| self.seg().rank_names())
     }
 
     fn seg(&self) -> &Segment {
@@ -186,7 +217,7 @@ impl<'a> PeerWatch<'a> {
 
     fn report_stall(&self, waited: Duration) {
         let missing = self.missing();
-        let msg = match self.seg().rank_names() {
+        let msg = match self.rank_names() {
             None => {
                 let world: Vec<usize> = missing.iter().map(|&r| self.members[r]).collect();
                 format!(
@@ -230,16 +261,15 @@ impl<'a> PeerWatch<'a> {
         match self.need {
             Need::Barrier(e) if names.hierarchical => {
                 let (call, phase) = (e.div_ceil(2), if e % 2 == 1 { "gather" } else { "release" });
-                // In the release phase only the node's first rank (segment rank 0) can be
-                // missing, and it is there only after the internode phase: that is what it waits
-                // for, and its own report names the node root it waits for in turn.
-                let root_in_internode =
-                    e % 2 == 0 && !missing.is_empty() && missing.iter().all(|&r| self.members[r] == 0);
+                // In the release phase only the node's first rank (the node communicator's rank
+                // 0) can be missing, and it is there only after the internode phase: that is what
+                // it waits for, and its own report names the node root it waits for in turn.
+                let root_in_internode = e % 2 == 0 && !missing.is_empty() && missing.iter().all(|&r| r == 0);
                 let who = if root_in_internode {
                     format!(
                         "this node's root (world rank {}) has not released the node: it waits in the internode \
                          phase for another node, whose root's report names it",
-                        names.world.first().copied().unwrap_or(0)
+                        name(&names.world, 0)
                     )
                 } else {
                     format!("not arrived yet: world ranks {world:?} (communicator ranks {comm:?})")
@@ -304,7 +334,7 @@ impl PeerWatch<'_> {
     /// communicator, through the segment's [`crate::shm::RankNames`] where it has them.
     fn user_rank(&self, r: usize, world: bool) -> usize {
         let seg_rank = self.members[r];
-        match self.seg().rank_names() {
+        match self.rank_names() {
             Some(names) => {
                 let table = if world { &names.world } else { &names.comm };
                 table.get(seg_rank).copied().unwrap_or(seg_rank)
@@ -317,7 +347,7 @@ impl PeerWatch<'_> {
     /// The call this wait is part of, in the user's count: across nodes a node's barrier `e` is
     /// the user's barrier ⌈e/2⌉ (its gather or its release).
     fn user_describe(&self) -> String {
-        match (self.need, self.seg().rank_names()) {
+        match (self.need, self.rank_names()) {
             (Need::Barrier(e), Some(names)) if names.hierarchical => {
                 let phase = if e % 2 == 1 { "gather" } else { "release" };
                 format!("barrier {} (within this node, its {phase} phase)", e.div_ceil(2))
@@ -329,14 +359,14 @@ impl PeerWatch<'_> {
     /// The error a rank returns when this wait ended with `w`.
     pub fn error(&self, w: WaitError) -> Error {
         match w {
-            WaitError::Aborted(r) => Error::Aborted {
-                failed_rank: self.seg().rank_names().and_then(|n| n.world.get(r).copied()).unwrap_or(r),
-            },
+            WaitError::Aborted(r) => {
+                Error::Aborted { failed_rank: self.rank_names().and_then(|n| n.world.get(r).copied()).unwrap_or(r) }
+            }
             WaitError::JobGone => Error::JobGone,
             WaitError::Recheck => Error::Broken("a wait asked for a recheck without an interval".into()),
             WaitError::PeerLeft(r) => {
                 // Across nodes a node counts two barriers per user barrier (gather, release).
-                let halves = self.seg().rank_names().is_some_and(|n| n.hierarchical);
+                let halves = self.rank_names().is_some_and(|n| n.hierarchical);
                 let user = |completed: u64| if halves { completed / 2 } else { completed };
                 let departed = self.region.departed(r).map(|(completed, failed)| (user(completed), failed));
                 let how = match (departed, self.seg().exited(self.members[r])) {
@@ -364,7 +394,7 @@ impl PeerWatch<'_> {
             }
             WaitError::Timeout(waited) => {
                 let missing = self.missing();
-                let names = self.seg().rank_names();
+                let names = self.rank_names();
                 let halves = names.is_some_and(|n| n.hierarchical);
                 let mut during = self.user_describe();
                 // A node's release waits for its root, which waits in the internode phase: the
@@ -372,7 +402,7 @@ impl PeerWatch<'_> {
                 if halves
                     && matches!(self.need, Need::Barrier(e) if e % 2 == 0)
                     && !missing.is_empty()
-                    && missing.iter().all(|&r| self.members[r] == 0)
+                    && missing.iter().all(|&r| r == 0)
                 {
                     during.push_str(&format!(
                         ", waiting for this node's root (world rank {}), which waits in the internode phase for \

@@ -254,7 +254,7 @@ impl Across {
                     halves.algorithm(),
                     barrier::text::count(local_size, "rank"),
                 );
-                let hier = Hierarchy::new(halves, roots, node.seg, alone, self.rank, limit);
+                let hier = Hierarchy::new(halves, roots, Some(node.seg), alone, self.rank, limit);
                 self.resolve(Some(Built { hier, node: node.universe, detail }), waits);
             }
             // Another rank's failure (which that rank says) ended this one's join.

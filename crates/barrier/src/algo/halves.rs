@@ -23,8 +23,9 @@
 //! names the root.
 //!
 //! This is not a backend, and its barriers break a backend's first promise on purpose: a
-//! non-root leaves the gather before the others arrive. It is hidden, and only the two crates
-//! above use it, always in pairs.
+//! non-root leaves the gather before the others arrive. It is hidden, and only the composer's
+//! hierarchies use it (barrier-mpi's, barrier-openshmem's and the core's hierarchical backend's,
+//! whose node communicators are made of it), always in pairs.
 
 use crate::backend::{Module, Poll};
 use crate::error::Error;

@@ -88,11 +88,6 @@ pub struct TreeSlots<S> {
 }
 
 impl<S: Deref<Target = Flag>> TreeSlots<S> {
-    /// Whether this rank has children.
-    pub fn has_children(&self) -> bool {
-        !self.children_up.is_empty()
-    }
-
     /// Whether this rank is the node root (it has no up-slot).
     pub fn is_root(&self) -> bool {
         self.up.is_none()

@@ -65,18 +65,9 @@ pub struct EnableContext<'a> {
     pub policy: WaitPolicy,
     pub(crate) ctrl: &'a Ctrl<'a>,
     pub(crate) region: &'a crate::region::Region,
-    /// The backends the selector knows (the registry's list), for [`EnableContext::backend`].
-    pub(crate) backends: &'a [&'static dyn Backend],
 }
 
 impl EnableContext<'_> {
-    /// The backend called `name` (case-insensitive) among those the selector knows, to run on
-    /// a subset of the ranks ([`super::subset::enable_on_subset`]); `None` when this build has
-    /// no such backend. A backend composes another this way, by name, never by importing it.
-    pub fn backend(&self, name: &str) -> Option<&'static dyn Backend> {
-        self.backends.iter().copied().find(|b| b.name().eq_ignore_ascii_case(name))
-    }
-
     /// Rank `root`'s `value`, on every rank (collective).
     pub fn broadcast(&self, root: usize, value: u64) -> Result<u64, Error> {
         Ok(self.ctrl.allgather(&[value])?[root][0])

@@ -26,20 +26,14 @@
 //!
 //! * `module.rs`: [`Module`] and [`Poll`], the contract above.
 //! * `component.rs`: [`Backend`], [`Decline`], the [`QueryContext`] and [`EnableContext`] a
-//!   backend is given; the enable context offers the backends the selector knows, by name
-//!   ([`EnableContext::backend`]), so a backend can compose another without importing it.
+//!   backend is given.
 //! * `mailbox.rs`: [`Mailboxes`], flags per rank that any rank can signal through the best
 //!   transport ([`EnableContext::mailboxes`]): what a backend written outside this crate builds
 //!   its protocol on.
-//! * `subset.rs`: running any backend on a subset of the communicator's ranks, with their own
-//!   region and control plane ([`subset::enable_on_subset`]): how the hierarchical backend puts
-//!   a switch or GBA group among its node roots, the way Open MPI's `han` composes components
-//!   through sub-communicators.
 
 mod component;
 mod mailbox;
 mod module;
-pub mod subset;
 
 pub(crate) use component::net_model;
 pub use component::{Backend, Decline, EnableContext, QueryContext, NET_ASYNC, NET_PUT_LATENCY};

@@ -1,5 +1,6 @@
 //! The backends, one folder each, none importing another (what two share lives in
-//! [`crate::algo`]; one runs another on a subset of ranks through [`crate::backend::subset`]):
+//! [`crate::algo`]; the hierarchical backend runs a device among its node roots as a
+//! communicator of the roots, naming the device's backend in its selection, never importing it):
 //!
 //! * [`offload`]: the switch offload and the Global Barrier Accelerator (registered as `switch`
 //!   and `gba`: one protocol, the two devices as data);

@@ -90,6 +90,9 @@ pub struct Communicator {
     pub(super) engine: RefCell<Engine>,
     pub(super) arrival: Shared<Flag>,
     pub(super) selection: Selection,
+    /// How reports name this communicator's ranks where the segment's names are not the user's
+    /// (a node of the core's hierarchical barrier: [`Communicator::name_ranks`]).
+    pub(super) names: Option<Arc<crate::shm::RankNames>>,
     /// USABLE or BROKEN (see `broken`).
     pub(super) state: Cell<u8>,
     pub(super) broken: RefCell<Option<String>>,
@@ -122,6 +125,7 @@ impl Communicator {
 
     pub(super) fn watch(&self, epoch: u64) -> PeerWatch<'_> {
         PeerWatch::new(&self.region, &self.members, self.rank, Need::Barrier(epoch), self.stall)
+            .named(self.names.as_deref())
     }
 
     /// This rank's number in the communicator, `0..size()`.
@@ -139,6 +143,13 @@ impl Communicator {
         self.members[self.rank]
     }
 
+    /// Names this communicator's ranks in its reports and errors as `names` says (a node's
+    /// communicator of the hierarchical backend: the ranks and barriers of the communicator
+    /// the user called).
+    pub(crate) fn name_ranks(&mut self, names: crate::shm::RankNames) {
+        self.names = Some(Arc::new(names));
+    }
+
     /// The backend in use, e.g. `dissemination`.
     pub fn backend(&self) -> BackendName {
         BackendName(self.selection.backend)
@@ -146,7 +157,7 @@ impl Communicator {
 
     /// The algorithm or mode of the backend in use, e.g. `central`.
     pub fn algorithm(&self) -> String {
-        self.engine.borrow().module().algorithm().to_string()
+        self.engine.borrow().algorithm()
     }
 
     /// Operations this rank has sent across the network for this communicator's barriers so
@@ -154,7 +165,7 @@ impl Communicator {
     /// With the hierarchical backend only node roots send any. `barrier bench` divides it by
     /// the barriers run.
     pub fn network_ops(&self) -> u64 {
-        self.engine.borrow().module().network_ops()
+        self.engine.borrow().network_ops()
     }
 
     /// The transports this rank would use to reach each member, highest exclusivity first:
@@ -303,6 +314,9 @@ impl Communicator {
     /// only here) and the timeout, and calls the module again after each wait.
     #[inline(never)]
     pub(super) fn finish_waiting(&self, engine: &mut Engine, epoch: u64) -> Result<()> {
+        if let Some(done) = engine.finish() {
+            return done.map_err(|e| self.fail(e));
+        }
         let watch = LazyWatch::new(|| self.watch(epoch));
         // When this barrier's wait started its clock, kept across recheck slices (hardware
         // modules), so that the timeout counts them all.
@@ -397,11 +411,24 @@ impl Communicator {
         // missing (to stall reports and to the check for ranks that exited).
         self.arrival.signal(epoch, false);
         let mut engine = self.engine.borrow_mut();
+        if let Engine::Composed(composed) = &*engine {
+            return self.composed_barrier(&**composed, epoch);
+        }
         if let Err(e) = engine.arrive(epoch) {
             return Err(self.fail(e));
         }
         self.armed.set(epoch);
         self.finish_with(&mut engine, epoch)?;
+        self.done.set(epoch);
+        Ok(())
+    }
+
+    /// [`barrier`](Self::barrier) where the hierarchical backend composes its phases across
+    /// nodes: the composer's blocking barrier, which waits in its own parts.
+    #[inline(never)]
+    fn composed_barrier(&self, composed: &dyn crate::engine::Composition, epoch: u64) -> Result<()> {
+        self.armed.set(epoch);
+        composed.barrier().map_err(|e| self.fail(e))?;
         self.done.set(epoch);
         Ok(())
     }

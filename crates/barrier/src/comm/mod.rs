@@ -12,7 +12,8 @@
 //! windows).
 
 mod communicator;
-mod create;
+mod composed;
+pub(crate) mod create;
 mod names;
 mod request;
 mod window;

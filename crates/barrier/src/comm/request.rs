@@ -55,6 +55,43 @@ impl Communicator {
     }
 }
 
+/// The node's communicator as the composer uses it ([`crate::compose::NodeHalves`]).
+impl crate::compose::NodeHalves for Communicator {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn barrier(&self) -> Result<()> {
+        Communicator::barrier(self)
+    }
+
+    fn start(&self) -> Result<u64> {
+        Ok(self.ibarrier()?.detach())
+    }
+
+    fn done(&self, epoch: u64, blocking: bool) -> Result<bool> {
+        let mut request = self.resume(epoch)?;
+        if blocking {
+            return request.wait().map(|()| true);
+        }
+        let done = request.poll();
+        if !matches!(done, Ok(true)) {
+            request.detach();
+        }
+        done
+    }
+
+    fn is_quiet(&self) -> bool {
+        Communicator::is_quiet(self)
+    }
+
+    fn fail(&self) {
+        Communicator::fail(self, Error::Broken("this rank's barrier across nodes failed".into()));
+        // Recorded now, not when the communicator is dropped: the others' waits read it.
+        self.region.depart(self.rank, self.done.get(), true);
+    }
+}
+
 /// A pending split-phase barrier: complete it with [`test`](Request::test) or
 /// [`wait`](Request::wait).
 ///

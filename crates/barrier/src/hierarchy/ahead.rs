@@ -20,8 +20,8 @@
 use crate::error::{Error, Result};
 use crate::universe::Universe;
 
-use super::roots::{Flight, Roots, RootsLink, RootsWaits};
 use super::Hierarchy;
+use crate::compose::{Flight, Roots, RootsLink, RootsWaits};
 
 /// A link whose signals can carry the agreement's bit: every signal carries the OR of this
 /// member's own bit and every bit it has received, and a bit once set stays set, so after one

@@ -16,7 +16,7 @@
 
 use std::time::Duration;
 
-use super::Choice;
+use crate::compose::Choice;
 use crate::error::{Error, Result};
 use crate::params::{ParamInfo, ParamKind, Params};
 

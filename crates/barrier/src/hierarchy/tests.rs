@@ -6,6 +6,7 @@ use std::sync::{Arc, Barrier, Mutex};
 use std::time::Duration;
 
 use super::*;
+use crate::error::{Error, Result};
 use crate::wait::Pace;
 
 #[derive(Debug)]
@@ -297,7 +298,8 @@ fn ranks_alone_on_their_nodes_never_leave_early() {
                     assert!(node.alone());
                     let halves = node.halves.expect("across nodes");
                     let roots = roots(&board, index, Some(Duration::from_secs(60)));
-                    let hier = Hierarchy::new(halves, Some(roots), node.seg, true, index, "BARRIER_TIMEOUT".into());
+                    let hier =
+                        Hierarchy::new(halves, Some(roots), Some(node.seg), true, index, "BARRIER_TIMEOUT".into());
                     let mut seed = index as u64 * 7919 + 1;
                     let mut e = 1;
                     while e <= BARRIERS {
@@ -488,7 +490,7 @@ fn flights_ahead_agree_on_one_way_and_never_leave_early() {
                             assert_eq!(alone, size == 1);
                             let halves = set_up.halves.expect("across nodes");
                             let hier =
-                                Hierarchy::new(halves, roots, set_up.seg, alone, index, "BARRIER_TIMEOUT".into());
+                                Hierarchy::new(halves, roots, Some(set_up.seg), alone, index, "BARRIER_TIMEOUT".into());
                             Built { hier, node: set_up.universe, detail: "the hierarchy".into() }
                         });
                         // A node's set-up fails on all its ranks or none.

@@ -37,7 +37,7 @@ pub struct Names {
 
 /// Whom a wait of the roots' phase waits for.
 #[derive(Clone, Copy, Debug)]
-pub(super) enum Awaited {
+pub(crate) enum Awaited {
     /// Our round `round`'s signal from root `sender` (its index).
     Root { round: usize, sender: usize },
     /// The implementation's barrier, which does not say which root is missing.
@@ -69,7 +69,7 @@ fn waiting_for(names: &Names, epoch: u64, awaited: Awaited, verb: &str) -> Strin
 /// Says once that this root has waited `waited` in the roots' phase of barrier `epoch`, and for
 /// whom; the wait goes on.
 #[cold]
-pub(super) fn stall(names: &Names, epoch: u64, awaited: Awaited, waited: Duration) {
+pub(crate) fn stall(names: &Names, epoch: u64, awaited: Awaited, waited: Duration) {
     let msg = format!(
         "{}: {} has waited {waited:.1?} {}; still waiting (this report: BARRIER_STALL_REPORT; to give up instead, \
          set BARRIER_TIMEOUT)",
@@ -85,7 +85,7 @@ pub(super) fn stall(names: &Names, epoch: u64, awaited: Awaited, waited: Duratio
 /// waited for as the missing one, or (the implementation's barrier, which cannot say which root
 /// is missing) a transport failure that says so.
 #[cold]
-pub(super) fn timed_out(names: &Names, epoch: u64, awaited: Awaited, waited: Duration) -> Error {
+pub(crate) fn timed_out(names: &Names, epoch: u64, awaited: Awaited, waited: Duration) -> Error {
     match awaited {
         Awaited::Root { round, sender } => Error::Timeout {
             rank: names.rank,

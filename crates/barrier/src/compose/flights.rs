@@ -26,7 +26,7 @@ use super::roots::Flight;
 
 /// One split-phase barrier across nodes, as the hierarchy advances it.
 #[derive(Debug)]
-pub(super) enum Leg {
+pub(crate) enum Leg {
     /// The root waits for the flight before this one to finish before it joins the gather.
     Queued,
     /// The node's gather (its epoch in the halves' communicator).
@@ -39,10 +39,10 @@ pub(super) enum Leg {
 
 /// The flights of a hierarchy.
 #[derive(Debug, Default)]
-pub(super) struct Flights {
-    pub(super) queue: RefCell<VecDeque<Leg>>,
+pub(crate) struct Flights {
+    pub(crate) queue: RefCell<VecDeque<Leg>>,
     /// Flights started and finished so far (flight number `started` at its start; it is done
     /// once `finished` reaches it).
-    pub(super) started: Cell<u64>,
-    pub(super) finished: Cell<u64>,
+    pub(crate) started: Cell<u64>,
+    pub(crate) finished: Cell<u64>,
 }

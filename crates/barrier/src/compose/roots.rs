@@ -6,7 +6,7 @@ use std::fmt;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
-use crate::wait::{poll_until, Pace};
+use crate::wait::{poll_until, Flag, Pace, Unwatched, WaitConfig, WaitError};
 
 use super::report::{self, Names};
 
@@ -31,6 +31,21 @@ pub trait RootsLink: fmt::Debug {
     /// progress to leave makes that call in [`signal`](Self::signal).
     fn progress(&self) -> Result<()>;
 
+    /// This root's rounds of a barrier are done: a link whose signals need the sender's
+    /// progress to land (the simulated network's asynchronous puts) makes them land here, so
+    /// that no signal waits in this root's queue while it waits for its node.
+    fn flush(&self) -> Result<()> {
+        Ok(())
+    }
+
+    /// The flag round `round`'s signal lands in, where a waiter may sleep on it: the signal
+    /// needs none of this rank's calls to land, and its sender wakes sleepers (the core's
+    /// simulated network under a parking policy; see [`Roots::park_with`]). `None`, the
+    /// default: the waiter polls.
+    fn parks_on(&self, _round: usize) -> Option<&Flag> {
+        None
+    }
+
     /// Whether root `j` will never arrive at barrier `epoch` (it finalized after fewer
     /// barriers): the error that says so, or `None`. Called when a wait looks at the clock.
     fn departed(&self, _epoch: u64) -> Option<Error> {
@@ -41,7 +56,7 @@ pub trait RootsLink: fmt::Debug {
 /// The implementation's own barrier among the node roots, where the layer offers one (MPI's
 /// barrier on a communicator of the roots; OpenSHMEM's `shmem_barrier_all` where every node has
 /// one PE).
-pub trait OwnBarrier: fmt::Debug {
+pub trait OwnBarrier: fmt::Debug + Send {
     /// Its name in descriptions ("MPI's barrier").
     fn name(&self) -> &'static str;
 
@@ -57,7 +72,7 @@ pub trait OwnBarrier: fmt::Debug {
 }
 
 /// A split-phase barrier of the implementation's own, started.
-pub trait OwnPending: fmt::Debug {
+pub trait OwnPending: fmt::Debug + Send {
     /// Whether it completed (progressing the implementation).
     fn test(&mut self) -> Result<bool>;
 }
@@ -224,14 +239,20 @@ pub struct Roots<L> {
     chosen: Chosen,
     /// Barriers of ours spent timing: the communicator's barrier `e` is our rounds' `base + e`.
     base: u64,
+    /// How a blocking wait for our rounds sleeps on the link's flags, where it may.
+    park: Option<WaitConfig>,
 }
+
+/// How long a sleeping root waits before it looks at the clock (its timeout, its stall report,
+/// a root that left).
+const LOOK_SLICE: Duration = Duration::from_millis(10);
 
 impl<L: RootsLink> Roots<L> {
     /// A root's phase over `link` among `names.roots.len()` roots; `own`: the implementation's
     /// barrier among the roots, where the layer offers it. Ours until [`choose`](Self::choose).
     pub fn new(link: L, own: Option<Box<dyn OwnBarrier>>, names: Names, waits: RootsWaits) -> Self {
         let rounds = crate::region::rounds(names.roots.len());
-        Roots { link, own, names, waits, rounds, chosen: Chosen::OURS, base: 0 }
+        Roots { link, own, names, waits, rounds, chosen: Chosen::OURS, base: 0, park: None }
     }
 
     /// The layer's link.
@@ -243,6 +264,14 @@ impl<L: RootsLink> Roots<L> {
     /// still running on other roots: barrier-mpi's flights of a barrier set up in the background).
     pub fn set_waits(&mut self, waits: RootsWaits) {
         self.waits = waits;
+    }
+
+    /// Lets a blocking wait for our rounds sleep on the link's flags ([`RootsLink::parks_on`]),
+    /// waiting as `wait` says (its spin, yields and park; its timeout is the roots' own), where
+    /// the roots' pace yields: the machine's ranks outnumber its cores, and a root that polls
+    /// takes the core from the ranks it waits for.
+    pub fn park_with(&mut self, wait: WaitConfig) {
+        self.park = (self.waits.pace == Pace::Yield).then_some(WaitConfig { timeout: None, progress: None, ..wait });
     }
 
     /// How the roots meet.
@@ -339,7 +368,33 @@ impl<L: RootsLink> Roots<L> {
 
     /// Runs `flight` to its end, waiting (polling the link; see [`crate::wait::poll`]).
     pub fn finish(&self, flight: &mut Flight) -> Result<()> {
-        self.wait_out(flight, Self::step)
+        match self.park {
+            Some(wait) if self.own_way().is_none() => self.sleep_out(flight, wait),
+            _ => self.wait_out(flight, Self::step),
+        }
+    }
+
+    /// Runs `flight` to its end, sleeping on each round's flag where the link offers one (the
+    /// wait layer's spin, yields and park), looking at the clock every [`LOOK_SLICE`].
+    fn sleep_out(&self, flight: &mut Flight, mut wait: WaitConfig) -> Result<()> {
+        loop {
+            if self.step_ours(flight)? {
+                return Ok(());
+            }
+            // The timeout and the stall report count from the phase's first wait.
+            flight.start.get_or_insert_with(Instant::now);
+            let Some(flag) = self.link.parks_on(flight.round) else {
+                return self.wait_out(flight, Self::step_ours);
+            };
+            match wait.wait_or_recheck(flag, self.base + flight.epoch, &Unwatched, Some(LOOK_SLICE), &mut None) {
+                Ok(()) => continue,
+                Err(WaitError::Recheck) => {}
+                Err(w) => return Err(Error::Broken(format!("the roots' wait failed: {w:?}"))),
+            }
+            self.look(flight)?;
+            // Back to sleep at once after a look: the spin and the yields were spent.
+            wait = WaitConfig { spin: 0, yields: 0, ..wait };
+        }
     }
 
     /// Our rounds alone, waiting (the timing's).
@@ -404,6 +459,9 @@ impl<L: RootsLink> Roots<L> {
             }
             flight.round += 1;
             flight.signalled = false;
+            if flight.round == self.rounds {
+                self.link.flush()?;
+            }
         }
         Ok(true)
     }
