@@ -615,6 +615,26 @@ fn sources(dir: &Path, exts: &[&str], out: &mut Vec<PathBuf>) {
     }
 }
 
+/// The house's limit on a source file: one that grows past it holds more than one idea.
+const MAX_LINES: usize = 700;
+
+/// No source file of a crate (Rust or the components' C) is longer than [`MAX_LINES`] (issue 48).
+#[test]
+fn no_source_file_in_the_crates_is_over_the_limit() {
+    let mut all = Vec::new();
+    sources(&Path::new(env!("CARGO_MANIFEST_DIR")).join("crates"), &["rs", "c", "h"], &mut all);
+    assert!(all.len() > 100, "the crates' sources were not found");
+    let long: Vec<String> = all
+        .iter()
+        .filter(|p| !p.components().any(|c| c.as_os_str() == "target"))
+        .filter_map(|p| {
+            let n = std::fs::read_to_string(p).unwrap().lines().count();
+            (n > MAX_LINES).then(|| format!("{}: {n} lines", p.display()))
+        })
+        .collect();
+    assert!(long.is_empty(), "over {MAX_LINES} lines (split by idea):\n{}", long.join("\n"));
+}
+
 /// The core names no setting of a layer above it (issue 48 item 2): barrier-mpi and
 /// barrier-openshmem declare theirs and register them (`registry::register_layer`).
 #[test]

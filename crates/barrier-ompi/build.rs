@@ -51,6 +51,7 @@ mod ompi {
         let incdirs = showme(&w, "incdirs");
         let libdirs = showme(&w, "libdirs");
         println!("cargo:rerun-if-changed=c/coll_fastbar.c");
+        println!("cargo:rerun-if-changed=c/coll_fastbar_rs.h");
         let mut cc = cc::Build::new();
         cc.file("c/coll_fastbar.c")
             .define("FASTBAR_COMPONENT_BYTES", super::COMPONENT_BYTES.to_string().as_str())
