@@ -402,22 +402,35 @@ fn a_late_node_root_is_named_by_the_roots_and_its_node_and_a_root_that_left_fail
     }
     assert!(out[2].is_ok(), "{:?}", out[2]);
 
-    // Node 1's root leaves after one barrier: the other root fails at once, not at the timeout.
+    // Node 1's root (rank 2) leaves after one barrier: the other root fails at once, not at the
+    // timeout, and holds the communicator 5 s more. Rank 1, blocking in its node's release,
+    // learns it from its root's failure meanwhile (its node's communicator watches only its
+    // node); rank 3 from its root's departure.
     let started = std::time::Instant::now();
     let out = Job::new(4)
         .nodes(2)
         .params(params().set("BARRIER_TIMEOUT", "30s"))
         .run(|w| {
-            w.barrier().map_err(|e| e.to_string())?;
-            if w.rank() == 2 {
-                return Ok(());
+            w.barrier().map_err(|e| (e.to_string(), Duration::ZERO))?;
+            let t0 = std::time::Instant::now();
+            let failed = |e: barrier::Error| (e.to_string(), t0.elapsed());
+            match w.rank() {
+                2 => Ok(()),
+                0 => {
+                    let result = w.barrier().map_err(failed);
+                    std::thread::sleep(Duration::from_secs(5));
+                    result
+                }
+                _ => w.barrier().map_err(failed),
             }
-            w.barrier().map_err(|e| e.to_string())
         })
         .unwrap();
-    let root = out[0].as_ref().unwrap_err();
+    let (root, _) = out[0].as_ref().unwrap_err();
     assert!(root.contains("rank 2 (world rank 2) left the communicator"), "{root}");
-    let other = out[3].as_ref().unwrap_err();
+    let (blocking, after) = out[1].as_ref().unwrap_err();
+    assert!(blocking.contains("rank 0 (world rank 0) left") && blocking.contains("its release phase"), "{blocking}");
+    assert!(*after < Duration::from_secs(4), "rank 1 learnt it only when its root dropped: {after:?}");
+    let (other, _) = out[3].as_ref().unwrap_err();
     assert!(other.contains("rank 2 (world rank 2) left") && other.contains("its release phase"), "{other}");
     assert!(started.elapsed() < Duration::from_secs(20), "the roots waited for their timeout: {root}");
 }

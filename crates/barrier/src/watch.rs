@@ -127,6 +127,14 @@ impl<'a> PeerWatch<'a> {
         self.exit_seen.get()
     }
 
+    /// Whether every member is on one node (a node's segment of barrier-mpi or barrier-shmem;
+    /// not a communicator of node roots).
+    fn on_one_node(&self) -> bool {
+        let s = self.seg().shape();
+        let node = |&w: &usize| crate::shm::node_of(w, s.world_size, s.nodes);
+        self.members.iter().map(node).min() == self.members.iter().map(node).max()
+    }
+
     /// The names of the ranks as the user knows them, if they differ from the segment's.
     fn rank_names(&self) -> Option<&RankNames> {
         self.names.or_else(|| self.seg().rank_names())
@@ -280,9 +288,10 @@ impl<'a> PeerWatch<'a> {
                 )
             }
             need => format!(
-                "{me} has waited {waited:.1?} in {}, within this node; not arrived yet: world ranks {world:?} \
-                 (communicator ranks {comm:?}); still waiting",
-                need.describe()
+                "{me} has waited {waited:.1?} in {}{}; not arrived yet: world ranks {world:?} (communicator ranks \
+                 {comm:?}); still waiting",
+                need.describe(),
+                if self.on_one_node() { ", within this node" } else { "" }
             ),
         }
     }

@@ -31,7 +31,8 @@ pub(super) fn micros(d: Option<Duration>) -> u64 {
 
 /// This rank's own reading of the settings that must match across ranks. It never fails:
 /// a bad value is reported through `registry::check_all` and agreed; here it reads as the default.
-pub(super) struct LocalSettings {
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct LocalSettings {
     pub(super) policy: WaitPolicy,
     pub(super) spin: u32,
     pub(super) yields: u32,
@@ -93,6 +94,13 @@ pub struct Communicator {
     /// How reports name this communicator's ranks where the segment's names are not the user's
     /// (a node of the core's hierarchical barrier: [`Communicator::name_ranks`]).
     pub(super) names: Option<Arc<crate::shm::RankNames>>,
+    /// This rank already left the region ([`crate::compose::NodeHalves::fail`]): dropping the
+    /// communicator must not record it again (the region may have been freed and handed out
+    /// since, to another communicator).
+    pub(super) departed: Cell<bool>,
+    /// Polls of split-phase requests on this communicator (their watch looks every 64th): kept
+    /// here, not per request, because a resumed request is a new one at every poll.
+    pub(super) polls: Cell<u32>,
     /// USABLE or BROKEN (see `broken`).
     pub(super) state: Cell<u8>,
     pub(super) broken: RefCell<Option<String>>,
@@ -461,6 +469,11 @@ impl Drop for Communicator {
     /// Records that this rank left, after the last barrier it completed: members still waiting
     /// for it in a later barrier or collective stop with [`Error::RankLeft`] instead of hanging.
     fn drop(&mut self) {
+        // Left already: the region may be another communicator's by now.
+        if self.departed.get() {
+            self.seg.communicator_dropped(self.world_rank());
+            return;
+        }
         // Dropped while unwinding: a barrier may have been cut short by the panic.
         if std::thread::panicking() {
             self.region.depart_panicking(self.rank, self.done.get());
@@ -471,10 +484,7 @@ impl Drop for Communicator {
     }
 }
 
-pub(crate) fn node_of(world_rank: usize, world_size: usize, nodes: usize) -> usize {
-    let nodes = nodes.clamp(1, world_size.max(1));
-    world_rank * nodes / world_size.max(1)
-}
+pub(crate) use crate::shm::node_of;
 
 pub(super) fn distinct_nodes(members: &[usize], world_size: usize, nodes: usize) -> usize {
     let mut ns: Vec<usize> = members.iter().map(|&w| node_of(w, world_size, nodes)).collect();

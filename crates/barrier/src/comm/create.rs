@@ -30,8 +30,9 @@ use super::names::{Color, Key};
 pub(crate) enum Make {
     /// The backend the selector agrees on.
     Select,
-    /// The node's gather and release as alternate barriers ([`crate::algo::halves`]).
-    Halves,
+    /// The node's gather and release as alternate barriers ([`crate::algo::halves`]), waiting
+    /// as given (the waits a communicator made of such nodes agreed) or as its members agree.
+    Halves(Option<LocalSettings>),
 }
 
 impl Communicator {
@@ -81,7 +82,10 @@ impl Communicator {
         // that must match (wait policy, spin counts, timeout, stall report) are rank 0's.
         // (BARRIER_BACKEND's names are agreed by the selector: a rank may lack a registered one.)
         let checked = crate::registry::check_all_but_backend_names(&params);
-        let local = LocalSettings::load(&params, shape);
+        let local = match make {
+            Make::Halves(Some(given)) => given,
+            _ => LocalSettings::load(&params, shape),
+        };
         let ctrl = Ctrl::new(&region, rank, &members, &ctrl_epoch, local.timeout, local.stall);
         let bad = checked.as_ref().err().map_or(NO_PARAM, |b| b.0 as u64);
         let all = ctrl.allgather(&[
@@ -114,7 +118,7 @@ impl Communicator {
         let nodes = distinct_nodes(&members, shape.world_size, shape.nodes);
         let node_of_member: Vec<usize> = members.iter().map(|&w| node_of(w, shape.world_size, shape.nodes)).collect();
         let (engine, selection) = match make {
-            Make::Halves => halves(&ctrl, &region, rank, &node_of_member, &params, policy)?,
+            Make::Halves(_) => halves(&ctrl, &region, rank, &node_of_member, &params, policy)?,
             Make::Select => selector::select(selector::SelectInput {
                 query: QueryContext {
                     rank,
@@ -158,6 +162,8 @@ impl Communicator {
             selection,
             state: Cell::new(USABLE),
             names: None,
+            departed: Cell::new(false),
+            polls: Cell::new(0),
             broken: RefCell::new(None),
         })
     }
@@ -218,7 +224,9 @@ impl Communicator {
                 self.num_nodes()
             )));
         }
-        Ok(self.split_made("halves", Color::Value(0), self.rank.into(), Make::Halves)?.expect("every rank has color 0"))
+        Ok(self
+            .split_made("halves", Color::Value(0), self.rank.into(), Make::Halves(None))?
+            .expect("every rank has color 0"))
     }
 }
 
@@ -338,10 +346,13 @@ pub(crate) fn compose(
     let fabric = fabric.map_err(decline)?;
     let parent = Parent { ctrl: ctx.ctrl, seg: ctx.region.segment(), rank: q.rank, members: q.members };
 
-    // The node's communicator, as its gather and release (rank 0's radix on every node).
-    let node_params = inherit(q.params, wait, stall).derive("BARRIER_HIER_RADIX", settings.radix.to_string());
+    // The node's communicator, as its gather and release (rank 0's radix on every node), waiting
+    // as this communicator agreed (its rank 0's waits, whatever the node's first rank was given).
+    let node_params = q.params.clone().derive("BARRIER_HIER_RADIX", settings.radix.to_string());
+    let waits =
+        LocalSettings { policy: wait.policy, spin: wait.spin, yields: wait.yields, timeout: wait.timeout, stall };
     let node = Color::Value(q.node_of[q.rank] as u64);
-    let halves = split_over(&parent, node, Key(q.rank as i64), Make::Halves, node_params, &|e| e);
+    let halves = split_over(&parent, node, Key(q.rank as i64), Make::Halves(Some(waits)), node_params, &|e| e);
     if !ctx.all_agree(halves.is_ok()).map_err(decline)? {
         return Err(Decline::new(halves.err().map_or_else(
             || "another rank could not make its node's communicator".into(),
@@ -441,24 +452,6 @@ fn roots_device(
         tracing::debug!(reasons = ?why, "hierarchical: no device among the node roots");
     }
     Ok(None)
-}
-
-/// `params` with the waits a communicator agreed (rank 0's), for the communicators it is made
-/// of: a node's halves wait, time out and report as the communicator the user called, whatever
-/// its node's first rank was given.
-fn inherit(params: &Params, wait: &WaitConfig, stall: Option<Duration>) -> Params {
-    let duration = |d: Option<Duration>| d.map_or_else(|| "none".to_string(), |d| format!("{}ns", d.as_nanos()));
-    let policy = match wait.policy {
-        WaitPolicy::Spin => "spin",
-        WaitPolicy::Park => "park",
-    };
-    params
-        .clone()
-        .derive("BARRIER_WAIT_POLICY", policy)
-        .derive("BARRIER_SPIN_COUNT", wait.spin.to_string())
-        .derive("BARRIER_YIELD_COUNT", wait.yields.to_string())
-        .derive("BARRIER_TIMEOUT", duration(wait.timeout))
-        .derive("BARRIER_STALL_REPORT", duration(stall))
 }
 
 /// The names of the ranks of the communicator the user called (`q`'s), for the reports of a

@@ -37,7 +37,7 @@ impl Communicator {
             self.armed.set(epoch);
             self.note_armed();
         }
-        Ok(Request { comm: self, watch: self.watch(self.done.get() + 1), epoch, polls: 0 })
+        Ok(Request { comm: self, watch: self.watch(self.done.get() + 1), epoch })
     }
 
     /// The request of barrier `epoch`, which an [`ibarrier`](Self::ibarrier) started and
@@ -51,7 +51,7 @@ impl Communicator {
                 self.epoch.get()
             )));
         }
-        Ok(Request { comm: self, watch: self.watch(self.done.get() + 1), epoch, polls: 0 })
+        Ok(Request { comm: self, watch: self.watch(self.done.get() + 1), epoch })
     }
 }
 
@@ -88,7 +88,9 @@ impl crate::compose::NodeHalves for Communicator {
     fn fail(&self) {
         Communicator::fail(self, Error::Broken("this rank's barrier across nodes failed".into()));
         // Recorded now, not when the communicator is dropped: the others' waits read it.
-        self.region.depart(self.rank, self.done.get(), true);
+        if !self.departed.replace(true) {
+            self.region.depart(self.rank, self.done.get(), true);
+        }
     }
 }
 
@@ -138,8 +140,6 @@ pub struct Request<'c> {
     /// Looks for departed or exited peers and reports stalls while the request is polled.
     watch: PeerWatch<'c>,
     epoch: u64,
-    /// Calls to `test` so far (the watch runs on every 64th).
-    polls: u32,
 }
 
 impl<'c> Request<'c> {
@@ -194,10 +194,11 @@ impl<'c> Request<'c> {
         if self.watch.need != Need::Barrier(flight) {
             self.watch = self.comm.watch(flight);
         }
-        self.polls = self.polls.wrapping_add(1);
+        let polls = self.comm.polls.get().wrapping_add(1);
+        self.comm.polls.set(polls);
         let verdict = match (self.comm.armed_at.get(), self.comm.wait.timeout) {
             (Some(t0), Some(limit)) if t0.elapsed() >= limit => Err(WaitError::Timeout(t0.elapsed())),
-            _ if self.polls.is_multiple_of(64) => self.watch.check(Duration::ZERO),
+            _ if polls.is_multiple_of(64) => self.watch.check(Duration::ZERO),
             _ => Ok(()),
         };
         match verdict {

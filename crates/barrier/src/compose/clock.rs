@@ -49,7 +49,7 @@ impl Drop for PhaseClock {
         let per = |d: &Cell<Duration>| d.get().as_nanos() as f64 / self.flights.get().max(1) as f64;
         crate::text::say(&format!(
             "{}: {} barriers; per barrier: gather {:.0} ns, internode {:.0} ns, release {:.0} ns (a rank that is not \
-             its node's root counts its gather with its release)",
+             its node's root counts its gather with its release in split-phase barriers)",
             self.who,
             self.flights.get(),
             per(&self.totals[0]),

@@ -268,7 +268,8 @@ impl<L: RootsLink> Roots<L> {
 
     /// Lets a blocking wait for our rounds sleep on the link's flags ([`RootsLink::parks_on`]),
     /// waiting as `wait` says (its spin, yields and park; its timeout is the roots' own), where
-    /// the roots' pace yields: the machine's ranks outnumber its cores, and a root that polls
+    /// the roots' pace yields (the wait policy parks: by default where the machine's ranks
+    /// outnumber its cores), and a root that polls
     /// takes the core from the ranks it waits for.
     pub fn park_with(&mut self, wait: WaitConfig) {
         self.park = (self.waits.pace == Pace::Yield).then_some(WaitConfig { timeout: None, progress: None, ..wait });

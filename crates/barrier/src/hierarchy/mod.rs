@@ -35,7 +35,7 @@
 //! ([`crate::wait::poll`]): the link's progress on every poll that finds its slot not yet
 //! arrived (an MPI message lands only while this rank calls MPI), spinning or yielding between
 //! polls. Only where the link's slot is a flag that lands without this rank's calls and whose
-//! sender wakes sleepers (the core's simulated network, ranks outnumbering cores:
+//! sender wakes sleepers (the core's simulated network where the wait policy parks:
 //! `RootsLink::parks_on`) does a root sleep on it through the wait layer, looking every 10 ms.
 //! Every few hundred polls it looks at the clock: a root that left (finalized after fewer barriers) fails the
 //! wait at once, `BARRIER_TIMEOUT` fails it naming the root waited for, and

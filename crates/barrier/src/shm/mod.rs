@@ -58,5 +58,7 @@ pub use plain::SharedPlain;
 pub use segment::{JobShape, RankExit, RankNames, Segment, DEFAULT_POOL_BYTES, JOB_GONE, MAX_RANKS};
 pub use shared::Shared;
 
+pub(crate) use segment::node_of;
+
 #[cfg(test)]
 mod tests;

@@ -80,6 +80,12 @@ impl std::fmt::Display for RankExit {
 
 const _: () = assert!(std::mem::size_of::<Header>() <= HEADER_BYTES);
 
+/// The node of world rank `world_rank` among `nodes` nodes (contiguous blocks of ranks).
+pub(crate) fn node_of(world_rank: usize, world_size: usize, nodes: usize) -> usize {
+    let nodes = nodes.clamp(1, world_size.max(1));
+    world_rank * nodes / world_size.max(1)
+}
+
 /// The shape of a job, stored in the segment header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct JobShape {

@@ -18,7 +18,7 @@
 //!
 //! The composer runs the rest, as it does for MPI and OpenSHMEM: the order of the phases, a
 //! rank alone on its node (the roots' phase alone), split-phase flights, the roots' waits
-//! (polling the slot, spinning; or, when the ranks outnumber the cores, sleeping on it through
+//! (polling the slot, spinning; or, where the wait policy parks, sleeping on it through
 //! the wait layer, the put waking them) with their timeout and stall report (naming the node
 //! root waited for), and the rule that a failed barrier breaks the communicator. Slots only grow (they hold epochs), so
 //! nothing is reset between barriers.
