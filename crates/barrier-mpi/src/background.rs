@@ -12,11 +12,10 @@
 //! 1. **One exchange** (in that first call, on every rank: `MPI_Iallgather` on the user's
 //!    communicator, which every rank starts in the same collective call, so it is ordered like
 //!    the program's collectives). Each rank brings what the blocking set-up agrees on in several
-//!    steps: its component's verdict (`disable`, `min_comm_size`), the settings' agreement's
-//!    words ([`barrier::hierarchy::agree_settings`], recorded here and replayed on the gathered
-//!    words), its machine (host, boot and PID namespace), its CPU mask, and an empty memfd of
-//!    its own with its descriptor and identity, made before anyone knows which rank is a node's
-//!    first.
+//!    steps: its component's verdict (`disable`, `min_comm_size`), its side of the settings'
+//!    agreement ([`barrier::hierarchy::Proposal`], decided on the gathered words), its machine
+//!    (host, boot and PID namespace), its CPU mask, and an empty memfd of its own with its
+//!    descriptor and identity, made before anyone knows which rank is a node's first.
 //! 2. **The verdict**, read alike on every rank from the same words once the gather completed
 //!    (tested by the progress callback and at each barrier call; a blocking `MPI_Barrier` waits
 //!    for it, asleep, since every rank started it): the settings or a component decline (the
@@ -49,21 +48,20 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use barrier::hierarchy::aside::{AsideSpec, AsideState, NodeAside};
-use barrier::shm::{JobShape, Segment};
+use barrier::hierarchy::aside::{AsideState, NodeAside};
+use barrier::shm::Segment;
 use barrier::wait::handover::Switch;
 use barrier::wait::{poll_until, Pace};
 use barrier::{Error, Params, Result};
 
-use crate::census::{self, MachineJob};
+use crate::census;
 use crate::channel::PrivateP2p;
 use crate::comm::BarrierComm;
 use crate::glue::{self, McaValues};
 use crate::raw::{self, Comm, Gather};
-use crate::settings::LAYER;
 
 use across::{mixed, spans_nodes, Across};
-use record::{node_key, offer_of, open_limit, HEAD, RECORD, SETTINGS};
+use record::{Member, COMPONENT, FRAMEWORK, RECORD};
 
 /// What serves a barrier call of a communicator built in the background.
 #[derive(Debug)]
@@ -84,16 +82,10 @@ pub enum Turn<'a> {
 /// A communicator's barrier under construction without blocking (see the module docs).
 #[derive(Debug)]
 pub struct Background {
-    comm: Comm,
-    params: Params,
-    framework: &'static str,
-    rank: usize,
-    size: usize,
-    world_rank: usize,
+    me: Member,
     /// Barrier calls made on the communicator since the first (number of the next).
     calls: u64,
     stage: Stage,
-    verbose: bool,
     /// Across nodes, ours from the second call on (see [`across`]).
     across: Option<Across>,
 }
@@ -114,10 +106,7 @@ enum Stage {
         began: Instant,
         said: bool,
     },
-    Joining {
-        aside: NodeAside,
-        world: Vec<usize>,
-    },
+    Joining(NodeAside),
     Ready {
         comm: Box<BarrierComm>,
         seg: Arc<Segment>,
@@ -134,26 +123,17 @@ enum Stage {
 impl Background {
     /// Starts the set-up of `comm`'s barrier in its first barrier call, an `MPI_Ibarrier`
     /// (collective: every rank's component makes this call in the same call; it does not block).
-    /// `p2p`: the private channel, where the component offers one (then a communicator across
-    /// nodes is ours from its second call: see the module docs).
+    /// `p2p`: the component's private channel (a communicator across nodes is ours from its
+    /// second call: see the module docs).
     ///
     /// # Safety
     /// MPI is initialized; `comm` is a valid intracommunicator that outlives this value; `p2p`'s
     /// functions may be called on it.
-    pub unsafe fn start(
-        framework: &'static str,
-        comm: Comm,
-        params: Params,
-        values: &McaValues,
-        p2p: Option<PrivateP2p>,
-    ) -> Result<Background> {
+    pub unsafe fn start(comm: Comm, params: Params, values: &McaValues, p2p: PrivateP2p) -> Result<Background> {
         let size = raw::size(comm)?;
         let rank = raw::rank(comm)?;
         let world_rank = raw::rank(raw::comm_world())?;
-        let settings = record::own_settings(world_rank, &params);
-        if settings.len() != SETTINGS {
-            return Err(Error::Setup(format!("the settings' agreement has {} words, not {SETTINGS}", settings.len())));
-        }
+        let settings = crate::settings::propose(&params, world_rank);
         // An empty memfd, offered in case this rank is its node's first.
         let memfd = barrier::sys::memfd_empty("barrier-node").ok();
         let offer = memfd.as_ref().and_then(|fd| {
@@ -165,13 +145,10 @@ impl Background {
         // The private channel's tags: reserved by every rank in this call, so every rank gets
         // the same ones (and the communicator's later non-blocking collectives stay in step).
         // SAFETY: the caller's contract.
-        let channel = p2p.map(|p| (p, unsafe { (p.reserve_tags)(comm, 2) }));
-        // Ours from the second call on, where this rank serves and the ranks span nodes (the
-        // settings' own backend list and node block: words 2 and 1 of the agreement's).
-        let ahead = match p2p {
-            Some(p) if here == 0 && settings[2] == 0 => spans_nodes(comm, rank, settings[1] as usize, &p)?,
-            _ => false,
-        };
+        let tag = unsafe { (p2p.reserve_tags)(comm, 2) };
+        // Ours from the second call on, where this rank serves and the ranks span nodes (by its
+        // own backend list and node block, before the agreement).
+        let ahead = here == 0 && !settings.own_only() && spans_nodes(comm, rank, settings.node_block(), &p2p)?;
         let mut words = vec![
             here,
             world_rank as u64,
@@ -182,28 +159,18 @@ impl Background {
             ino,
             u64::from(ahead),
         ];
-        words.extend_from_slice(&settings);
+        words.extend_from_slice(settings.words());
         words.extend_from_slice(&census::affinity_mask());
         debug_assert_eq!(words.len(), RECORD);
-        if glue::fault_here(&params, "exchange") {
-            return Err(Error::Setup(format!("fault injected by BARRIER_MPI_FAULT=exchange:{world_rank}")));
-        }
+        crate::settings::injected(&params, "exchange")?;
         let gather = Gather::start(comm, words)?;
         let verbose = params.flag("BARRIER_VERBOSE").unwrap_or(false);
-        let across = channel
-            .filter(|_| ahead)
-            .map(|channel| Across::new(framework, comm, params.clone(), (rank, size, world_rank), verbose, channel));
+        let me = Member { comm, params, rank, size, world_rank, verbose };
         Ok(Background {
-            comm,
-            params,
-            framework,
-            rank,
-            size,
-            world_rank,
+            across: ahead.then(|| Across::new(me.clone(), (p2p, tag))),
+            me,
             calls: 0,
             stage: Stage::Gathering { gather, memfd, began: Instant::now(), said: false },
-            verbose,
-            across,
         })
     }
 
@@ -232,13 +199,13 @@ impl Background {
                 let Stage::Ready { comm, .. } = std::mem::replace(&mut self.stage, Stage::Declined) else {
                     unreachable!()
                 };
-                if self.verbose && self.rank == 0 {
+                if self.me.verbose && self.me.rank == 0 {
                     glue::say(
-                        &format!("{}/fastbar", self.framework),
+                        COMPONENT,
                         &format!(
                             "barriers on a communicator of {} ranks: ours from its barrier call {call} on (built in \
                              the background after its first MPI_Ibarrier: {})",
-                            self.size,
+                            self.me.size,
                             comm.summary()
                         ),
                     );
@@ -256,9 +223,9 @@ impl Background {
     /// waits for their progress only. Said once (the progress callback may have said it).
     fn wait_for_exchange(&mut self) {
         if let Stage::Gathering { gather, said, began, .. } = &mut self.stage {
-            let (framework, comm) = (self.framework, self.comm);
+            let comm = self.me.comm;
             let report = if *said { Duration::MAX } else { glue::JOIN_REPORT.saturating_sub(began.elapsed()) };
-            let waited = gather.wait_asleep(report, |w| glue::not_joined(framework, comm, w));
+            let waited = gather.wait_asleep(report, |w| glue::not_joined(FRAMEWORK, comm, w));
             if let Err(e) = waited {
                 self.exchange_failed(&e);
             }
@@ -268,7 +235,7 @@ impl Background {
 
     /// This rank in the communicator.
     pub fn rank(&self) -> usize {
-        self.rank
+        self.me.rank
     }
 
     /// Whether a split-phase barrier served ahead that finds itself waiting should give the
@@ -280,7 +247,7 @@ impl Background {
     /// Whether the set-up still has a step to advance (its exchange or its join).
     pub fn building(&self) -> bool {
         match self.stage {
-            Stage::Gathering { .. } | Stage::Joining { .. } => true,
+            Stage::Gathering { .. } | Stage::Joining(_) => true,
             Stage::Across => self.across.as_ref().is_some_and(Across::building),
             _ => false,
         }
@@ -329,7 +296,7 @@ impl Background {
                 }
                 Err(e) => self.exchange_failed(&e),
             },
-            Stage::Joining { aside, .. } => match aside.poll() {
+            Stage::Joining(aside) => match aside.poll() {
                 AsideState::Finished => self.joined(),
                 // Nobody switches; the others' joins end on the segment's abort.
                 AsideState::Overdue(limit) => {
@@ -351,7 +318,7 @@ impl Background {
     /// program's barriers where a rank's component never serves this communicator.
     fn still_gathering(&self, waited: Duration) {
         glue::say(
-            &format!("{}/fastbar", self.framework),
+            COMPONENT,
             &format!(
                 "world rank {}: the set-up of our barrier for {} ({} ranks), started at its first MPI_Ibarrier \
                  {waited:.1?} ago, still waits for every rank's part of its exchange; Open MPI's barrier serves \
@@ -359,9 +326,9 @@ impl Background {
                  never serves this communicator (not loaded there, or a lower or 0 coll_fastbar_priority there) \
                  never sends it, and the program's barriers there hang: give every rank the same component and \
                  settings (ompi_info --param coll fastbar --level 9 on each node).",
-                self.world_rank,
-                raw::name(self.comm),
-                self.size
+                self.me.world_rank,
+                raw::name(self.me.comm),
+                self.me.size
             ),
         );
     }
@@ -371,13 +338,13 @@ impl Background {
     /// rank cannot tell them that it declines. It ends the job, saying why.
     fn exchange_failed(&self, e: &Error) -> ! {
         glue::abort_job(
-            &format!("{}/fastbar", self.framework),
+            COMPONENT,
             &format!(
                 "world rank {}: the exchange of the set-up of our barrier for {} ({} ranks) failed here ({e}); \
                  the other ranks go on with it and would wait for this one",
-                self.world_rank,
-                raw::name(self.comm),
-                self.size
+                self.me.world_rank,
+                raw::name(self.me.comm),
+                self.me.size
             ),
         )
     }
@@ -385,10 +352,10 @@ impl Background {
     fn decline(&mut self, why: &str) {
         self.give_up_join();
         glue::say(
-            &format!("{}/fastbar", self.framework),
+            COMPONENT,
             &format!(
                 "world rank {}: barriers on a communicator of {} ranks stay Open MPI's own: {why}",
-                self.world_rank, self.size
+                self.me.world_rank, self.me.size
             ),
         );
         self.stage = Stage::Declined;
@@ -402,9 +369,9 @@ impl Background {
         let all = gather.take();
         let rows: Vec<&[u64]> = all.chunks(RECORD).collect();
         if rows.iter().any(|r| r[7] != rows[0][7]) {
-            mixed(self.framework, self.comm, self.world_rank, &rows);
+            mixed(self.me.comm, self.me.world_rank, &rows);
         }
-        let agreed = record::agree(&rows, self.world_rank, &self.params);
+        let agreed = record::agree(&rows, self.me.world_rank, &self.me.params);
         if let Some(across) = self.across.as_mut() {
             self.stage = Stage::Across;
             return across.gathered(&rows, agreed, memfd);
@@ -413,7 +380,7 @@ impl Background {
             Ok(a) => a,
             Err(e) => {
                 // Agreed: every rank declines; the rank whose own setting is bad says which.
-                if !matches!(e, Error::PeerInvalidParam { .. }) || self.rank == 0 {
+                if !matches!(e, Error::PeerInvalidParam { .. }) || self.me.rank == 0 {
                     self.decline(&e.to_string());
                 }
                 return;
@@ -423,55 +390,29 @@ impl Background {
             return;
         }
         let here: Vec<u64> = rows.iter().map(|r| r[0]).collect();
-        match glue::verdict(self.framework, self.comm, &here) {
+        match glue::verdict(FRAMEWORK, self.me.comm, &here) {
             Ok(None) => {}
             Ok(Some(_)) => return,
             Err(e) => return self.decline(&e.to_string()),
         }
         // One node?
-        let block = agreed.core.node_block;
-        let mine = node_key(rows[self.rank], block);
-        if rows.iter().any(|r| node_key(r, block) != mine) {
+        let node = record::node_of(&rows, self.me.rank, agreed.core.node_block);
+        if node.firsts.len() > 1 {
             self.stage = Stage::Blocking;
             return;
         }
-        let first = rows[0];
-        if first[4] == u64::MAX {
-            return self.decline(&format!("world rank {} could not make an empty memfd", first[1]));
-        }
-        let own = census::machine_of_masks(rows.iter().map(|r| &r[HEAD + SETTINGS..]));
-        let job = census::job_on_machine(MachineJob { ranks: self.size, cores: own.cores });
-        let shape = JobShape { world_size: self.size, nodes: 1, ranks_on_machine: job.ranks, cores: job.cores };
-        let node_params = agreed.core.node_params(&self.params, &LAYER);
-        let progress = barrier::wait::Progress::new(raw::progress, raw::to_word(raw::comm_self()));
-        let names = barrier::shm::RankNames {
-            world: rows.iter().map(|r| r[1] as usize).collect(),
-            comm: (0..self.size).collect(),
-            comm_size: self.size,
-            hierarchical: false,
-        };
-        let world = names.world.clone();
-        let spec = AsideSpec {
-            local_rank: self.rank,
-            shape,
-            params: node_params,
-            progress: Some(progress),
-            names,
-            first: offer_of(first),
-            memfd,
-            open_limit: open_limit(&agreed),
-            fault: record::fault(self.world_rank, &agreed),
-            across_nodes: false,
-        };
-        match NodeAside::start(spec) {
-            Ok(aside) => self.stage = Stage::Joining { aside, world },
-            Err(e) => self.decline(&format!("building it in the background failed: {e}")),
+        let me = &self.me;
+        match record::aside_spec(&rows, &node, (me.rank, me.world_rank), &agreed, &me.params, memfd)
+            .and_then(|spec| NodeAside::start(spec).map_err(|e| format!("building it in the background failed: {e}")))
+        {
+            Ok(aside) => self.stage = Stage::Joining(aside),
+            Err(why) => self.decline(&why),
         }
     }
 
     /// A join under way or failed: no rank switches, and the thread stops waiting.
     pub(super) fn give_up_join(&self) {
-        if let Stage::Joining { aside, .. } = &self.stage {
+        if let Stage::Joining(aside) = &self.stage {
             aside.give_up();
         }
         if let Some(across) = &self.across {
@@ -481,12 +422,12 @@ impl Background {
 
     /// The thread finished: ready, or declined.
     fn joined(&mut self) {
-        let Stage::Joining { aside, world, .. } = std::mem::replace(&mut self.stage, Stage::Declined) else {
+        let Stage::Joining(aside) = std::mem::replace(&mut self.stage, Stage::Declined) else {
             unreachable!("joined() runs in the joining stage")
         };
         match aside.finish() {
             Ok(barrier::hierarchy::Node { seg, universe, .. }) => {
-                let comm = BarrierComm::on_one_node_built_aside(universe, &self.params, self.rank, self.size, world);
+                let comm = BarrierComm::on_one_node_built_aside(universe, &self.me.params, self.me.rank, self.me.size);
                 seg.handover().ready(self.calls);
                 self.stage = Stage::Ready { comm: Box::new(comm), seg };
             }

@@ -56,9 +56,6 @@ pub struct BarrierComm {
     /// once (this machine's ranks outnumber its cores: the node's wait policy parks), so that
     /// the rank it waits for can run.
     pub(crate) test_yields: bool,
-    /// The `MPI_COMM_WORLD` rank and the communicator rank of each rank of this rank's node (by
-    /// its rank in the node's segment): errors of the node's barrier name MPI ranks.
-    node_ranks: Vec<(usize, usize)>,
     /// Fell back to `MPI_Barrier` because a set-up step failed: on this rank (`Some(true)`) or
     /// on another (`Some(false)`).
     fell_back: Option<bool>,
@@ -145,12 +142,7 @@ impl barrier::hierarchy::NodeExchange for NodeExchange {
     }
 
     fn fault(&self, stage: &str) -> Result<()> {
-        match &self.fault {
-            Some((s, rank)) if s == stage && *rank == self.world_rank => {
-                Err(Error::Setup(format!("fault injected by BARRIER_MPI_FAULT={stage}:{}", self.world_rank)))
-            }
-            _ => Ok(()),
-        }
+        crate::settings::fault_at(&self.fault, stage, self.world_rank)
     }
 }
 
@@ -227,7 +219,6 @@ impl BarrierComm {
             local_size: 1,
             detail: String::new(),
             test_yields: false,
-            node_ranks: Vec::new(),
             fell_back: None,
             home: (!raw::any_thread_may_call()).then(this_thread),
             params: params.clone(),
@@ -268,36 +259,34 @@ impl BarrierComm {
         // node's own collectives.
         let node_of = |row: &Vec<u64>| (row[0], (row[1] as usize).checked_div(agreed.core.node_block));
         let places = &agreed.places;
-        if places.len() == self.size && places.iter().all(|row| node_of(row) == node_of(&places[0])) {
-            let own = census::one_machine(places);
-            if raw::congruent_with_world(self.comm).map_err(local)? {
-                census::record(own);
-            }
-            let job = census::job_on_machine(own);
-            let ranks = places.iter().enumerate().map(|(rank, row)| (row[1] as usize, rank)).collect();
-            return self.build_on_node(self.comm, Some(ranks), params, agreed, world_rank, job);
-        }
-        // Node topology: the machine's ranks, cut into blocks of BARRIER_MPI_NODE_BLOCK.
-        let (machine, own) = census::machine_of(self.comm, self.rank).map_err(local)?;
-        let machine_comm = machine.0;
-        self.made_on_the_way.push(machine);
-        // Without blocks the machine is the node; with them, a block of it.
-        let node_comm = match world_rank.checked_div(agreed.core.node_block) {
-            None => machine_comm,
-            Some(color) => {
-                let block = raw::split(machine_comm, Some(color as u32), self.rank).map_err(local)?;
-                let block = block.expect("a defined color gets a communicator");
-                self.made_on_the_way.push(OwnedComm(block));
-                block
-            }
-        };
+        let (node_comm, ranks, own) =
+            if places.len() == self.size && places.iter().all(|row| node_of(row) == node_of(&places[0])) {
+                let ranks = places.iter().enumerate().map(|(rank, row)| (row[1] as usize, rank)).collect();
+                (self.comm, Some(ranks), census::one_machine(places))
+            } else {
+                // Node topology: the machine's ranks, cut into blocks of BARRIER_MPI_NODE_BLOCK.
+                let (machine, own) = census::machine_of(self.comm, self.rank).map_err(local)?;
+                let machine_comm = machine.0;
+                self.made_on_the_way.push(machine);
+                // Without blocks the machine is the node; with them, a block of it.
+                let node_comm = match world_rank.checked_div(agreed.core.node_block) {
+                    None => machine_comm,
+                    Some(color) => {
+                        let block = raw::split(machine_comm, Some(color as u32), self.rank).map_err(local)?;
+                        let block = block.expect("a defined color gets a communicator");
+                        self.made_on_the_way.push(OwnedComm(block));
+                        block
+                    }
+                };
+                (node_comm, None, own)
+            };
         // The wait policy follows the job's processes on this machine, not this communicator's
         // (see `census`): a communicator over MPI_COMM_WORLD's group is the census itself.
         if raw::congruent_with_world(self.comm).map_err(local)? {
             census::record(own);
         }
         let job = census::job_on_machine(own);
-        self.build_on_node(node_comm, None, params, agreed, world_rank, job)
+        self.build_on_node(node_comm, ranks, params, agreed, world_rank, job)
     }
 
     /// The node's part of the set-up over `node_comm`. `one_node`: the communicator is its one
@@ -316,10 +305,13 @@ impl BarrierComm {
         self.local_size = raw::size(node_comm).map_err(local)?;
         let leader = self.local_rank == 0;
         let mut roots = None;
+        // The `MPI_COMM_WORLD` rank and the communicator rank of each rank of this rank's node
+        // (by its rank in the node's segment): errors of the node's barrier name MPI ranks.
+        let node_ranks: Vec<(usize, usize)>;
         if let Some(ranks) = one_node {
-            (self.node_ranks, self.nodes, self.node) = (ranks, 1, 0);
+            (node_ranks, self.nodes, self.node) = (ranks, 1, 0);
         } else {
-            self.node_ranks = raw::allgather(node_comm, &[world_rank as u64, self.rank as u64])
+            node_ranks = raw::allgather(node_comm, &[world_rank as u64, self.rank as u64])
                 .map_err(local)?
                 .iter()
                 .map(|w| (w[0] as usize, w[1] as usize))
@@ -358,8 +350,8 @@ impl BarrierComm {
             params: agreed.core.node_params(params, &LAYER),
             progress: progress.then(|| barrier::wait::Progress::new(raw::progress, raw::to_word(self.comm))),
             names: barrier::shm::RankNames {
-                world: self.node_ranks.iter().map(|n| n.0).collect(),
-                comm: self.node_ranks.iter().map(|n| n.1).collect(),
+                world: node_ranks.iter().map(|n| n.0).collect(),
+                comm: node_ranks.iter().map(|n| n.1).collect(),
                 comm_size: self.size,
                 hierarchical: self.nodes > 1,
             },
@@ -481,13 +473,7 @@ impl BarrierComm {
     /// ([`crate::background`]) from its joined node universe: it has no private duplicate
     /// (the set-up made none, and no fallback of it calls MPI), and its waits progress MPI
     /// through `MPI_COMM_SELF` (the segment's progress call, set by the set-up).
-    pub(crate) fn on_one_node_built_aside(
-        node: Universe,
-        params: &Params,
-        rank: usize,
-        size: usize,
-        world_ranks: Vec<usize>,
-    ) -> Self {
+    pub(crate) fn on_one_node_built_aside(node: Universe, params: &Params, rank: usize, size: usize) -> Self {
         let world = node.world();
         let detail = format!(
             "one node of {}: {} ({}) over shared memory, waits {}, built in the background after a first \
@@ -509,7 +495,6 @@ impl BarrierComm {
             local_rank: rank,
             local_size: size,
             detail,
-            node_ranks: world_ranks.into_iter().zip(0..size).collect(),
             fell_back: None,
             home: (!raw::any_thread_may_call()).then(this_thread),
             params: params.clone(),

@@ -375,7 +375,7 @@ pub fn verdict(framework: &str, comm: raw::Comm, all: &[u64]) -> Result<Option<S
     Ok(Some(why))
 }
 
-pub use crate::settings::fault_here;
+pub use crate::settings::injected;
 pub use raw::hook_finalize;
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 
 pub(crate) use crate::catalogue::FAULT;
 use crate::catalogue::{INTERNODE as MPI_INTERNODE, NODE_BLOCK as MPI_NODE_BLOCK};
-use barrier::hierarchy::{Allgather, Layer};
+use barrier::hierarchy::{Layer, Proposal, PROPOSAL_WORDS};
 use barrier::{Error, Params, Result};
 
 use crate::census;
@@ -48,13 +48,23 @@ fn check_fault(params: &Params) -> Result<()> {
     parse_fault(params).map(|_| ())
 }
 
-/// Whether `BARRIER_MPI_FAULT` makes `stage` fail on this `MPI_COMM_WORLD` rank (for a stage
-/// outside the set-up's own, read where it runs: scoll's `group`, the background set-up's `exchange`).
-pub fn fault_here(params: &Params, stage: &str) -> bool {
-    match parse_fault(params) {
-        Ok(Some((s, rank))) => s == stage && raw::rank(raw::comm_world()).ok() == Some(rank),
-        _ => false,
+/// The failure of a test's injected fault (`BARRIER_MPI_FAULT`, as (stage, world rank)) at
+/// `stage` on `world_rank`, where it names them.
+pub(crate) fn fault_at(fault: &Option<(String, usize)>, stage: &str, world_rank: usize) -> Result<()> {
+    match fault {
+        Some((s, r)) if s == stage && *r == world_rank => {
+            Err(Error::Setup(format!("fault injected by {FAULT}={stage}:{world_rank}")))
+        }
+        _ => Ok(()),
     }
+}
+
+/// The failure of a test's injected fault (`BARRIER_MPI_FAULT`) at `stage` on this process's
+/// `MPI_COMM_WORLD` rank, for a stage outside the set-up's own, read where it runs: scoll's
+/// `group`, the background set-up's `exchange`.
+pub fn injected(params: &Params, stage: &str) -> Result<()> {
+    let fault = parse_fault(params).ok().flatten();
+    raw::rank(raw::comm_world()).map_or(Ok(()), |me| fault_at(&fault, stage, me))
 }
 
 /// The settings every rank goes on with (the core's agreement: rank 0's values), and the set-up
@@ -78,45 +88,30 @@ fn build_token() -> u64 {
     u64::from(std::process::id()) << 32 | u64::from(count)
 }
 
-/// The communicator's allgather, for the core's agreement; each rank's place words and build
-/// token ride along.
-struct Ranks {
-    comm: Comm,
-    world_rank: usize,
-    places: std::cell::RefCell<Vec<Vec<u64>>>,
-    tokens: std::cell::RefCell<Vec<u64>>,
-}
-
-impl Allgather for Ranks {
-    fn me(&self) -> usize {
-        self.world_rank
-    }
-
-    fn allgather(&self, words: &[u64]) -> Result<Vec<Vec<u64>>> {
-        let mut mine = words.to_vec();
-        mine.extend(census::my_place(self.world_rank));
-        mine.push(build_token());
-        let mut rows = raw::allgather(self.comm, &mine)?;
-        *self.tokens.borrow_mut() = rows.iter_mut().map(|row| row.pop().unwrap_or(0)).collect();
-        *self.places.borrow_mut() = rows.iter_mut().map(|row| row.split_off(words.len())).collect();
-        Ok(rows)
-    }
-}
-
 /// Checks every setting on every rank and agrees on the verdict and on rank 0's values; every
-/// rank's place words come with them (one allgather).
+/// rank's place words and build token come with them (one allgather).
 pub(crate) fn agree_settings(comm: Comm, params: &Params, world_rank: usize) -> Result<Agreed> {
-    let ranks = Ranks { comm, world_rank, places: Default::default(), tokens: Default::default() };
-    let agreed = agree_settings_over(&ranks, params)?;
-    let places = ranks.places.into_inner();
-    let build = places.first().zip(ranks.tokens.into_inner().first()).map(|(place, &token)| [place[0], token]);
-    Ok(Agreed { places, build, ..agreed })
+    let proposal = propose(params, world_rank);
+    let mut mine = proposal.words().to_vec();
+    mine.extend(census::my_place(world_rank));
+    mine.push(build_token());
+    let rows = raw::allgather(comm, &mine)?;
+    let mut agreed = decide(proposal, &rows, params)?;
+    // Each row: the proposal, the place words, the build token.
+    agreed.places = rows.iter().map(|row| row[PROPOSAL_WORDS..row.len() - 1].to_vec()).collect();
+    agreed.build = rows.first().map(|row| [row[PROPOSAL_WORDS], row[row.len() - 1]]);
+    Ok(agreed)
 }
 
-/// [`agree_settings`] over another allgather (the background set-up's, which gathers the words
-/// with the rest of its record).
-pub(crate) fn agree_settings_over(x: &impl Allgather, params: &Params) -> Result<Agreed> {
+/// This rank's side of the core's agreement (the background set-up gathers its words with the
+/// rest of its record).
+pub(crate) fn propose(params: &Params, world_rank: usize) -> Proposal {
     crate::catalogue::register();
-    let core = barrier::hierarchy::agree_settings(x, params, &LAYER)?;
+    Proposal::new(params, &LAYER, world_rank)
+}
+
+/// The agreement from every rank's row, each starting with its [`Proposal::words`].
+pub(crate) fn decide<R: AsRef<[u64]>>(proposal: Proposal, rows: &[R], params: &Params) -> Result<Agreed> {
+    let core = proposal.decide(rows)?;
     Ok(Agreed { core, fault: parse_fault(params).ok().flatten(), places: Vec::new(), build: None })
 }

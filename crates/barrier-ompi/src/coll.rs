@@ -296,7 +296,7 @@ pub unsafe extern "C" fn fastbar_rs_start(comm: MPI_Comm, values: *const McaValu
             params = params.set_as("BARRIER_BACKEND", barrier_mpi::MPI_BACKEND, given_in);
         }
         // SAFETY: the caller's contract.
-        match unsafe { Background::start("coll", comm, params, values, Some(P2P)) } {
+        match unsafe { Background::start(comm, params, values, P2P) } {
             Ok(b) => {
                 // SAFETY: the caller's contract.
                 unsafe { *out = keep(Serving::Background(b)) };

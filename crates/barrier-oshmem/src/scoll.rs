@@ -207,9 +207,9 @@ fn parent() -> Result<MPI_Comm, Error> {
 }
 
 /// An MPI communicator of exactly `pes` (world ranks, in order), made collectively by them;
-/// `None` for `MPI_COMM_WORLD` itself (nothing to free). `fault`: `BARRIER_MPI_FAULT=group:PE`
-/// names this PE (a test's: this PE fails before `MPI_Comm_create_group`).
-fn communicator_of(pes: &[c_int], fault: bool) -> Result<Option<MPI_Comm>, Error> {
+/// `None` for `MPI_COMM_WORLD` itself (nothing to free). `fault`: a test's injected failure
+/// (`BARRIER_MPI_FAULT=group:PE` naming this PE), which it returns before `MPI_Comm_create_group`.
+fn communicator_of(pes: &[c_int], fault: Result<(), Error>) -> Result<Option<MPI_Comm>, Error> {
     let world = raw::comm_world();
     let size = raw::size(world)?;
     if pes.len() == size && pes.iter().enumerate().all(|(i, &p)| p as usize == i) {
@@ -218,12 +218,7 @@ fn communicator_of(pes: &[c_int], fault: bool) -> Result<Option<MPI_Comm>, Error
     let fail = |call: &str, rc: c_int| Error::Setup(format!("{call} failed: {}", raw::error_string(rc)));
     // Its group is MPI_COMM_WORLD's: the set's PEs are world ranks there too.
     let parent = parent()?;
-    if fault {
-        return Err(Error::Setup(format!(
-            "fault injected by BARRIER_MPI_FAULT=group:{}",
-            raw::rank(world).unwrap_or(0)
-        )));
-    }
+    fault?;
     // SAFETY: plain MPI calls on valid handles; every out-pointer is written by MPI.
     unsafe {
         let mut world_group = std::mem::MaybeUninit::uninit();
@@ -315,7 +310,7 @@ unsafe fn build(key: &[c_int], values: *const McaValues) -> Option<&'static Set>
         // others wait for this PE inside MPI_Comm_create_group (or its parent's duplicate) and
         // cannot learn that it declined. A failure here ends the job, saying why; every later
         // step is agreed over the set's communicator (`glue::join`, then the barrier's set-up).
-        let comm = communicator_of(key, glue::fault_here(&params, "group")).unwrap_or_else(|e| {
+        let comm = communicator_of(key, glue::injected(&params, "group")).unwrap_or_else(|e| {
             glue::abort_job(
                 COMPONENT,
                 &format!(

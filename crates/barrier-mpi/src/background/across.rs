@@ -17,20 +17,18 @@
 use std::ffi::c_int;
 use std::os::fd::OwnedFd;
 
-use barrier::hierarchy::aside::{AsideSpec, AsideState, NodeAside, JOIN_SLACK};
+use barrier::hierarchy::ahead::{self, Ahead, Built};
+use barrier::hierarchy::aside::{AsideState, NodeAside, JOIN_SLACK};
 use barrier::hierarchy::{Hierarchy, Names, Roots, RootsWaits};
-use barrier::shm::JobShape;
 use barrier::wait::Pace;
-use barrier::{Error, Params, Result};
+use barrier::{Error, Result};
 
-use super::record::{self, node_key, offer_of, open_limit, HEAD, OPEN_LIMIT, SETTINGS};
-use crate::census;
+use super::record::{self, Member, COMPONENT, FRAMEWORK, HEAD};
 use crate::channel::{Carrier, ChannelLink, PrivateP2p};
 use crate::glue;
 use crate::internode::{self, RootPlace};
 use crate::raw::{self, Comm};
-use crate::settings::{self, LAYER};
-use barrier::hierarchy::ahead::{self, Ahead, Built};
+use crate::settings;
 
 /// What the hierarchy needs once the node's set-up aside has finished.
 #[derive(Debug)]
@@ -46,13 +44,7 @@ struct Plan {
 /// and its flights.
 #[derive(Debug)]
 pub(super) struct Across {
-    comm: Comm,
-    params: Params,
-    framework: &'static str,
-    rank: usize,
-    size: usize,
-    world_rank: usize,
-    verbose: bool,
+    me: Member,
     /// The private channel and its first reserved tag (the roots' is the next one down).
     channel: (PrivateP2p, c_int),
     flights: Ahead<ChannelLink>,
@@ -67,29 +59,8 @@ pub(super) struct Across {
 
 impl Across {
     /// Decided in the first call; nothing is sent yet.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn new(
-        framework: &'static str,
-        comm: Comm,
-        params: Params,
-        (rank, size, world_rank): (usize, usize, usize),
-        verbose: bool,
-        channel: (PrivateP2p, c_int),
-    ) -> Self {
-        Across {
-            comm,
-            params,
-            framework,
-            rank,
-            size,
-            world_rank,
-            verbose,
-            channel,
-            flights: Ahead::new(rank),
-            world: Vec::new(),
-            pace: Pace::Yield,
-            joining: None,
-        }
+    pub(super) fn new(me: Member, channel: (PrivateP2p, c_int)) -> Self {
+        Across { flights: Ahead::new(me.rank), me, channel, world: Vec::new(), pace: Pace::Yield, joining: None }
     }
 
     /// Calls a flight (a barrier call from the second on): its number.
@@ -132,7 +103,7 @@ impl Across {
 
     /// The first flight agreed the way of every later one: said by rank 0 where verbose.
     fn say_agreed(&self, agreed: ahead::Agreed) {
-        if !self.verbose || self.rank != 0 {
+        if !self.me.verbose || self.me.rank != 0 {
             return;
         }
         let way = match (agreed, self.flights.detail()) {
@@ -142,11 +113,11 @@ impl Across {
                 .to_string(),
         };
         glue::say(
-            &format!("{}/fastbar", self.framework),
+            COMPONENT,
             &format!(
                 "barriers on a communicator of {} ranks: ours from its barrier call 1 on (its first was \
                  MPI_Ibarrier and its ranks span nodes; set up in the background): {way}",
-                self.size
+                self.me.size
             ),
         );
     }
@@ -160,61 +131,30 @@ impl Across {
             Err(e) => {
                 // Agreed: every rank fails its set-up; the rank whose own setting is bad says
                 // which.
-                let say = !matches!(e, Error::PeerInvalidParam { .. }) || self.rank == 0;
+                let say = !matches!(e, Error::PeerInvalidParam { .. }) || self.me.rank == 0;
                 let why = e.to_string();
                 return self.failed(say.then_some(why.as_str()), self.local_waits());
             }
         };
-        // The nodes, in the order of their first ranks.
-        let block = agreed.core.node_block;
-        let mut firsts: Vec<usize> = Vec::new();
-        for (rank, row) in rows.iter().enumerate() {
-            if !firsts.iter().any(|&f| node_key(rows[f], block) == node_key(row, block)) {
-                firsts.push(rank);
-            }
-        }
-        let mine = node_key(rows[self.rank], block);
-        let node = firsts.iter().position(|&f| node_key(rows[f], block) == mine).expect("this rank's node has a first");
-        let local: Vec<usize> = (0..rows.len()).filter(|&r| node_key(rows[r], block) == mine).collect();
-        let local_rank = local.iter().position(|&r| r == self.rank).expect("this rank is on its node");
-        let first = rows[local[0]];
-        // The job on this machine: the communicator's ranks here, and their cores.
-        let here = census::machine_of_masks(rows.iter().filter(|r| r[2] == mine.0).map(|r| &r[HEAD + SETTINGS..]));
-        let job = census::job_on_machine(here);
-        self.pace = Pace::for_machine(job.ranks, job.cores);
+        let node = record::node_of(rows, self.me.rank, agreed.core.node_block);
+        self.pace = Pace::for_machine(node.job.ranks, node.job.cores);
         let waits = RootsWaits { pace: self.pace, timeout: agreed.core.timeout, stall: agreed.core.stall };
-        if first[4] == u64::MAX {
-            let why = format!("world rank {} could not make an empty memfd", first[1]);
-            return self.failed(Some(&why), waits);
-        }
+        let me = &self.me;
+        let spec = match record::aside_spec(rows, &node, (me.rank, me.world_rank), &agreed, &me.params, memfd) {
+            Ok(spec) => spec,
+            Err(why) => return self.failed(Some(&why), waits),
+        };
         let (p2p, tag) = self.channel;
-        let limit = self.params.source("BARRIER_TIMEOUT");
+        let limit = self.me.params.source("BARRIER_TIMEOUT");
         // The node roots' link, on each node's first rank.
-        let roots = (local_rank == 0).then(|| {
-            let link = ChannelLink::new(self.comm, tag - 1, Carrier::Private(p2p), firsts.clone(), node);
-            let names = self.names(&firsts, node, internode::node_root);
+        let roots = (spec.local_rank == 0).then(|| {
+            let link = ChannelLink::new(self.me.comm, tag - 1, Carrier::Private(p2p), node.firsts.clone(), node.node);
+            let names = self.names(&node.firsts, node.node, internode::node_root);
             Roots::new(link, None, names, waits)
         });
-        let spec = AsideSpec {
-            local_rank,
-            shape: JobShape { world_size: local.len(), nodes: 1, ranks_on_machine: job.ranks, cores: job.cores },
-            params: agreed.core.node_params(&self.params, &LAYER),
-            progress: Some(barrier::wait::Progress::new(raw::progress, raw::to_word(raw::comm_self()))),
-            names: barrier::shm::RankNames {
-                world: local.iter().map(|&r| self.world[r]).collect(),
-                comm: local.clone(),
-                comm_size: self.size,
-                hierarchical: firsts.len() > 1,
-            },
-            first: offer_of(first),
-            memfd,
-            open_limit: open_limit(&agreed),
-            fault: record::fault(self.world_rank, &agreed),
-            across_nodes: true,
-        };
         match NodeAside::start(spec) {
             Ok(aside) => {
-                let plan = Plan { roots, waits, nodes: firsts.len(), limit };
+                let plan = Plan { roots, waits, nodes: node.firsts.len(), limit };
                 self.joining = Some((aside, Box::new(plan)));
             }
             Err(e) => self.failed(Some(&format!("building it in the background failed: {e}")), waits),
@@ -254,7 +194,7 @@ impl Across {
                     halves.algorithm(),
                     barrier::text::count(local_size, "rank"),
                 );
-                let hier = Hierarchy::new(halves, roots, Some(node.seg), alone, self.rank, limit);
+                let hier = Hierarchy::new(halves, roots, Some(node.seg), alone, self.me.rank, limit);
                 self.resolve(Some(Built { hier, node: node.universe, detail }), waits);
             }
             // Another rank's failure (which that rank says) ended this one's join.
@@ -269,12 +209,12 @@ impl Across {
     fn failed(&mut self, why: Option<&str>, waits: RootsWaits) {
         if let Some(why) = why {
             glue::say(
-                &format!("{}/fastbar", self.framework),
+                COMPONENT,
                 &format!(
                     "world rank {}: the hierarchy for a communicator of {} ranks could not be set up here ({why}); \
                      its barriers are a dissemination among its ranks over the private channel instead, on every \
                      rank",
-                    self.world_rank, self.size
+                    self.me.world_rank, self.me.size
                 ),
             );
         }
@@ -285,8 +225,8 @@ impl Across {
     fn local_waits(&self) -> RootsWaits {
         RootsWaits {
             pace: Pace::Yield,
-            timeout: self.params.duration("BARRIER_TIMEOUT").ok().flatten(),
-            stall: self.params.stall_report(),
+            timeout: self.me.params.duration("BARRIER_TIMEOUT").ok().flatten(),
+            stall: self.me.params.stall_report(),
         }
     }
 
@@ -295,14 +235,14 @@ impl Across {
     /// its open limit and [`JOIN_SLACK`] more for a node's other rank before it gives up.
     fn resolve(&mut self, built: Option<Built<ChannelLink>>, waits: RootsWaits) {
         let (p2p, tag) = self.channel;
-        let everyone: Vec<usize> = (0..self.size).collect();
-        let link = ChannelLink::new(self.comm, tag, Carrier::Private(p2p), everyone.clone(), self.rank)
+        let everyone: Vec<usize> = (0..self.me.size).collect();
+        let link = ChannelLink::new(self.me.comm, tag, Carrier::Private(p2p), everyone.clone(), self.me.rank)
             .agreeing(built.is_none());
         let names = Names {
             flat: true,
-            ..self.names(&everyone, self.rank, |j, w| format!("world rank {w} (communicator rank {j})"))
+            ..self.names(&everyone, self.me.rank, |j, w| format!("world rank {w} (communicator rank {j})"))
         };
-        let set_up = waits.timeout.unwrap_or(OPEN_LIMIT).max(OPEN_LIMIT) + JOIN_SLACK;
+        let set_up = record::open_limit(waits.timeout) + JOIN_SLACK;
         let first = RootsWaits { timeout: waits.timeout.map(|t| t + set_up), ..waits };
         let flat = Roots::new(link, None, names, first);
         self.flights.resolve(flat, built, waits);
@@ -311,18 +251,19 @@ impl Across {
     /// How reports name the members of a link among `members` (communicator ranks), this rank
     /// being member `index`.
     fn names(&self, members: &[usize], index: usize, name: fn(usize, usize) -> String) -> Names {
-        let place = RootPlace { rank: self.rank, size: self.size, limit: self.params.source("BARRIER_TIMEOUT") };
+        let place =
+            RootPlace { rank: self.me.rank, size: self.me.size, limit: self.me.params.source("BARRIER_TIMEOUT") };
         let members: Vec<(usize, usize)> = members.iter().map(|&j| (j, self.world[j])).collect();
-        internode::names(place, self.world_rank, index, &members, name)
+        internode::names(place, self.me.world_rank, index, &members, name)
     }
 }
 
 /// Some ranks made their barriers ours from the second call on and others did not (the rows of
 /// the exchange say which): they cannot be agreed any more without waiting (the calls since have
 /// gone two ways). Every rank ends the job, saying which ranks differ.
-pub(super) fn mixed(framework: &str, comm: Comm, world_rank: usize, rows: &[&[u64]]) -> ! {
+pub(super) fn mixed(comm: Comm, world_rank: usize, rows: &[&[u64]]) -> ! {
     let ranks = |ahead: bool| -> Vec<usize> { (0..rows.len()).filter(|&r| (rows[r][7] != 0) == ahead).collect() };
-    let f = framework;
+    let f = FRAMEWORK;
     let mut differ = glue::declines_named(f, &rows.iter().map(|r| r[0]).collect::<Vec<_>>());
     // The settings' agreement's words 2 (the backend list names the layer's own first) and
     // 1 (the node block).

@@ -64,7 +64,7 @@ pub use crate::compose::{
     Choice, Chosen, Flight, Names, NodeHalves, OwnBarrier, OwnPending, Roots, RootsLink, RootsWaits, Way,
 };
 pub use node::{agree, set_up_node, Node, NodeExchange, NodeFailure, NodeSpec};
-pub use settings::{agree_settings, Agreed, Allgather, Layer};
+pub use settings::{agree_settings, Agreed, Allgather, Layer, Proposal, PROPOSAL_WORDS};
 
 /// A rank's barrier across nodes over the core's node communicator (see the module docs): the
 /// composer's [`crate::compose::Hierarchy`] with a [`Communicator`]'s halves.

@@ -86,76 +86,128 @@ impl Agreed {
 }
 
 /// Checks every setting on this rank and agrees on the verdict and on rank 0's values
-/// (collective: one allgather).
+/// (collective: one allgather of each rank's [`Proposal`]).
 pub fn agree_settings(x: &impl Allgather, params: &Params, layer: &Layer) -> Result<Agreed> {
-    let known = crate::registry::all_params();
-    let list = backend_list(params);
-    // The rest of the settings as the node will see them (the list's shape is checked here; its
-    // names are agreed below, so that a backend registered on some ranks only is named as such).
-    let core = params.clone().derive(
-        "BARRIER_BACKEND",
-        list.iter().filter(|b| Some(b.as_str()) != layer.own_backend).cloned().collect::<Vec<_>>().join(","),
-    );
-    let local_bad = known.iter().enumerate().find_map(|(i, info)| {
-        let checked = match info.name.as_str() {
-            "BARRIER_BACKEND" => {
-                params.check(&ParamInfo::new("BARRIER_BACKEND", "", "").kind(ParamKind::AnyBackendList))
-            }
-            name if layer.extra_check.is_some_and(|(n, _)| n == name) => {
-                layer.extra_check.map_or(Ok(()), |(_, check)| check(params))
-            }
-            _ => core.check(info),
-        };
-        checked.err().map(|e| (i, e))
-    });
-    // The node block may be a setting of a layer not linked here (OpenSHMEM reading
-    // barrier-mpi's): checked all the same, past the catalogue's end.
-    let (node_block, local_bad) = match (params.parse(layer.node_block, 0usize, "a number of ranks"), local_bad) {
-        (Ok(block), bad) => (block, bad),
-        (Err(e), None) => (0, Some((known.len(), e))),
-        (Err(_), bad) => (0, bad),
-    };
-    let own_only = layer.own_backend.is_some_and(|own| list.first().is_some_and(|b| b == own));
-    let may_fall_back = layer.own_backend.is_some_and(|own| list.is_empty() || list.iter().any(|b| b == own));
-    let timeout = params.duration("BARRIER_TIMEOUT").ok().flatten();
-    let stall = params.stall_report();
-    let reports = timeout.is_some() || params.get("BARRIER_STALL_REPORT").is_some();
-    let internode = Choice::from_setting(params.get(layer.internode).as_deref(), layer.internode_own, reports);
-    let nanos = |d: Option<Duration>| d.map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX).max(1));
-    let words = [
-        local_bad.as_ref().map_or(0, |(i, _)| *i as u64 + 1),
-        node_block as u64,
-        u64::from(own_only),
-        u64::from(may_fall_back),
-        nanos(timeout),
-        x.me() as u64,
-        unknown_names(&list, layer),
-        list_hash(&list),
-        internode.to_word(),
-        nanos(stall),
-    ];
-    let all = x.allgather(&words)?;
-    if let Some((_, e)) = local_bad {
-        return Err(e);
-    }
-    if let Some(w) = all.iter().find(|w| w[0] != 0) {
-        return Err(Error::PeerInvalidParam {
-            world_rank: w[5] as usize,
-            name: known.get(w[0] as usize - 1).map_or_else(|| layer.node_block.to_string(), |p| p.name.clone()),
+    let proposal = Proposal::new(params, layer, x.me());
+    let rows = x.allgather(proposal.words())?;
+    proposal.decide(&rows)
+}
+
+/// How many words a rank's [`Proposal`] has.
+pub const PROPOSAL_WORDS: usize = 10;
+
+/// One rank's side of the agreement: its words, which every rank gathers (a layer may gather
+/// them with its own), and its verdict on its own settings, which [`Proposal::decide`] reads
+/// with every rank's words.
+#[derive(Debug)]
+pub struct Proposal {
+    words: [u64; PROPOSAL_WORDS],
+    /// This rank's own bad setting.
+    local_bad: Option<Error>,
+    list: Vec<String>,
+    given_in: String,
+    layer: Layer,
+}
+
+impl Proposal {
+    /// Checks every setting on this rank (`me`: its name in errors, its world rank).
+    pub fn new(params: &Params, layer: &Layer, me: usize) -> Proposal {
+        let known = crate::registry::all_params();
+        let list = backend_list(params);
+        // The rest of the settings as the node will see them (the list's shape is checked here;
+        // its names are agreed in `decide`, so that a backend registered on some ranks only is
+        // named as such).
+        let core = params.clone().derive(
+            "BARRIER_BACKEND",
+            list.iter().filter(|b| Some(b.as_str()) != layer.own_backend).cloned().collect::<Vec<_>>().join(","),
+        );
+        let local_bad = known.iter().enumerate().find_map(|(i, info)| {
+            let checked = match info.name.as_str() {
+                "BARRIER_BACKEND" => {
+                    params.check(&ParamInfo::new("BARRIER_BACKEND", "", "").kind(ParamKind::AnyBackendList))
+                }
+                name if layer.extra_check.is_some_and(|(n, _)| n == name) => {
+                    layer.extra_check.map_or(Ok(()), |(_, check)| check(params))
+                }
+                _ => core.check(info),
+            };
+            checked.err().map(|e| (i, e))
         });
+        // The node block may be a setting of a layer not linked here (OpenSHMEM reading
+        // barrier-mpi's): checked all the same, past the catalogue's end.
+        let (node_block, local_bad) = match (params.parse(layer.node_block, 0usize, "a number of ranks"), local_bad) {
+            (Ok(block), bad) => (block, bad),
+            (Err(e), None) => (0, Some((known.len(), e))),
+            (Err(_), bad) => (0, bad),
+        };
+        let own_only = layer.own_backend.is_some_and(|own| list.first().is_some_and(|b| b == own));
+        let may_fall_back = layer.own_backend.is_some_and(|own| list.is_empty() || list.iter().any(|b| b == own));
+        let timeout = params.duration("BARRIER_TIMEOUT").ok().flatten();
+        let stall = params.stall_report();
+        let reports = timeout.is_some() || params.get("BARRIER_STALL_REPORT").is_some();
+        let internode = Choice::from_setting(params.get(layer.internode).as_deref(), layer.internode_own, reports);
+        let nanos = |d: Option<Duration>| d.map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX).max(1));
+        let words = [
+            local_bad.as_ref().map_or(0, |(i, _)| *i as u64 + 1),
+            node_block as u64,
+            u64::from(own_only),
+            u64::from(may_fall_back),
+            nanos(timeout),
+            me as u64,
+            unknown_names(&list, layer),
+            list_hash(&list),
+            internode.to_word(),
+            nanos(stall),
+        ];
+        let given_in = params.source("BARRIER_BACKEND");
+        Proposal { words, local_bad: local_bad.map(|(_, e)| e), list, given_in, layer: *layer }
     }
-    let not_everywhere = agree_backend_names(&list, &all, &params.source("BARRIER_BACKEND"), layer)?;
-    let r0 = &all[0];
-    let duration = |w: u64| (w > 0).then(|| Duration::from_nanos(w));
-    Ok(Agreed {
-        not_everywhere,
-        node_block: r0[1] as usize,
-        own_only: r0[2] != 0,
-        may_fall_back: r0[3] != 0,
-        timeout: duration(r0[4]),
-        internode: Choice::from_word(r0[8]),
-        stall: duration(r0[9]),
-    })
+
+    /// The words every rank gathers.
+    pub fn words(&self) -> &[u64; PROPOSAL_WORDS] {
+        &self.words
+    }
+
+    /// This rank's own node block (rank 0's is agreed).
+    pub fn node_block(&self) -> usize {
+        self.words[1] as usize
+    }
+
+    /// Whether this rank's `BARRIER_BACKEND` names the layer's own barrier first (rank 0's is
+    /// agreed: [`Agreed::own_only`]).
+    pub fn own_only(&self) -> bool {
+        self.words[2] != 0
+    }
+
+    /// The agreement, from every rank's words in rank order (`rows[r]`: at least the
+    /// [`PROPOSAL_WORDS`] of rank `r`): this rank's own bad setting, else the first rank's that
+    /// has one, else the backend names agreed and rank 0's values.
+    pub fn decide<R: AsRef<[u64]>>(self, rows: &[R]) -> Result<Agreed> {
+        if let Some(e) = self.local_bad {
+            return Err(e);
+        }
+        let known = crate::registry::all_params();
+        if let Some(w) = rows.iter().map(AsRef::as_ref).find(|w| w[0] != 0) {
+            return Err(Error::PeerInvalidParam {
+                world_rank: w[5] as usize,
+                name: known
+                    .get(w[0] as usize - 1)
+                    .map_or_else(|| self.layer.node_block.to_string(), |p| p.name.clone()),
+            });
+        }
+        let not_everywhere = agree_backend_names(&self.list, rows, &self.given_in, &self.layer)?;
+        let r0 = rows[0].as_ref();
+        let duration = |w: u64| (w > 0).then(|| Duration::from_nanos(w));
+        Ok(Agreed {
+            not_everywhere,
+            node_block: r0[1] as usize,
+            own_only: r0[2] != 0,
+            may_fall_back: r0[3] != 0,
+            timeout: duration(r0[4]),
+            internode: Choice::from_word(r0[8]),
+            stall: duration(r0[9]),
+        })
+    }
 }
 
 fn backend_list(params: &Params) -> Vec<String> {
@@ -188,7 +240,13 @@ fn list_hash(list: &[String]) -> u64 {
 /// everywhere. A name no rank knows is unknown (refused); one some ranks lack is declined on
 /// every rank, as the core's selector declines it, and returned; if that leaves no name, the
 /// refusal names the ranks that lack each.
-fn agree_backend_names(list: &[String], all: &[Vec<u64>], given_in: &str, layer: &Layer) -> Result<Vec<String>> {
+fn agree_backend_names<R: AsRef<[u64]>>(
+    list: &[String],
+    all: &[R],
+    given_in: &str,
+    layer: &Layer,
+) -> Result<Vec<String>> {
+    let all: Vec<&[u64]> = all.iter().map(AsRef::as_ref).collect();
     let differ: Vec<usize> = all.iter().filter(|w| w[7] != all[0][7]).map(|w| w[5] as usize).collect();
     if !differ.is_empty() {
         return Err(Error::MismatchedParam {
