@@ -60,16 +60,8 @@ pub(crate) fn one_machine(places: &[Vec<u64>]) -> MachineJob {
 
 /// The ranks of one machine and the cores their CPU masks ([`affinity_mask`]) cover.
 pub(crate) fn machine_of_masks<'a>(masks: impl Iterator<Item = &'a [u64]>) -> MachineJob {
-    let mut mask = [0u64; 16];
-    let mut ranks = 0;
-    for row in masks {
-        ranks += 1;
-        for (m, w) in mask.iter_mut().zip(row) {
-            *m |= w;
-        }
-    }
-    let cores = mask.iter().map(|w| w.count_ones() as usize).sum::<usize>().max(1);
-    MachineJob { ranks, cores }
+    let masks: Vec<&[u64]> = masks.map(|row| &row[..row.len().min(16)]).collect();
+    MachineJob { ranks: masks.len(), cores: barrier::sys::cores_in(masks) }
 }
 
 /// This machine, as the ranks that can map each other's memfds see it: the host's name, its
@@ -107,8 +99,7 @@ pub(crate) fn machine_of(comm: Comm, key: usize) -> Result<(OwnedComm, MachineJo
     let ranks = raw::size(machine.0)?;
     let mut mask = affinity_mask();
     raw::allreduce_or(machine.0, &mut mask)?;
-    let cores = mask.iter().map(|w| w.count_ones() as usize).sum::<usize>().max(1);
-    Ok((machine, MachineJob { ranks, cores }))
+    Ok((machine, MachineJob { ranks, cores: barrier::sys::cores_in([&mask[..]]) }))
 }
 
 /// The job on this machine as seen by a communicator whose own ranks on the machine are
@@ -155,13 +146,7 @@ fn online_cpus() -> usize {
 
 /// This process's CPU affinity as a bit mask of 1,024 CPUs.
 pub(crate) fn affinity_mask() -> [u64; 16] {
-    let mut mask = [0u64; 16];
-    for cpu in barrier::sys::affinity_cores() {
-        if let Some(w) = mask.get_mut(cpu / 64) {
-            *w |= 1 << (cpu % 64);
-        }
-    }
-    mask
+    barrier::sys::affinity_words()
 }
 
 #[cfg(test)]

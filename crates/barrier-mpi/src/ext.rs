@@ -398,19 +398,7 @@ fn lock<T>(m: &'static Mutex<T>) -> std::sync::MutexGuard<'static, T> {
 }
 
 fn keyval() -> c_int {
-    if let Some(&k) = KEYVAL.get() {
-        return k;
-    }
-    let k = raw::create_keyval(delete_entry).unwrap_or_else(|e| {
-        // The other ranks may already be building this communicator's barrier (collective):
-        // this rank cannot decline alone. (As the interposer does; MPI hardly ever refuses.)
-        raw::abort_job(&format!(
-            "barrier-mpi: cannot create an MPI attribute key ({e}); aborting the job (the other ranks would wait \
-             for this one for ever)"
-        ))
-    });
-    // Two threads racing here make two keys; one is used, which is harmless.
-    *KEYVAL.get_or_init(|| k)
+    raw::keyval(&KEYVAL, delete_entry, "barrier-mpi")
 }
 
 /// MPI deletes our attribute (the communicator is freed, or finalize runs): the entry goes

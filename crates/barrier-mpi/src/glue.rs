@@ -6,9 +6,10 @@
 use std::ffi::{c_char, c_int, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use barrier::Params;
+use barrier::{Error, Params};
 
 use crate::raw;
+use crate::BarrierComm;
 use mpi::ffi;
 
 /// Bytes of a component's exported structure storage (each component's build.rs passes the
@@ -52,6 +53,60 @@ pub const GONE: c_int = 3;
 /// A line on stderr, prefixed with the component (`coll/fastbar`).
 pub fn say(component: &str, line: &str) {
     barrier::text::say(&format!("{component}: {line}"));
+}
+
+/// What a component says a first barrier came to: its prefix, and how it names the barrier
+/// that serves where ours does not.
+#[derive(Clone, Copy, Debug)]
+pub struct Voice {
+    /// Its prefix (`coll/fastbar`).
+    pub component: &'static str,
+    /// What the barriers do where ours does not serve ("stays Open MPI's own on every rank").
+    pub stays: &'static str,
+    /// That barrier ("Open MPI's own").
+    pub own: &'static str,
+}
+
+impl Voice {
+    /// A first barrier's build (`made`, for `subject`: "MPI_Barrier on a communicator of 4
+    /// ranks"), said by both components' one rule, and ours where it serves. Where MPI's barrier
+    /// came out of it, the previous module serves (without the detour): said where a set-up
+    /// step failed, by the `speaker` (the rank that speaks for all) and the rank it failed on;
+    /// where `verbose`, by the speaker. An error is agreed (every rank declines): said by a rank
+    /// whose own setting is bad, or with its own error, and by the speaker, with `note` (what
+    /// names this rank, if anything) after `stays`.
+    pub fn first_barrier(
+        &self,
+        made: Result<BarrierComm, Error>,
+        subject: &str,
+        speaker: bool,
+        verbose: bool,
+        note: &str,
+    ) -> Option<BarrierComm> {
+        let line = |line: String| say(self.component, &line);
+        match made {
+            Ok(c) if c.backend() == crate::MPI_BACKEND => {
+                if c.fell_back() && (speaker || c.failed_here()) {
+                    line(format!("{subject} {}: {}", self.stays, c.describe()));
+                } else if verbose && speaker {
+                    line(format!("{subject}: {} ({})", self.own, c.summary()));
+                }
+                None
+            }
+            Ok(c) => {
+                if verbose && speaker {
+                    line(format!("{subject}: {}", c.summary()));
+                }
+                Some(c)
+            }
+            Err(e) => {
+                if !matches!(e, Error::PeerInvalidParam { .. }) || speaker {
+                    line(format!("{subject} {}{note}: {e}", self.stays));
+                }
+                None
+            }
+        }
+    }
 }
 
 /// Says `why` and ends the job (`MPI_Abort` on `MPI_COMM_WORLD`): for a failure this process
@@ -262,7 +317,8 @@ const TOO_SMALL_HERE: u64 = 2;
 ///
 /// The step does not block: a rank whose own component never serves this communicator (the
 /// component not loaded there, or a lower priority there) never joins, and the ranks that did
-/// say so after `report_after`, naming the communicator and what to check, and go on waiting.
+/// say so after [`JOIN_REPORT`] (or the stall report, if sooner), naming the communicator and
+/// what to check, and go on waiting.
 ///
 /// `extra`: words of the component's own gathered in the same exchange (the coll component's
 /// offers of a freed communicator's barrier to reuse); every rank's, by rank, one after the
@@ -276,9 +332,10 @@ pub unsafe fn join(
     framework: &str,
     comm: raw::Comm,
     values: &McaValues,
-    report_after: std::time::Duration,
+    stall_report: Option<std::time::Duration>,
     extra: &[u64],
 ) -> Result<(Option<String>, Vec<u64>), barrier::Error> {
+    let report_after = stall_report.map_or(JOIN_REPORT, |s| s.min(JOIN_REPORT));
     let size = raw::size(comm)?;
     let mut words = vec![declines_here(values, size)];
     words.extend_from_slice(extra);

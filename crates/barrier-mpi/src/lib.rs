@@ -36,11 +36,13 @@
 //!    OpenSHMEM). Every rank checks every `BARRIER_*` setting it has; the verdicts and rank 0's
 //!    values of the settings that must match (`BARRIER_MPI_NODE_BLOCK`, `BARRIER_BACKEND`,
 //!    `BARRIER_TIMEOUT`, `BARRIER_STALL_REPORT`, `BARRIER_MPI_INTERNODE`) are exchanged in one
-//!    `MPI_Allgather`. A bad value anywhere fails the call on every rank, naming the rank and the
-//!    setting.
-//! 2. **Nodes.** `MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)` finds the ranks of each machine;
-//!    with `BARRIER_MPI_NODE_BLOCK=K` every K consecutive world ranks of a machine are one node,
-//!    so the internode path runs on one machine. The first rank of each node is its root.
+//!    `MPI_Allgather`, with each rank's machine and CPU mask. A bad value anywhere fails the call
+//!    on every rank, naming the rank and the setting.
+//! 2. **Nodes.** Where every rank is on one machine (and one node block), the communicator is
+//!    its one node, known from that allgather. Otherwise `MPI_Comm_split_type
+//!    (MPI_COMM_TYPE_SHARED)` finds the ranks of each machine; with `BARRIER_MPI_NODE_BLOCK=K`
+//!    every K consecutive world ranks of a machine are one node, so the internode path runs on
+//!    one machine. The first rank of each node is its root.
 //! 3. **The node's segment.** The node's first rank creates a shared segment (0600, exclusive,
 //!    unlinked at once: nothing is ever left in `/dev/shm`, whatever dies); the others map it
 //!    through that process's descriptor (`/proc/<pid>/fd/<n>`) while it is alive. Whether every

@@ -502,8 +502,26 @@ pub fn abort_job(line: &str) -> ! {
     std::process::abort()
 }
 
+/// The attribute key kept in `key`, made on first use, whose values are never copied to
+/// duplicates (a duplicate gets its own barrier on its first use) and are deleted by `delete`.
+/// Where MPI refuses to make one, the job ends, said under `prefix`: the other ranks may already
+/// be building the barrier this key would cache (collective), and this rank cannot decline alone.
+pub fn keyval(key: &std::sync::OnceLock<c_int>, delete: DeleteAttr, prefix: &str) -> c_int {
+    if let Some(&k) = key.get() {
+        return k;
+    }
+    let k = create_keyval(delete).unwrap_or_else(|e| {
+        abort_job(&format!(
+            "{prefix}: cannot create an MPI attribute key ({e}); aborting the job (the other ranks would wait for \
+             this one for ever)"
+        ))
+    });
+    // Two threads racing here make two keys; one is used, which is harmless.
+    *key.get_or_init(|| k)
+}
+
 /// A new attribute key whose values are never copied to duplicates and are deleted by `delete`.
-pub fn create_keyval(delete: DeleteAttr) -> Result<c_int> {
+fn create_keyval(delete: DeleteAttr) -> Result<c_int> {
     let mut key: c_int = 0;
     // SAFETY: both callbacks have the signatures MPI expects; `key` receives the key.
     let rc = unsafe { ffi::PMPI_Comm_create_keyval(Some(never_copy), Some(delete), &mut key, std::ptr::null_mut()) };

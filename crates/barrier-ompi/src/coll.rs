@@ -17,6 +17,9 @@ use barrier_mpi::{raw, reuse, BarrierComm, Detached};
 pub static mut mca_coll_fastbar_component: ComponentStorage = ComponentStorage::new();
 
 const COMPONENT: &str = "coll/fastbar";
+/// How this component's texts name Open MPI's own barrier.
+const VOICE: glue::Voice =
+    glue::Voice { component: COMPONENT, stays: "stays Open MPI's own on every rank", own: "Open MPI's own" };
 
 /// One communicator's barrier. The lock is taken by every call: a user's barrier blocks on
 /// it, the progress callback only tries it (so a re-entered callback, or one on another
@@ -186,14 +189,12 @@ pub unsafe extern "C" fn fastbar_rs_create(comm: MPI_Comm, values: *const McaVal
         let verbose = params.flag("BARRIER_VERBOSE").unwrap_or(false);
         let rank = raw::rank(comm).unwrap_or(0);
         let size = raw::size(comm).unwrap_or(0);
-        // Whether every rank's component serves it (disable, min_comm_size), agreed; a rank
-        // that never joins is reported by the others (within JOIN_REPORT, or the stall report's
-        // delay if shorter).
-        let report_after = params.stall_report().map_or(glue::JOIN_REPORT, |s| s.min(glue::JOIN_REPORT));
-        // With it, each rank's offers of a freed communicator's barrier for this one.
+        // Whether every rank's component serves it (disable, min_comm_size), agreed (a rank that
+        // never joins is reported by the others); with it, each rank's offers of a freed
+        // communicator's barrier for this one.
         let offers = reuse::offers(comm, &params);
         // SAFETY: the caller's contract.
-        match unsafe { glue::join("coll", comm, &*values, report_after, offers.words()) } {
+        match unsafe { glue::join("coll", comm, &*values, params.stall_report(), offers.words()) } {
             Ok((None, all)) => {
                 if let Some(c) = offers.adopt(&all) {
                     if verbose && rank == 0 {
@@ -216,39 +217,15 @@ pub unsafe extern "C" fn fastbar_rs_create(comm: MPI_Comm, values: *const McaVal
         }
         // SAFETY: MPI is initialized (this is an MPI_Barrier) and every rank of `comm` makes
         // this call in its first MPI_Barrier on it.
-        match unsafe { BarrierComm::from_raw_in_component(comm, params) } {
-            Ok(c) if c.backend() == barrier_mpi::MPI_BACKEND => {
-                // MPI_Barrier itself: the previous module is that, without the detour.
-                if c.fell_back() && (rank == 0 || c.failed_here()) {
-                    say(&format!(
-                        "MPI_Barrier on a communicator of {size} ranks stays Open MPI's own on every rank: {}",
-                        c.describe()
-                    ));
-                } else if verbose && rank == 0 {
-                    say(&format!("MPI_Barrier on a communicator of {size} ranks: Open MPI's own ({})", c.summary()));
-                }
-                0
-            }
-            Ok(c) => {
-                if verbose && rank == 0 {
-                    say(&format!("MPI_Barrier on a communicator of {size} ranks: {}", c.summary()));
-                }
+        let made = unsafe { BarrierComm::from_raw_in_component(comm, params) };
+        let subject = format!("MPI_Barrier on a communicator of {size} ranks");
+        match VOICE.first_barrier(made, &subject, rank == 0, verbose, &format!(" (rank {rank})")) {
+            Some(c) => {
                 // SAFETY: the caller's contract.
                 unsafe { *out = keep(Serving::Built(c)) };
                 1
             }
-            Err(e) => {
-                // Agreed: every rank declines. The rank whose own setting is bad says which;
-                // rank 0 says what happens.
-                let own = !matches!(e, Error::PeerInvalidParam { .. });
-                if own || rank == 0 {
-                    say(&format!(
-                        "MPI_Barrier on a communicator of {size} ranks stays Open MPI's own on every rank (rank \
-                         {rank}): {e}"
-                    ));
-                }
-                0
-            }
+            None => 0,
         }
     })
 }

@@ -12,7 +12,7 @@ use std::ffi::c_ulong;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use barrier::hierarchy::{Hierarchy, OwnBarrier, OwnPending, RootsLink};
+use barrier::hierarchy::{Hierarchy, OwnBarrier, RootsLink};
 use barrier::shm::Segment;
 use barrier::{Error, Universe};
 
@@ -178,10 +178,6 @@ impl OwnBarrier for ShmemOwn {
         "shmem_barrier_all"
     }
 
-    fn split_name(&self) -> &'static str {
-        "shmem_barrier_all"
-    }
-
     fn barrier(&self) -> barrier::Result<()> {
         // SAFETY: the implementation's barrier, called by every PE in the same order. (Timed
         // against our rounds alone: the quiet that a served shmem_barrier_all adds before either
@@ -189,21 +185,17 @@ impl OwnBarrier for ShmemOwn {
         unsafe { (self.0.barrier_all)() };
         Ok(())
     }
-
-    fn start(&self) -> barrier::Result<Option<Box<dyn OwnPending>>> {
-        Ok(None)
-    }
 }
 
 /// Active-set barriers of sets inside this PE's node. Shared by reference: a thread waits in
 /// one holding no lock.
 #[derive(Debug)]
 pub struct SetServing {
-    sets: crate::sets::Sets,
+    pub(crate) sets: crate::sets::Sets,
     /// The node of every PE, and this PE.
-    node_of: Vec<usize>,
-    me: usize,
-    waits: Waits,
+    pub(crate) node_of: Vec<usize>,
+    pub(crate) me: usize,
+    pub(crate) waits: Waits,
 }
 
 impl SetServing {
@@ -232,15 +224,15 @@ impl SetServing {
 pub struct Serving {
     // Field order is drop order: the table's window, then the hierarchy (its halves are made
     // from the node's universe), then the universe, all before the segment.
-    sets: Arc<SetServing>,
-    hier: Option<Hierarchy<ShmemRoots>>,
-    node: Universe,
+    pub(crate) sets: Arc<SetServing>,
+    pub(crate) hier: Option<Hierarchy<ShmemRoots>>,
+    pub(crate) node: Universe,
     /// Held so that the node's segment outlives everything made over it.
-    _seg: Arc<Segment>,
-    describe: String,
+    pub(crate) _seg: Arc<Segment>,
+    pub(crate) describe: String,
     /// Every node has one PE and the implementation's own barrier was chosen for the barriers
     /// of every PE (`BARRIER_SHMEM_INTERNODE`): they pass through.
-    delegated: bool,
+    pub(crate) delegated: bool,
 }
 
 // SAFETY: the node's universe and the hierarchy are used by one thread at a time (the caller
@@ -248,27 +240,7 @@ pub struct Serving {
 // memory.
 unsafe impl Send for Serving {}
 
-/// Where the node's PEs are, for [`Serving::new`].
-#[derive(Debug)]
-pub struct Place {
-    pub node_of: Vec<usize>,
-    pub me: usize,
-    pub waits: Waits,
-}
-
 impl Serving {
-    pub fn new(
-        node: Universe,
-        hier: Option<Hierarchy<ShmemRoots>>,
-        seg: Arc<Segment>,
-        place: Place,
-        sets: crate::sets::Sets,
-        describe: String,
-    ) -> Serving {
-        let sets = SetServing { sets, node_of: place.node_of, me: place.me, waits: place.waits };
-        Serving { sets: Arc::new(sets), hier, node, _seg: seg, describe, delegated: false }
-    }
-
     /// The barriers of every PE pass through to the implementation from now on (agreed by
     /// every PE); `describe` says so.
     pub fn delegate(&mut self, describe: String) {

@@ -46,6 +46,8 @@ struct Exchange<'a> {
     buf: *mut u64,
     me: usize,
     n: usize,
+    /// This PE's node's first PE, once the nodes are known: its words are its node's.
+    first: usize,
 }
 
 impl Exchange<'_> {
@@ -78,16 +80,10 @@ impl Exchange<'_> {
         all
     }
 
-    /// The first PE whose word `at` is zero (a failure), if any.
+    /// The first PE that is not `ok` (a failure), if any.
     fn first_failed(&self, ok: bool) -> Option<usize> {
         self.all(&[u64::from(ok)]).iter().position(|w| w[0] == 0)
     }
-}
-
-/// The exchange as the core's node set-up needs it: PE `first`'s words are its node's.
-struct NodeWords<'a, 'b> {
-    x: &'a Exchange<'b>,
-    first: usize,
 }
 
 impl barrier::hierarchy::Allgather for Exchange<'_> {
@@ -104,9 +100,9 @@ impl barrier::hierarchy::Allgather for Exchange<'_> {
     }
 }
 
-impl barrier::hierarchy::NodeExchange for NodeWords<'_, '_> {
+impl barrier::hierarchy::NodeExchange for Exchange<'_> {
     fn me(&self) -> usize {
-        self.x.me
+        self.me
     }
 
     fn name(&self, id: usize) -> String {
@@ -114,13 +110,13 @@ impl barrier::hierarchy::NodeExchange for NodeWords<'_, '_> {
     }
 
     fn share_from_node_first(&self, words: &mut [u64; 5]) -> Result<()> {
-        let all = self.x.all(&words[..]);
+        let all = self.all(&words[..]);
         words.copy_from_slice(&all[self.first][..5]);
         Ok(())
     }
 
     fn first_failed(&self, ok: bool) -> Result<Option<usize>> {
-        Ok(self.x.first_failed(ok))
+        Ok(Exchange::first_failed(self, ok))
     }
 }
 
@@ -133,17 +129,10 @@ pub enum Outcome {
     Decline(String),
 }
 
-/// The PEs' node: which PEs share it, by the host name each PE reported, cut into blocks of
-/// `block` PEs per machine when simulated nodes are asked for.
-#[derive(Debug)]
-pub struct Nodes {
-    /// Node of each PE, numbered by its first PE.
-    pub node_of: Vec<usize>,
-    /// PEs on this PE's machine.
-    pub on_machine: usize,
-}
-
-pub fn nodes(hashes: &[u64], block: usize) -> Nodes {
+/// The PEs' nodes: which PEs share one, by the host name each PE reported (`hashes`), cut into
+/// blocks of `block` PEs per machine when simulated nodes are asked for. The node of each PE,
+/// numbered by its first PE.
+pub fn nodes(hashes: &[u64], block: usize) -> Vec<usize> {
     let mut keys: Vec<(u64, usize)> = Vec::with_capacity(hashes.len());
     let mut seen_on_host: Vec<(u64, usize)> = Vec::new();
     for &h in hashes {
@@ -160,8 +149,7 @@ pub fn nodes(hashes: &[u64], block: usize) -> Nodes {
         keys.push((h, index.checked_div(block).unwrap_or(0)));
     }
     let mut order: Vec<(u64, usize)> = Vec::new();
-    let node_of = keys
-        .iter()
+    keys.iter()
         .map(|k| match order.iter().position(|o| o == k) {
             Some(i) => i,
             None => {
@@ -169,8 +157,7 @@ pub fn nodes(hashes: &[u64], block: usize) -> Nodes {
                 order.len() - 1
             }
         })
-        .collect();
-    Nodes { node_of, on_machine: 0 }
+        .collect()
 }
 
 /// Runs the set-up (collective over every PE).
@@ -185,7 +172,7 @@ pub fn run(real: &Real, params: &Params) -> (Outcome, Symmetric) {
     if buf.is_null() {
         return (Outcome::Decline(format!("no symmetric memory for {} bytes of set-up", n * WORDS * 8)), symmetric);
     }
-    let x = Exchange { real, buf, me, n };
+    let mut x = Exchange { real, buf, me, n, first: 0 };
 
     // 1. Settings, checked on every PE and agreed (the core's agreement: PE 0's node block,
     // timeout, stall report and way among the roots; `BARRIER_BACKEND`'s names).
@@ -207,10 +194,7 @@ pub fn run(real: &Real, params: &Params) -> (Outcome, Symmetric) {
     // The machines: each PE's host and the CPUs it may use (the first 256): the job's PEs on a
     // machine wait by the cores they may use together, not by one PE's mask (a launcher binds
     // each PE to one core).
-    let mut mask = [0u64; 4];
-    for cpu in barrier::sys::affinity_cores().into_iter().filter(|&c| c < 256) {
-        mask[cpu / 64] |= 1 << (cpu % 64);
-    }
+    let mask: [u64; 4] = barrier::sys::affinity_words();
     let verdicts = x.all(&[host_hash(), mask[0], mask[1], mask[2], mask[3]]);
     let hashes: Vec<u64> = verdicts.iter().map(|w| w[0]).collect();
     let block = agreed.node_block;
@@ -218,27 +202,21 @@ pub fn run(real: &Real, params: &Params) -> (Outcome, Symmetric) {
     // a job across nodes: issue 40 item 7), on its node's universe too.
     let (timeout, stall) = (agreed.timeout, agreed.stall);
     let params = &agreed.node_params(params, &layer);
-    let mut topo = nodes(&hashes, block);
-    topo.on_machine = hashes.iter().filter(|&&h| h == hashes[me]).count();
-    let my_node = topo.node_of[me];
-    let members: Vec<usize> = (0..n).filter(|&pe| topo.node_of[pe] == my_node).collect();
+    let node_of = nodes(&hashes, block);
+    let on_machine = hashes.iter().filter(|&&h| h == hashes[me]).count();
+    let members: Vec<usize> = (0..n).filter(|&pe| node_of[pe] == node_of[me]).collect();
+    x.first = members[0];
     let local_rank = members.iter().position(|&pe| pe == me).expect("this PE is on its node");
-    let node_count = topo.node_of.iter().max().map_or(1, |m| m + 1);
+    let node_count = node_of.iter().max().map_or(1, |m| m + 1);
     let roots: Vec<usize> =
-        (0..node_count).map(|node| (0..n).find(|&pe| topo.node_of[pe] == node).expect("a node has a PE")).collect();
+        (0..node_count).map(|node| (0..n).find(|&pe| node_of[pe] == node).expect("a node has a PE")).collect();
 
     // 2. The node (the core's set-up over the exchange): its segment, made by its first PE;
     // its universe, which every PE joins (the core selector picks the node's backend); across
     // nodes, its gather and release (or a forced backend's barrier). Waits let the
     // implementation progress (see the crate docs), unless turned off.
-    let union = (0..n).filter(|&pe| hashes[pe] == hashes[me]).fold([0u64; 4], |mut u, pe| {
-        for (w, word) in u.iter_mut().enumerate() {
-            *word |= verdicts[pe][1 + w];
-        }
-        u
-    });
-    let cores = union.iter().map(|w| w.count_ones() as usize).sum::<usize>().max(1);
-    let shape = JobShape { world_size: members.len(), nodes: 1, ranks_on_machine: topo.on_machine, cores };
+    let cores = barrier::sys::cores_in((0..n).filter(|&pe| hashes[pe] == hashes[me]).map(|pe| &verdicts[pe][1..5]));
+    let shape = JobShape { world_size: members.len(), nodes: 1, ranks_on_machine: on_machine, cores };
     let progress = match real.progress {
         Some(progress) if params.flag_or(PROGRESS, true).unwrap_or(true) => {
             crate::progress::set_progress(progress);
@@ -254,7 +232,7 @@ pub fn run(real: &Real, params: &Params) -> (Outcome, Symmetric) {
         names: RankNames { world: members.clone(), comm: members.clone(), comm_size: n, hierarchical: node_count > 1 },
         across_nodes: node_count > 1,
     };
-    let node = match set_up_node(&NodeWords { x: &x, first: members[0] }, spec) {
+    let node = match set_up_node(&x, spec) {
         Ok(node) => node,
         Err(failed) => return (Outcome::Decline(failed.error.to_string()), symmetric),
     };
@@ -288,7 +266,7 @@ pub fn run(real: &Real, params: &Params) -> (Outcome, Symmetric) {
             return (Outcome::Decline(format!("PE {pe} had no symmetric memory for the internode inbox")), symmetric);
         }
         if let Some(j) = roots.iter().position(|&pe| pe == me) {
-            let node_pes = (0..node_count).map(|k| (0..n).filter(|&pe| topo.node_of[pe] == k).collect()).collect();
+            let node_pes = (0..node_count).map(|k| (0..n).filter(|&pe| node_of[pe] == k).collect()).collect();
             link = Some(ShmemRoots::new(*real, inbox, j, roots.clone(), node_pes, me));
         }
     }
@@ -336,8 +314,8 @@ pub fn run(real: &Real, params: &Params) -> (Outcome, Symmetric) {
         Err(e) => crate::waits::end_job(real, "timing our barrier in shmem_init", &e.into()),
     };
     let hier = halves.map(|h| Hierarchy::new(h, roots_phase, Some(seg.clone()), alone, me, "BARRIER_TIMEOUT".into()));
-    let place = crate::serve::Place { node_of: topo.node_of.clone(), me, waits };
-    let mut serving = Serving::new(node, hier, seg, place, crate::sets::Sets::new(table, members), describe);
+    let sets = crate::serve::SetServing { sets: crate::sets::Sets::new(table, members), node_of, me, waits };
+    let mut serving = Serving { sets: std::sync::Arc::new(sets), hier, node, _seg: seg, describe, delegated: false };
     if let Some(chosen) = chosen.filter(|_| one_each) {
         let own = |why: &str| {
             format!("{n} PEs on {node_count} nodes of one PE each: the implementation's own barriers serve, {why}")
@@ -372,9 +350,9 @@ mod tests {
     #[test]
     fn nodes_are_hosts_cut_into_blocks_numbered_by_their_first_pe() {
         let (a, b) = (11, 22);
-        assert_eq!(nodes(&[a, a, b, b], 0).node_of, vec![0, 0, 1, 1]);
-        assert_eq!(nodes(&[a, b, a, b], 0).node_of, vec![0, 1, 0, 1]);
-        assert_eq!(nodes(&[a, a, a, a, a], 2).node_of, vec![0, 0, 1, 1, 2]);
-        assert_eq!(nodes(&[a, b, a, b, a], 1).node_of, vec![0, 1, 2, 3, 4]);
+        assert_eq!(nodes(&[a, a, b, b], 0), vec![0, 0, 1, 1]);
+        assert_eq!(nodes(&[a, b, a, b], 0), vec![0, 1, 0, 1]);
+        assert_eq!(nodes(&[a, a, a, a, a], 2), vec![0, 0, 1, 1, 2]);
+        assert_eq!(nodes(&[a, b, a, b, a], 1), vec![0, 1, 2, 3, 4]);
     }
 }

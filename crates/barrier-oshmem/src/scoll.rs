@@ -17,6 +17,9 @@ use barrier_mpi::{raw, BarrierComm};
 pub static mut mca_scoll_fastbar_component: ComponentStorage = ComponentStorage::new();
 
 const COMPONENT: &str = "scoll/fastbar";
+/// How this component's texts name OSHMEM's own barrier.
+const VOICE: glue::Voice =
+    glue::Voice { component: COMPONENT, stays: "stay OSHMEM's own on every PE", own: "OSHMEM's own" };
 
 /// One set's barrier; `None` once `MPI_Finalize` freed it. Boxed and never freed before the
 /// process ends (the C modules of later groups of the same set point at it).
@@ -262,20 +265,13 @@ pub unsafe extern "C" fn fastbar_scoll_rs_find(
     guarded("the first barrier of a set of PEs", || {
         // SAFETY: the caller's contract.
         let key = unsafe { std::slice::from_raw_parts(pes, count.max(0) as usize) }.to_vec();
-        if let Some(known) = built_or_claim(&key) {
-            return match known {
-                Some(set) => {
-                    // SAFETY: the caller's contract.
-                    unsafe { *out = set };
-                    1
-                }
-                None => 0,
-            };
-        }
-        // SAFETY: the caller's contract.
-        let set = unsafe { build(&key, values) };
-        sets().get_or_insert_with(HashMap::new).insert(key, Entry::Built(set));
-        BUILT.notify_all();
+        let set = built_or_claim(&key).unwrap_or_else(|| {
+            // SAFETY: the caller's contract.
+            let set = unsafe { build(&key, values) };
+            sets().get_or_insert_with(HashMap::new).insert(key, Entry::Built(set));
+            BUILT.notify_all();
+            set
+        });
         match set {
             Some(set) => {
                 // SAFETY: the caller's contract.
@@ -292,79 +288,55 @@ pub unsafe extern "C" fn fastbar_scoll_rs_find(
 /// # Safety
 /// As [`fastbar_scoll_rs_find`]'s `values`.
 unsafe fn build(key: &[c_int], values: *const McaValues) -> Option<&'static Set> {
-    {
-        if !raw::mpi_active() {
-            return None;
-        }
-        // SAFETY: the caller's contract.
-        let params = unsafe { (*values).params("scoll") };
-        let verbose = params.flag("BARRIER_VERBOSE").unwrap_or(false);
-        glue::hook_finalize(&FINALIZE_HOOK, at_finalize);
-        let what = if key.len() == raw::size(raw::comm_world()).unwrap_or(0) {
-            format!("every PE ({})", key.len())
-        } else {
-            format!("an active set of {} PEs", key.len())
-        };
-        let report_after = params.stall_report().map_or(glue::JOIN_REPORT, |s| s.min(glue::JOIN_REPORT));
-        // Until every member holds the set's communicator there is nothing to agree on: the
-        // others wait for this PE inside MPI_Comm_create_group (or its parent's duplicate) and
-        // cannot learn that it declined. A failure here ends the job, saying why; every later
-        // step is agreed over the set's communicator (`glue::join`, then the barrier's set-up).
-        let comm = communicator_of(key, glue::injected(&params, "group")).unwrap_or_else(|e| {
-            glue::abort_job(
-                COMPONENT,
-                &format!(
-                    "shmem barriers of {what}: PE {} cannot make the set's MPI communicator ({e}), and the set's \
-                     other PEs wait for it in MPI_Comm_create_group",
-                    raw::rank(raw::comm_world()).unwrap_or(0)
-                ),
-            )
-        });
-        let on = comm.unwrap_or_else(raw::comm_world);
-        // Whether every member's component serves the set (`disable`), agreed (issue 50 item 2);
-        // then the barrier.
-        // SAFETY: `values` is the component's; `on` is a valid intracommunicator of exactly the
-        // set's members, every one of which makes this call now.
-        let made = match unsafe { glue::join("scoll", on, &*values, report_after, &[]) }.map(|(verdict, _)| verdict) {
+    if !raw::mpi_active() {
+        return None;
+    }
+    // SAFETY: the caller's contract.
+    let params = unsafe { (*values).params("scoll") };
+    let verbose = params.flag("BARRIER_VERBOSE").unwrap_or(false);
+    glue::hook_finalize(&FINALIZE_HOOK, at_finalize);
+    let what = if key.len() == raw::size(raw::comm_world()).unwrap_or(0) {
+        format!("every PE ({})", key.len())
+    } else {
+        format!("an active set of {} PEs", key.len())
+    };
+    // Until every member holds the set's communicator there is nothing to agree on: the
+    // others wait for this PE inside MPI_Comm_create_group (or its parent's duplicate) and
+    // cannot learn that it declined. A failure here ends the job, saying why; every later
+    // step is agreed over the set's communicator (`glue::join`, then the barrier's set-up).
+    let comm = communicator_of(key, glue::injected(&params, "group")).unwrap_or_else(|e| {
+        glue::abort_job(
+            COMPONENT,
+            &format!(
+                "shmem barriers of {what}: PE {} cannot make the set's MPI communicator ({e}), and the set's \
+                 other PEs wait for it in MPI_Comm_create_group",
+                raw::rank(raw::comm_world()).unwrap_or(0)
+            ),
+        )
+    });
+    let on = comm.unwrap_or_else(raw::comm_world);
+    // Whether every member's component serves the set (`disable`), agreed (issue 50 item 2);
+    // then the barrier.
+    // SAFETY: `values` is the component's; `on` is a valid intracommunicator of exactly the
+    // set's members, every one of which makes this call now.
+    let made =
+        match unsafe { glue::join("scoll", on, &*values, params.stall_report(), &[]) }.map(|(verdict, _)| verdict) {
             // SAFETY: as above.
             Ok(None) => unsafe { BarrierComm::from_raw_in_component(on, params) }.map(Some),
             Ok(Some(_)) => Ok(None),
             Err(e) => Err(e),
         };
-        if let Some(mut own) = comm {
-            // The barrier keeps its own duplicate.
-            // SAFETY: made above, freed once.
-            unsafe { ffi::PMPI_Comm_free(&mut own) };
-        }
-        // The set's first PE speaks for it.
-        let first = raw::rank(raw::comm_world()).ok() == key.first().map(|&p| p as usize);
-        let set = match made {
-            // Every member declined (said where the members' settings differ).
-            Ok(None) => None,
-            Ok(Some(c)) if c.backend() == barrier_mpi::MPI_BACKEND => {
-                if c.fell_back() && (first || c.failed_here()) {
-                    say(&format!("shmem barriers of {what} stay OSHMEM's own on every PE: {}", c.describe()));
-                } else if verbose && first {
-                    say(&format!("shmem barriers of {what}: OSHMEM's own ({})", c.summary()));
-                }
-                None
-            }
-            Ok(Some(c)) => {
-                if verbose && first {
-                    say(&format!("shmem barriers of {what}: {}", c.summary()));
-                }
-                Some(&*Box::leak(Box::new(Set { comm: Mutex::new(Some(c)) })))
-            }
-            Err(e) => {
-                let own = !matches!(e, Error::PeerInvalidParam { .. });
-                if own || first {
-                    say(&format!("shmem barriers of {what} stay OSHMEM's own on every PE: {e}"));
-                }
-                None
-            }
-        };
-        set
+    if let Some(mut own) = comm {
+        // The barrier keeps its own duplicate.
+        // SAFETY: made above, freed once.
+        unsafe { ffi::PMPI_Comm_free(&mut own) };
     }
+    // The set's first PE speaks for it.
+    let first = raw::rank(raw::comm_world()).ok() == key.first().map(|&p| p as usize);
+    // `None`: every member declined (said where the members' settings differ).
+    let served = made.transpose()?;
+    let c = VOICE.first_barrier(served, &format!("shmem barriers of {what}"), first, verbose, "")?;
+    Some(&*Box::leak(Box::new(Set { comm: Mutex::new(Some(c)) })))
 }
 
 /// A barrier of the set: `DONE`, `FAILED` (said on stderr) or `GONE` (after finalize).

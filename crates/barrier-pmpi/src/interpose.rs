@@ -85,16 +85,7 @@ fn abort_job(why: &str) -> ! {
 }
 
 fn keyval() -> c_int {
-    if let Some(&k) = KEYVAL.get() {
-        return k;
-    }
-    // A duplicate gets no copy of our attribute: it gets its own on its first barrier.
-    let k = raw::create_keyval(delete_attr).unwrap_or_else(|e| {
-        // The other ranks may already be making our communicator: this one cannot decline alone.
-        abort_job(&format!("cannot create an MPI attribute key ({e})"))
-    });
-    // Two threads racing here make two keys; one is used, which is harmless.
-    *KEYVAL.get_or_init(|| k)
+    raw::keyval(&KEYVAL, delete_attr, "barrier")
 }
 
 /// The cached entry of `comm`, made (collectively) on its first barrier.
@@ -230,9 +221,7 @@ fn teardown() {
 }
 
 fn guarded(what: &str, f: impl FnOnce() -> c_int) -> c_int {
-    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|_| {
-        raw::abort_job(&format!("barrier: internal error (panic) in the {what} interposer; aborting the job"))
-    })
+    barrier_mpi::glue::guarded("barrier", &format!("the {what} interposer"), f)
 }
 
 /// `MPI_Barrier`: ours, or `PMPI_Barrier` where we decline.

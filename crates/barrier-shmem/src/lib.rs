@@ -31,10 +31,11 @@ use std::ffi::{c_int, c_long};
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
+use barrier::text::say;
 use barrier_openshmem::real::{Forward, Real};
 use barrier_openshmem::serve::{Serving, SetServing};
 use barrier_openshmem::setup::{self, Outcome, Symmetric};
-use barrier_openshmem::waits::{self, Failure};
+use barrier_openshmem::waits;
 
 /// Where the library is: calls pass through until set-up finishes, and again from finalize.
 static PHASE: AtomicU8 = AtomicU8::new(PASS);
@@ -65,10 +66,6 @@ const NAMES: [&str; 4] = ["shmem_barrier_all", "shmem_sync_all", "shmem_barrier"
 
 fn real() -> Option<&'static Real> {
     REAL.get_or_init(Real::find).as_ref().ok()
-}
-
-fn say(line: &str) {
-    barrier::text::say(line);
 }
 
 fn lock<T>(m: &'static Mutex<T>) -> std::sync::MutexGuard<'static, T> {
@@ -109,12 +106,6 @@ fn after_init() {
     }
 }
 
-/// A barrier of ours failed (a timeout naming who never arrived, a PE that left): the program
-/// cannot go on past it, and the other PEs must not wait for this one.
-fn end_job(real: &Real, kind: usize, e: &Failure) -> ! {
-    waits::end_job(real, NAMES[kind], e)
-}
-
 /// Our barrier, or `None` when the call must pass through.
 fn serve(kind: usize, quiet: bool) -> Option<()> {
     if PHASE.load(Ordering::Acquire) != SERVE {
@@ -132,7 +123,8 @@ fn serve(kind: usize, quiet: bool) -> Option<()> {
         unsafe { (real.quiet)() };
     }
     if let Err(e) = serving.barrier() {
-        end_job(real, kind, &e);
+        // The program cannot go on past it, and the other PEs must not wait for this one.
+        waits::end_job(real, NAMES[kind], &e);
     }
     COUNTS[kind][0].fetch_add(1, Ordering::Relaxed);
     Some(())
@@ -155,14 +147,8 @@ fn serve_set(kind: usize, quiet: bool, start: c_int, stride: c_int, size: c_int)
             Some(())
         }
         Ok(false) => None,
-        Err(e) => end_job(real, kind, &e),
+        Err(e) => waits::end_job(real, NAMES[kind], &e),
     }
-}
-
-/// Whether an active set is the whole job.
-fn whole_job(real: &Real, start: c_int, stride: c_int, size: c_int) -> bool {
-    // SAFETY: the implementation is initialized while we serve.
-    start == 0 && stride == 0 && size == unsafe { (real.n_pes)() }
 }
 
 /// `shmem_init`: the implementation's, then our set-up.
@@ -280,7 +266,9 @@ pub extern "C" fn shmem_sync_all() {
 /// Serves an active set's barrier (entry point `kind`, after a quiet if `quiet`): the whole
 /// job's, or one whose PEs share a node; `false` (counted as passed through) for any other.
 fn served_active_set(kind: usize, quiet: bool, start: c_int, stride: c_int, size: c_int) -> bool {
-    if real().is_some_and(|real| whole_job(real, start, stride, size)) {
+    // The whole job's set.
+    // SAFETY: the implementation is initialized while we serve.
+    if real().is_some_and(|real| start == 0 && stride == 0 && size == unsafe { (real.n_pes)() }) {
         return serve(kind, quiet).is_some();
     }
     if serve_set(kind, quiet, start, stride, size).is_some() {

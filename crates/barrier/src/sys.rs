@@ -171,6 +171,29 @@ pub fn affinity_cores() -> Vec<usize> {
     affinity_mask().map_or_else(|| vec![0], |set| cpus_in(&set).collect())
 }
 
+/// The cores in this thread's affinity mask as a bit mask of `64 * N` CPUs (those past it left
+/// out): the words a layer exchanges so that the ranks of one machine count the cores they
+/// may use together ([`cores_in`]).
+pub fn affinity_words<const N: usize>() -> [u64; N] {
+    let mut words = [0u64; N];
+    for cpu in affinity_cores() {
+        if let Some(w) = words.get_mut(cpu / 64) {
+            *w |= 1 << (cpu % 64);
+        }
+    }
+    words
+}
+
+/// How many cores the masks ([`affinity_words`]) cover together; at least 1.
+pub fn cores_in<'a>(masks: impl IntoIterator<Item = &'a [u64]>) -> usize {
+    let mut union: Vec<u64> = Vec::new();
+    for mask in masks {
+        union.resize(union.len().max(mask.len()), 0);
+        union.iter_mut().zip(mask).for_each(|(u, w)| *u |= w);
+    }
+    union.iter().map(|w| w.count_ones() as usize).sum::<usize>().max(1)
+}
+
 /// The calling thread's affinity mask, if it can be read.
 fn affinity_mask() -> Option<libc::cpu_set_t> {
     // SAFETY: cpu_set_t is plain data; zeroed is its empty value.
@@ -609,6 +632,15 @@ impl Drop for Mapping {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The ranks of a machine count the cores their masks cover together, once each.
+    #[test]
+    fn cores_are_counted_over_the_union_of_masks() {
+        assert_eq!(cores_in([&[0b0011u64][..], &[0b0110, 1]]), 4);
+        assert_eq!(cores_in(std::iter::empty()), 1, "no mask: one core");
+        let mine: [u64; 16] = affinity_words();
+        assert_eq!(cores_in([&mine[..]]), affinity_cores().len().max(1));
+    }
 
     /// The cached answer is std's for the mask the thread has now, also after the mask changed
     /// (a thread moved to one CPU, then back). (That std's cgroup files are then read once per

@@ -138,10 +138,6 @@ impl OwnBarrier for DeviceOwn {
         self.name
     }
 
-    fn split_name(&self) -> &'static str {
-        self.name
-    }
-
     fn barrier(&self) -> Result<()> {
         lock(&self.comm).barrier()
     }

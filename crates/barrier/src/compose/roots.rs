@@ -60,15 +60,19 @@ pub trait OwnBarrier: fmt::Debug + Send {
     /// Its name in descriptions ("MPI's barrier").
     fn name(&self) -> &'static str;
 
-    /// Its name in the reports of a split-phase wait ("MPI_Ibarrier").
-    fn split_name(&self) -> &'static str;
+    /// Its name in the reports of a split-phase wait ("MPI_Ibarrier"); by default its name.
+    fn split_name(&self) -> &'static str {
+        self.name()
+    }
 
     /// The barrier, blocking.
     fn barrier(&self) -> Result<()>;
 
-    /// The barrier started split phase, or `None` where it has no split form (then every wait
-    /// is [`barrier`](Self::barrier)).
-    fn start(&self) -> Result<Option<Box<dyn OwnPending>>>;
+    /// The barrier started split phase, or `None` (the default) where it has no split form
+    /// (then every wait is [`barrier`](Self::barrier)).
+    fn start(&self) -> Result<Option<Box<dyn OwnPending>>> {
+        Ok(None)
+    }
 }
 
 /// A split-phase barrier of the implementation's own, started.

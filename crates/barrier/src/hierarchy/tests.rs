@@ -59,15 +59,9 @@ impl OwnBarrier for StdOwn {
     fn name(&self) -> &'static str {
         "std's barrier"
     }
-    fn split_name(&self) -> &'static str {
-        "std's barrier"
-    }
     fn barrier(&self) -> Result<()> {
         self.0.wait();
         Ok(())
-    }
-    fn start(&self) -> Result<Option<Box<dyn OwnPending>>> {
-        Ok(None)
     }
 }
 
