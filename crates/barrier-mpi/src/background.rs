@@ -402,7 +402,7 @@ impl Background {
             return;
         }
         let me = &self.me;
-        match record::aside_spec(&rows, &node, (me.rank, me.world_rank), &agreed, &me.params, memfd)
+        match record::aside_spec(&rows, &node, (me.rank, me.world_rank), &agreed, &me.params, memfd, false)
             .and_then(|spec| NodeAside::start(spec).map_err(|e| format!("building it in the background failed: {e}")))
         {
             Ok(aside) => self.stage = Stage::Joining(aside),

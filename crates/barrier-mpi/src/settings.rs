@@ -73,7 +73,7 @@ pub(crate) struct Agreed {
     pub(crate) core: barrier::hierarchy::Agreed,
     pub(crate) fault: Option<(String, usize)>,
     /// Every rank's place words ([`census::my_place`]), by rank, gathered with the settings;
-    /// empty where the agreement ran over another allgather.
+    /// empty where it was decided from the background set-up's records.
     pub(crate) places: Vec<Vec<u64>>,
     /// What names this build on every rank, where the settings' allgather made it (see
     /// [`build_token`]): the communicator's rank 0's machine and token.

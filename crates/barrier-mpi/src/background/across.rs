@@ -140,7 +140,7 @@ impl Across {
         self.pace = Pace::for_machine(node.job.ranks, node.job.cores);
         let waits = RootsWaits { pace: self.pace, timeout: agreed.core.timeout, stall: agreed.core.stall };
         let me = &self.me;
-        let spec = match record::aside_spec(rows, &node, (me.rank, me.world_rank), &agreed, &me.params, memfd) {
+        let spec = match record::aside_spec(rows, &node, (me.rank, me.world_rank), &agreed, &me.params, memfd, true) {
             Ok(spec) => spec,
             Err(why) => return self.failed(Some(&why), waits),
         };

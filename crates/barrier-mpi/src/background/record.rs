@@ -55,7 +55,7 @@ pub(super) fn agree(rows: &[&[u64]], world_rank: usize, params: &Params) -> Resu
 }
 
 /// A rank's node: its machine and, with node blocks of `block` ranks, its world rank's block.
-pub(super) fn node_key(row: &[u64], block: usize) -> (u64, usize) {
+fn node_key(row: &[u64], block: usize) -> (u64, usize) {
     (row[2], (row[1] as usize).checked_div(block).unwrap_or(0))
 }
 
@@ -86,7 +86,9 @@ pub(super) fn node_of(rows: &[&[u64]], rank: usize, block: usize) -> NodeOf {
 
 /// What the core's set-up aside ([`NodeAside`](barrier::hierarchy::aside::NodeAside)) needs on
 /// this rank (`rank`, `world_rank`) of `node`, with the empty memfd it offered in case it is the
-/// node's first; `Err`: why the node cannot be set up (its first rank made no memfd).
+/// node's first; `across_nodes`: the set-up also makes the node's part of the hierarchy (where
+/// this rank decided to serve ahead across nodes, even if the records find one node). `Err`: why
+/// the node cannot be set up (its first rank made no memfd).
 pub(super) fn aside_spec(
     rows: &[&[u64]],
     node: &NodeOf,
@@ -94,12 +96,12 @@ pub(super) fn aside_spec(
     agreed: &settings::Agreed,
     params: &Params,
     memfd: Option<OwnedFd>,
+    across_nodes: bool,
 ) -> std::result::Result<AsideSpec, String> {
     let first = rows[node.local[0]];
     if first[4] == u64::MAX {
         return Err(format!("world rank {} could not make an empty memfd", first[1]));
     }
-    let across_nodes = node.firsts.len() > 1;
     let job = node.job;
     Ok(AsideSpec {
         local_rank: node.local.iter().position(|&r| r == rank).expect("this rank is on its node"),
@@ -110,7 +112,7 @@ pub(super) fn aside_spec(
             world: node.local.iter().map(|&r| rows[r][1] as usize).collect(),
             comm: node.local.clone(),
             comm_size: rows.len(),
-            hierarchical: across_nodes,
+            hierarchical: node.firsts.len() > 1,
         },
         first: offer_of(first),
         memfd,
