@@ -81,7 +81,7 @@ done
 "$MPIFORT" -O2 -o "$TARGET/mpi/barrier_check_f" examples/mpi/barrier_check.f90
 RUST_EXAMPLE=$TARGET/release/examples/mpi_barrier
 HALO=$TARGET/release/examples/halo
-HYBRID=$TARGET/release/examples/hybrid
+HYBRID=$TARGET/release/examples/mpi_hybrid
 SELF_HOOK=$TARGET/release/examples/self_hook
 # A user's rsmpi program outside the workspace, depending on barrier-mpi by path (its own
 # workspace and lock file; built into this MPI's target dir, so shared dependencies are reused).

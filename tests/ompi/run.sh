@@ -328,7 +328,7 @@ expect_text "bad setting" "checked barriers passed"
 
 step "barrier bench --mpi: Open MPI's barrier, the component and the interposer (smoke; times are printed)"
 cargo build --release -p barrier-pmpi --features mpi
-cargo build --release -p barrier-mpi --features mpi --example hybrid
+cargo build --release -p barrier-mpi --features mpi --example mpi_hybrid
 run "attr callbacks, interposer" ok launch LD_PRELOAD="$PWD/target/release/libbarrier_pmpi.so" BARRIER_VERBOSE=1 -- \
     --mca coll ^fastbar -np 3 "$BIN/attr_callbacks"
 [ "$(grep -c 'attr_callbacks: rank [0-9] passed' "$out")" = 3 ] || { cat "$out"; fail "attr callbacks, interposer: not every rank passed"; }

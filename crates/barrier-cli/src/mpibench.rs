@@ -280,10 +280,10 @@ pub fn run(opts: &MpiBenchOptions) -> Result<(), String> {
 /// Threads per rank in the hybrid rows.
 pub const HYBRID_THREADS: usize = 2;
 
-/// Where this command looks for barrier-mpi's `hybrid` example: `examples/hybrid` in each of
+/// Where this command looks for barrier-mpi's `mpi_hybrid` example: `examples/mpi_hybrid` in each of
 /// [`barrier_launch::artifact_dirs`].
 pub fn hybrid_candidates() -> Vec<PathBuf> {
-    barrier_launch::artifact_dirs().into_iter().map(|dir| dir.join("examples").join("hybrid")).collect()
+    barrier_launch::artifact_dirs().into_iter().map(|dir| dir.join("examples").join("mpi_hybrid")).collect()
 }
 
 /// The hybrid rows: every thread of every rank in one barrier (barrier-mpi's `hybrid` example:
@@ -292,9 +292,9 @@ pub fn hybrid_candidates() -> Vec<PathBuf> {
 /// rank, timed by the example in alternating chunks in the same threads, after it checked 300
 /// barriers. Said and skipped, not failed, when the example was not built for this MPI.
 fn hybrid_rows(ranks: &[usize], iters: u64, mpirun: &str, open_mpi: bool) -> Result<(), String> {
-    let build = "MPI_PKG_CONFIG=ompi cargo build --release -p barrier-mpi --features mpi --example hybrid";
+    let build = "MPI_PKG_CONFIG=ompi cargo build --release -p barrier-mpi --features mpi --example mpi_hybrid";
     let Some(example) = hybrid_candidates().into_iter().find(|p| p.is_file() && barrier_launch::trusted(p)) else {
-        println!("hybrid rows (every thread of every rank): skipped, no examples/hybrid beside this command; build it with `{build}`");
+        println!("hybrid rows (every thread of every rank): skipped, no examples/mpi_hybrid beside this command; build it with `{build}`");
         return Ok(());
     };
     let bytes = std::fs::read(&example).map_err(|e| format!("reading {}: {e}", example.display()))?;

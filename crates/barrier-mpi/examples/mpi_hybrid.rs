@@ -13,9 +13,9 @@
 //!   rank 0 prints the medians of the chunks and their ratio.
 //!
 //! ```sh
-//! cargo build --release -p barrier-mpi --features mpi --example hybrid
-//! mpirun -np 2 target/release/examples/hybrid 2 2000          # 2 ranks x 2 threads
-//! BARRIER_MPI_NODE_BLOCK=1 mpirun -np 2 target/release/examples/hybrid 2 2000   # across "nodes"
+//! cargo build --release -p barrier-mpi --features mpi --example mpi_hybrid
+//! mpirun -np 2 target/release/examples/mpi_hybrid 2 2000      # 2 ranks x 2 threads
+//! BARRIER_MPI_NODE_BLOCK=1 mpirun -np 2 target/release/examples/mpi_hybrid 2 2000   # across "nodes"
 //! ```
 
 use std::process::ExitCode;
