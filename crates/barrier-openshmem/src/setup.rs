@@ -148,16 +148,7 @@ pub fn nodes(hashes: &[u64], block: usize) -> Vec<usize> {
         };
         keys.push((h, index.checked_div(block).unwrap_or(0)));
     }
-    let mut order: Vec<(u64, usize)> = Vec::new();
-    keys.iter()
-        .map(|k| match order.iter().position(|o| o == k) {
-            Some(i) => i,
-            None => {
-                order.push(*k);
-                order.len() - 1
-            }
-        })
-        .collect()
+    barrier::hierarchy::number_nodes(&keys)
 }
 
 /// Runs the set-up (collective over every PE).

@@ -71,15 +71,16 @@ pub(super) struct NodeOf {
 
 /// Rank `rank`'s node, with node blocks of `block` ranks.
 pub(super) fn node_of(rows: &[&[u64]], rank: usize, block: usize) -> NodeOf {
-    let key = |r: usize| node_key(rows[r], block);
+    let nodes = barrier::hierarchy::number_nodes(&rows.iter().map(|row| node_key(row, block)).collect::<Vec<_>>());
+    // A node's first rank is where its number first appears (numbers come in order).
     let mut firsts: Vec<usize> = Vec::new();
-    for r in 0..rows.len() {
-        if !firsts.iter().any(|&f| key(f) == key(r)) {
+    for (r, &n) in nodes.iter().enumerate() {
+        if n == firsts.len() {
             firsts.push(r);
         }
     }
-    let node = firsts.iter().position(|&f| key(f) == key(rank)).expect("this rank's node has a first");
-    let local = (0..rows.len()).filter(|&r| key(r) == key(rank)).collect();
+    let node = nodes[rank];
+    let local = (0..rows.len()).filter(|&r| nodes[r] == node).collect();
     let machine = rows.iter().filter(|r| r[2] == rows[rank][2]).map(|r| &r[HEAD + SETTINGS..]);
     NodeOf { firsts, node, local, job: census::job_on_machine(census::machine_of_masks(machine)) }
 }

@@ -63,7 +63,7 @@ pub use crate::compose::flights;
 pub use crate::compose::{
     Choice, Chosen, Flight, Names, NodeHalves, OwnBarrier, OwnPending, Roots, RootsLink, RootsWaits, Way,
 };
-pub use node::{agree, set_up_node, Node, NodeExchange, NodeFailure, NodeSpec};
+pub use node::{agree, number_nodes, set_up_node, Node, NodeExchange, NodeFailure, NodeSpec};
 pub use settings::{agree_settings, Agreed, Allgather, Layer, Proposal, PROPOSAL_WORDS};
 
 /// A rank's barrier across nodes over the core's node communicator (see the module docs): the

@@ -188,11 +188,34 @@ pub fn agree<T>(x: &impl NodeExchange, outcome: Result<T>, what: &str) -> std::r
     }
 }
 
+/// The node of each rank, from each rank's node key (its machine, with its block where a
+/// machine is cut into simulated nodes), numbered in the order of each node's first rank: the
+/// node roots are the first ranks, in rank order.
+pub fn number_nodes<K: PartialEq>(keys: &[K]) -> Vec<usize> {
+    let mut firsts: Vec<usize> = Vec::new();
+    keys.iter()
+        .enumerate()
+        .map(|(r, key)| match firsts.iter().position(|&f| keys[f] == *key) {
+            Some(node) => node,
+            None => {
+                firsts.push(r);
+                firsts.len() - 1
+            }
+        })
+        .collect()
+}
+
 #[cfg(test)]
 pub(super) mod tests {
     use std::sync::{Barrier, Mutex};
 
     use super::*;
+
+    #[test]
+    fn nodes_are_numbered_by_their_first_rank() {
+        assert_eq!(number_nodes(&[7, 3, 7, 3, 9]), vec![0, 1, 0, 1, 2]);
+        assert_eq!(number_nodes::<u8>(&[]), Vec::<usize>::new());
+    }
 
     /// The layer's collectives among the threads of one node: a board of each rank's words,
     /// read between two barriers (as OpenSHMEM's exchange does). Its `first_failed` is the
